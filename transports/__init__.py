@@ -1,0 +1,4 @@
+"""How envelopes move between ranks: the interface, the wire codec and the drivers.
+
+This package never imports ``simcluster``.
+"""

@@ -1,0 +1,140 @@
+"""The transport interface and the envelope that crosses it.
+
+A transport moves envelopes between ranks and knows nothing else: not
+matching, not virtual time, not collectives. The engine hands it an envelope
+whose times and sizes are already decided, and the transport calls the
+``deliver`` callback it was opened with, on the side that hosts ``dst``.
+
+Rule 1: a transport never reorders envelopes between one (src, dst) pair;
+the engine relies on that for MPI's non-overtaking rule.
+Rule 2: a transport never imports ``simcluster``; the error classes every
+layer shares live here so that dependencies point one way only.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+# ---- errors shared by every layer ----
+
+
+class SimclusterError(Exception):
+    """Base class of every simcluster error.
+
+    The message has the shape ``rank R: op(args): what happened; what to do``.
+    ``rank`` and ``op`` are kept as attributes for programs.
+    """
+
+    def __init__(self, rank: int | None, op: str, problem: str, fix: str = "") -> None:
+        self.rank = rank
+        self.op = op
+        self.problem = problem
+        self.fix = fix
+        prefix = "" if rank is None else f"rank {rank}: "
+        tail = f"; {fix}" if fix else ""
+        super().__init__(f"{prefix}{op}: {problem}{tail}")
+
+
+class TransportError(SimclusterError):
+    """A transport failed: a malformed frame, a lost peer, a refused connection.
+
+    ``peer`` names the other side (a rank, a process or an address) when known.
+    """
+
+    def __init__(
+        self, rank: int | None, op: str, problem: str, fix: str = "", peer: object = None
+    ) -> None:
+        self.peer = peer
+        super().__init__(rank, op, problem, fix)
+
+
+# ---- the envelope ----
+
+EAGER: Final = 0
+"""Payload travels with the envelope; the send completes without a receive."""
+RTS: Final = 1
+"""Rendezvous request to send: header only, the data waits for a match."""
+CTS: Final = 2
+"""Clear to send, from the receiver back to the sender, carrying the match time."""
+DATA: Final = 3
+"""Rendezvous payload, sent after a CTS."""
+ACK: Final = 4
+"""Match acknowledgement for a synchronous-mode (ssend) eager message."""
+
+KIND_NAMES: Final = ("EAGER", "RTS", "CTS", "DATA", "ACK")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One message between two world ranks, as the transport sees it.
+
+    Attributes:
+        kind: one of EAGER, RTS, CTS, DATA, ACK.
+        ctx: communicator context id (matching happens per context).
+        src: world rank of the sender of this envelope.
+        dst: world rank of its receiver.
+        tag: user tag, or a private collective tag.
+        msg_id: id of the user message, unique per original sender; control
+            envelopes (CTS, ACK) carry the id of the message they answer.
+        nbytes: bytes the latency model charged for the message.
+        time: virtual time attached by the sender: arrival for EAGER/RTS/DATA,
+            the match time for CTS/ACK.
+        header: msgpack payload header from ``transports.wire`` (``b""`` for
+            control envelopes).
+        buffers: raw array buffers that belong to the header, in order.
+        sync: the sender wants an ACK when the message is matched (ssend).
+    """
+
+    kind: int
+    ctx: int
+    src: int
+    dst: int
+    tag: int
+    msg_id: int
+    nbytes: int
+    time: float
+    header: bytes = b""
+    buffers: tuple[Any, ...] = ()
+    sync: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Envelope {KIND_NAMES[self.kind]} ctx={self.ctx} {self.src}->{self.dst} "
+            f"tag={self.tag} id={self.msg_id} nbytes={self.nbytes} t={self.time:.9g}>"
+        )
+
+
+Deliver = Callable[[Envelope], None]
+
+
+class Transport(ABC):
+    """Moves envelopes between the ranks of one run.
+
+    A run opens the transport once with its world size and a ``deliver``
+    callback, sends envelopes through it, and closes it at the end.
+    A third-party transport implements these methods and adds itself to the
+    ``TRANSPORTS`` list in ``tests/conftest.py`` to run the conformance suite.
+    """
+
+    __slots__ = ()
+
+    name: str = "transport"
+
+    @abstractmethod
+    def open(self, world_size: int, deliver: Deliver) -> None:
+        """Prepare to carry envelopes among ``world_size`` ranks.
+
+        ``deliver`` must be called exactly once per envelope, on the side that
+        hosts ``envelope.dst``, in send order for each (src, dst) pair.
+        """
+
+    @abstractmethod
+    def send(self, envelope: Envelope) -> None:
+        """Start moving ``envelope`` towards ``envelope.dst``; never blocks."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release everything the transport holds; safe to call twice."""
