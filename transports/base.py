@@ -86,6 +86,8 @@ class Envelope:
             control envelopes).
         buffers: raw array buffers that belong to the header, in order.
         sync: the sender wants an ACK when the message is matched (ssend).
+        meta: opaque bytes of the layer above, compared when a message is
+            matched (collectives carry the call's signature here).
     """
 
     kind: int
@@ -99,6 +101,7 @@ class Envelope:
     header: bytes = b""
     buffers: tuple[Any, ...] = ()
     sync: bool = False
+    meta: bytes = b""
 
     def __repr__(self) -> str:
         return (

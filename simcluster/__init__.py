@@ -1,0 +1,39 @@
+"""simcluster: a simulated cluster for Python.
+
+Virtual ranks are coroutines that exchange messages with MPI semantics in
+virtual time. Start with ``sc.run(main, world_size=4)``.
+"""
+
+from . import latency as latency
+from .comm import Comm as Comm
+from .errors import BufferHazardError as BufferHazardError
+from .errors import CollectiveMismatchError as CollectiveMismatchError
+from .errors import DeadlockError as DeadlockError
+from .errors import RankError as RankError
+from .errors import RunTimeoutError as RunTimeoutError
+from .errors import SimclusterError as SimclusterError
+from .errors import SimclusterWarning as SimclusterWarning
+from .errors import TransportError as TransportError
+from .errors import TruncationError as TruncationError
+from .matching import ANY_SOURCE as ANY_SOURCE
+from .matching import ANY_TAG as ANY_TAG
+from .request import Request as Request
+from .request import Status as Status
+from .request import test_all as test_all
+from .request import test_any as test_any
+from .request import wait_all as wait_all
+from .request import wait_any as wait_any
+from .request import wait_some as wait_some
+from .runner import RunResult as RunResult
+from .runner import Stats as Stats
+from .runner import launch as launch
+from .runner import run as run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
+    "DeadlockError", "RankError", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
+    "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
+    "launch", "run", "test_all", "test_any", "wait_all", "wait_any", "wait_some",
+]

@@ -1,0 +1,46 @@
+"""Find the user's source line for a blocked call or a posted request.
+
+Walks a suspended coroutine's await chain (``cr_await``/``gi_yieldfrom``) or
+the live call stack, and returns the innermost frame that is not simcluster's
+own code, as ``file.py:42``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+from typing import Any
+
+_PACKAGE_DIRS = tuple(
+    os.path.dirname(os.path.abspath(p)) + os.sep
+    for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "transports", "x"))
+)
+
+
+def _is_ours(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIRS)
+
+
+def _where(frame: FrameType) -> str:
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def coroutine_line(coro: Any) -> str:
+    """Return ``file:line`` of the innermost user frame where ``coro`` is suspended."""
+    best = "?"
+    obj = coro
+    while obj is not None:
+        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+        if frame is not None and not _is_ours(frame.f_code.co_filename):
+            best = _where(frame)
+        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+    return best
+
+
+def user_line() -> str:
+    """Return ``file:line`` of the innermost user frame on the current call stack."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _is_ours(frame.f_code.co_filename):
+        frame = frame.f_back
+    return "?" if frame is None else _where(frame)

@@ -1,0 +1,402 @@
+"""Comm: what a rank holds to talk to the others.
+
+A ``Group`` is one communicator seen from above: its context id, the world
+rank of each member, and the per-member ``Comm`` objects. A ``Comm`` is one
+member's handle: point-to-point calls, probes, virtual sleep, collectives and
+sub-communicators.
+
+Rule 1: every user-visible check (ranks, tags, buffers) happens here, at the
+call, so the error names the rank and the call the user wrote.
+Rule 2: collectives see only this class's public point-to-point surface, on
+the private context ``comm._coll`` whose traffic never meets user messages.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
+
+from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
+from .request import Request, Status, wait_all
+
+if TYPE_CHECKING:
+    from .engine import Engine, Task
+    from .latency import LatencyModel
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+TAG_UB: Final = 2**31
+"""Tags are ints in ``range(0, TAG_UB)``."""
+
+
+class Group:
+    """A communicator: context id, members' world ranks and their Comm objects."""
+
+    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll")
+
+    def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
+                 tasks: list[Task], *, private: bool = False) -> None:
+        self.engine = engine
+        self.ctx = ctx
+        self.world_ranks = world_ranks
+        identity = world_ranks == list(range(len(world_ranks))) if len(world_ranks) < 64 else (
+            world_ranks[0] == 0 and world_ranks[-1] == len(world_ranks) - 1
+            and all(w == i for i, w in enumerate(world_ranks)))
+        self._local: dict[int, int] | None = None if identity else {w: i for i, w in enumerate(world_ranks)}
+        self.members: list[Comm | None] = [None] * len(world_ranks)
+        self.name = name
+        self.tasks = tasks  # the task of each member, by local rank
+        self.coll: Group | None = None
+        engine.groups[ctx] = self
+        if not private:
+            self.coll = Group(engine, ctx + 1, world_ranks, name, tasks, private=True)
+
+    def local_rank(self, world_rank: int) -> int:
+        """Return the rank in this communicator of a world rank."""
+        local = self._local
+        return world_rank if local is None else local[world_rank]
+
+    def member(self, rank: int) -> Comm:
+        """Return member ``rank``'s Comm, creating it on first use."""
+        comm = self.members[rank]
+        if comm is None:
+            comm = self.members[rank] = Comm(self, rank)
+        return comm
+
+    def __repr__(self) -> str:
+        return f"<Group {self.name!r} ctx={self.ctx} size={len(self.world_ranks)}>"
+
+
+def _bad_rank(comm: Comm, op: str, what: str, value: object, wildcard: bool) -> ValueError:
+    allowed = f"range({comm.size})" + (" or ANY_SOURCE" if wildcard else "")
+    hint = "for a ring use (comm.rank + 1) % comm.size" if not wildcard else \
+        "pass a rank of this comm, or ANY_SOURCE"
+    return ValueError(f"rank {comm.rank}: {op}: {what} must be in {allowed} for this comm; {hint}")
+
+
+def _bad_tag(comm: Comm, op: str, wildcard: bool) -> ValueError:
+    allowed = "range(0, 2**31)" + (" or ANY_TAG" if wildcard else "")
+    return ValueError(f"rank {comm.rank}: {op}: tag must be in {allowed}; use a non-negative int below 2**31")
+
+
+def _is_index(value: object) -> bool:
+    """True for ints and int-like values (numpy integers), False for bools and the rest."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def _describe_buf(buf: Any) -> str:
+    shape = getattr(buf, "shape", None)
+    dtype = getattr(buf, "dtype", None)
+    if shape is None or dtype is None:
+        return type(buf).__name__
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+class Comm:
+    """One rank's handle on a communicator.
+
+    Attributes:
+        rank: this rank's number in the communicator.
+        size: number of ranks in the communicator.
+    """
+
+    __slots__ = ("_group", "_engine", "_ctx", "rank", "size", "_world_rank", "_mq", "_task",
+                 "_coll_seq", "_created", "__weakref__")
+
+    def __init__(self, group: Group, rank: int) -> None:
+        self._group = group
+        self._engine = group.engine
+        self._ctx = group.ctx
+        self.rank = rank
+        self.size = len(group.world_ranks)
+        self._world_rank = group.world_ranks[rank]
+        self._mq = MatchQueue()
+        self._task = group.tasks[rank]
+        self._coll_seq = 0  # collectives called so far, for mismatch reports
+        self._created = 0  # communicators created from this one, for context ids
+
+    # ---- facts ----
+
+    @property
+    def now(self) -> float:
+        """This rank's virtual time, in seconds."""
+        return self._engine.now
+
+    @property
+    def world_ranks(self) -> list[int]:
+        """The world rank of each member of this communicator."""
+        return list(self._group.world_ranks)
+
+    @property
+    def world_rank(self) -> int:
+        """This rank's number in the world communicator."""
+        return self._world_rank
+
+    @property
+    def name(self) -> str:
+        """The communicator's name ('world', or how it was made)."""
+        return self._group.name
+
+    @property
+    def latency(self) -> LatencyModel:
+        """The run's latency model (collectives use its ``reduce_time``)."""
+        model: LatencyModel = self._engine.latency_model  # type: ignore[attr-defined]
+        return model
+
+    @property
+    def _coll(self) -> Comm:
+        """The same members on the private collective context."""
+        coll = self._group.coll
+        assert coll is not None, "a private context has no private context of its own"
+        return coll.member(self.rank)
+
+    def __repr__(self) -> str:
+        return f"<Comm {self._group.name!r} rank={self.rank} size={self.size}>"
+
+    # ---- validation ----
+
+    def _check_dst(self, dst: int, tag: int, op: str) -> None:
+        if type(dst) is not int and not _is_index(dst) or not 0 <= dst < self.size:
+            raise _bad_rank(self, op, "dst", dst, False)
+        if type(tag) is not int and not _is_index(tag) or not 0 <= tag < TAG_UB:
+            raise _bad_tag(self, op, False)
+
+    def _check_src(self, src: int, tag: int, op: str) -> None:
+        if type(src) is not int and not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
+            raise _bad_rank(self, op, "src", src, True)
+        if type(tag) is not int and not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
+            raise _bad_tag(self, op, True)
+
+    def _check_buf(self, buf: Any, op: str) -> None:
+        if buf is None:
+            return
+        import numpy as np
+
+        if not isinstance(buf, np.ndarray):
+            raise TypeError(f"rank {self.rank}: {op}: buf must be a numpy array, not "
+                            f"{type(buf).__name__}; pass an array to fill, or buf=None to get the payload")
+        if not buf.flags.writeable:
+            raise ValueError(f"rank {self.rank}: {op}: buf is read-only; pass a writeable array")
+
+    # ---- point-to-point ----
+
+    def _send(self, obj: object, dst: int, tag: int, name: str, sync: bool,
+              nonblocking: bool) -> Request[None]:
+        op = f"{name}(dst={dst!r}, tag={tag!r})"
+        self._check_dst(dst, tag, op)
+        return self._engine.post_send(self, obj, dst, tag, sync=sync, op=op, nonblocking=nonblocking)
+
+    def isend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
+        """Start sending ``obj`` to ``dst`` and return at once.
+
+        Completes at once up to ``eager_limit`` bytes (the payload is copied),
+        otherwise when ``dst`` posts a matching receive and the data has arrived
+        (rendezvous). Costs no virtual time here; the latency model charges the
+        transfer. Under ``checks="strict"`` changing an array before the request
+        completes raises ``BufferHazardError`` at ``wait``/``test``.
+
+        Raises:
+            ValueError: ``dst`` outside ``range(self.size)`` or ``tag`` outside ``[0, 2**31)``.
+            TypeError: ``obj`` cannot be sent.
+        """
+        return self._send(obj, dst, tag, "isend", False, True)
+
+    def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
+        """Start a synchronous-mode send: its request completes only once ``dst`` has matched it."""
+        return self._send(obj, dst, tag, "issend", True, True)
+
+    async def send(self, obj: object, dst: int, tag: int = 0) -> None:
+        """Send ``obj`` to ``dst`` (standard mode).
+
+        Returns at once for payloads up to ``eager_limit`` bytes; above it,
+        waits until ``dst`` posts a matching receive and the data has arrived,
+        so two ranks that both send a large message first deadlock, as in MPI.
+        """
+        await self._send(obj, dst, tag, "send", False, False)
+
+    async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
+        """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
+        await self._send(obj, dst, tag, "ssend", True, False)
+
+    def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
+        bufs = f"buf={_describe_buf(buf)}, " if buf is not None else ""
+        op = f"{name}({bufs}src={src!r}, tag={tag!r})"
+        self._check_src(src, tag, op)
+        self._check_buf(buf, op)
+        return self._engine.post_recv(self, buf, src, tag, op=op, nonblocking=nonblocking)
+
+    @overload
+    def irecv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]: ...
+    @overload
+    def irecv(self, buf: A, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[A]: ...
+
+    def irecv(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
+        """Post a receive and return at once.
+
+        ``await req`` returns the payload (or ``buf``, filled in place) and
+        ``req.status`` tells its source, tag and size. Completes when a fitting
+        message has been matched and has arrived.
+
+        Raises:
+            ValueError: ``src`` not a rank of this comm nor ANY_SOURCE, or a bad tag.
+            TypeError: ``buf`` is not an array.
+        """
+        return self._recv(buf, src, tag, "irecv", True)
+
+    @overload
+    async def recv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any: ...
+    @overload
+    async def recv(self, buf: A, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> A: ...
+
+    async def recv(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
+        """Receive a message and return its payload (or ``buf``, filled in place).
+
+        Completes at the later of the call and the message's arrival. A message
+        larger than ``buf`` raises ``TruncationError``, one of another dtype a
+        ``TypeError``; a shorter one fills the front of ``buf``.
+        """
+        return await self._recv(buf, src, tag, "recv", False)
+
+    async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,
+                       sendtag: int = 0, recvtag: int = ANY_TAG) -> Any:
+        """Send to ``dst`` and receive from ``src`` at once, without deadlock; return the payload."""
+        rreq = self._recv(buf, src, recvtag, "sendrecv", False)
+        sreq = self._send(obj, dst, sendtag, "sendrecv", False, False)
+        value, _ = await wait_all([rreq, sreq])
+        return value
+
+    def iprobe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status | None:
+        """Return the Status of a message a receive for (src, tag) would take now, or None."""
+        op = f"iprobe(src={src!r}, tag={tag!r})"
+        self._check_src(src, tag, op)
+        status = self._engine.iprobe(self, src, tag)
+        if status is None:
+            self._engine._spin(Request(self._engine, None, op))
+        return status
+
+    async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
+        """Wait until a message fitting (src, tag) has arrived; return its Status without receiving it."""
+        op = f"probe(src={src!r}, tag={tag!r})"
+        self._check_src(src, tag, op)
+        status: Status = await self._engine.post_probe(self, src, tag, op)
+        return status
+
+    async def sleep(self, seconds: float) -> None:
+        """Advance this rank's virtual clock by ``seconds`` (models computation)."""
+        if not seconds >= 0:
+            raise ValueError(f"rank {self.rank}: sleep({seconds!r}): seconds must be >= 0; "
+                             "pass the virtual compute time in seconds")
+        if seconds == 0:
+            return
+        await self._engine.post_sleep(float(seconds), f"sleep({seconds!r})")
+
+    # ---- collectives: the private context ----
+
+    def _collective(self, call: str, algorithm: str = "") -> CollContext:
+        """Number a new collective call on this comm and return its private context.
+
+        Every member must create contexts in the same order; each call's
+        messages carry ``call`` and its number so that a mismatch is caught at
+        the first message.
+        """
+        self._coll_seq += 1
+        return CollContext(self, self._coll_seq, call, algorithm)
+
+    async def _run_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
+                              algorithm: str = "") -> R:
+        """Run a blocking collective: ``body`` gets the private context."""
+        ctx = self._collective(call, algorithm)
+        task = self._engine._current
+        if task is None:
+            raise RuntimeError(f"{call}: called outside any rank; call it from a rank's coroutine")
+        outer = task.collective
+        task.collective = ctx.info
+        try:
+            return await body(ctx)
+        finally:
+            task.collective = outer
+
+    def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
+                          algorithm: str = "") -> Request[R]:
+        """Start a nonblocking collective; its request completes with ``body``'s result."""
+        ctx = self._collective(call, algorithm)
+        return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx.info)
+
+
+async def _as_coro(awaitable: Awaitable[R]) -> R:
+    return await awaitable
+
+
+class CollContext:
+    """The private point-to-point context of one collective call.
+
+    Collective algorithms talk only through this: the same calls as ``Comm``
+    (``isend``, ``irecv``, ``send``, ``recv``, ``sendrecv``, ``sleep``) without
+    tags. Its messages live on the communicator's private context, carry the
+    call's number as their tag and its signature as metadata, so they never
+    meet user messages, never meet another collective's, and a rank that
+    called a different collective is caught at the first message.
+    """
+
+    __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "info", "_coll", "_tag",
+                 "_meta", "_engine")
+
+    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "") -> None:
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.size
+        self.seq = seq
+        self.call = call
+        self.algorithm = algorithm
+        self.info = (comm._ctx, comm._group.name, seq, call, comm.rank)
+        self._coll = comm._coll
+        self._tag = seq & (TAG_UB - 1)
+        self._meta = f"{seq}\x00{call}\x00{algorithm}".encode()
+        self._engine = comm._engine
+
+    @property
+    def latency(self) -> LatencyModel:
+        """The run's latency model."""
+        return self.comm.latency
+
+    def isend(self, obj: object, dst: int) -> Request[None]:
+        """Start sending ``obj`` to member ``dst`` (same completion rules as ``Comm.isend``)."""
+        return self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+                                      op=f"isend(dst={dst})", nonblocking=False, meta=self._meta)
+
+    def irecv(self, src: int, buf: Any = None) -> Request[Any]:
+        """Post a receive from member ``src``; ``buf`` is filled in place when given."""
+        return self._engine.post_recv(self._coll, buf, src, self._tag, op=f"irecv(src={src})",
+                                      nonblocking=False, meta=self._meta)
+
+    async def send(self, obj: object, dst: int) -> None:
+        """Send ``obj`` to member ``dst``."""
+        await self.isend(obj, dst)
+
+    async def recv(self, src: int, buf: Any = None) -> Any:
+        """Receive from member ``src``."""
+        return await self.irecv(src, buf)
+
+    async def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Any:
+        """Send to ``dst`` and receive from ``src`` at once; return what was received."""
+        rreq = self.irecv(src, buf)
+        sreq = self.isend(obj, dst)
+        value = await rreq
+        await sreq
+        return value
+
+    async def sleep(self, seconds: float) -> None:
+        """Charge ``seconds`` of virtual compute time (reductions) to this rank."""
+        if seconds > 0:
+            await self._engine.post_sleep(seconds, f"sleep({seconds!r})")
+
+    def __repr__(self) -> str:
+        return f"<CollContext #{self.seq} {self.call} rank={self.rank} size={self.size}>"

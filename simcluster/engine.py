@@ -1,0 +1,726 @@
+"""The discrete-event engine: virtual clock, event heap, rank stepping, quiescence.
+
+Owns the virtual clock (``now``), the event heap and the rank tasks. Each rank
+is a coroutine that the engine steps itself with ``coro.send()``; a rank runs
+until it awaits a pending ``Request``, which it yields to us, and the engine
+parks it there. A rank that awaits something foreign (an asyncio future: real
+I/O, ``asyncio.sleep``) is handed to the running asyncio loop and comes back
+when that future is done.
+
+Rule 1: time only moves in ``_run_until_quiescent``, by popping the earliest
+event. A rank runs at the time of the event that resumed it, so every rank's
+clock is the engine's ``now`` while it runs, and time never jumps while a rank
+is still runnable (or is awaiting something foreign).
+Rule 2: every tie is broken by the heap key ``(time, tiebreak, seq)``, with
+``tiebreak`` drawn from the run's seeded RNG, so the same seed gives the same
+schedule and another seed may give another one.
+Rule 3: messages between one pair of ranks enter one FIFO channel whose
+arrival times never decrease, so they are matched in send order whatever the
+tie-breaking does (MPI's non-overtaking rule).
+
+Heap empty, no rank runnable, no foreign await, and some rank unfinished: that
+is a deadlock, reported with each blocked call, its source line and the
+wait-for cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import time as _time
+import zlib
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from transports import wire
+from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
+
+from . import _frames
+from .errors import (
+    BufferHazardError,
+    CollectiveMismatchError,
+    DeadlockError,
+    RunTimeoutError,
+    SimclusterError,
+    TruncationError,
+)
+from .matching import ANY_SOURCE, ANY_TAG
+from .request import SPIN_LIMIT, Request, Status, _WaitAny
+
+if TYPE_CHECKING:
+    from .comm import Comm, Group
+    from .latency import Ports
+
+# task states
+READY, RUNNING, BLOCKED, FOREIGN, FINISHED = range(5)
+_TASK_STATES = ("ready", "running", "blocked", "awaiting a foreign future", "finished")
+
+_BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout checks)
+
+_running: Task | None = None
+"""The task being stepped right now, for ``simcluster.dist``; None between steps."""
+
+
+def current_task() -> Task | None:
+    """Return the rank task being stepped right now, if any."""
+    return _running
+
+
+class Task:
+    """One rank: its coroutine and where it is parked."""
+
+    __slots__ = ("rank", "coro", "comm", "state", "waiting", "result", "time", "spins", "collective",
+                 "done_request")
+
+    def __init__(self, rank: int, coro: Coroutine[Any, Any, Any]) -> None:
+        self.rank = rank
+        self.coro = coro
+        self.comm: Comm | None = None
+        self.state = READY
+        self.waiting: Any = None
+        self.result: Any = None
+        self.time = 0.0
+        self.spins = 0
+        self.collective: str | None = None  # the collective call in progress, for reports
+        self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
+
+    def __repr__(self) -> str:
+        return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
+
+
+class _RecvRequest(Request[Any]):
+    """A receive: also remembers what it asked for."""
+
+    __slots__ = ("comm", "src", "tag", "buf", "meta")
+
+
+class Engine:
+    """Steps rank coroutines in virtual-time order and moves their messages."""
+
+    def __init__(
+        self,
+        world_size: int,
+        transport: Transport,
+        ports: Ports,
+        *,
+        seed: int = 0,
+        eager_limit: int = 65536,
+        strict: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        self.world_size = world_size
+        self.transport = transport
+        self.ports = ports
+        self._zero_latency = bool(getattr(ports, "zero", False))
+        self.rng = random.Random(seed)
+        self.eager_limit = eager_limit
+        self.strict = strict
+        self.timeout = timeout
+        self.now = 0.0
+        self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
+        self._seq = itertools.count()
+        self._msg_ids = itertools.count(1)
+        self.tasks: list[Task] = []
+        self.groups: dict[int, Group] = {}
+        self._channels: dict[int, deque[tuple[float, Envelope]]] = {}
+        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes]] = {}
+        self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
+        self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
+        self._tracked: dict[int, Request[Any]] = {}
+        self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
+        self._current: Task | None = None
+        self._foreign = 0
+        self._wake_future: asyncio.Future[None] | None = None
+        self._failure: tuple[Task, BaseException] | None = None
+        self._unfinished = 0
+        self._events = 0
+        self.msgs_sent = [0] * world_size
+        self.bytes_sent = [0] * world_size
+        self.msgs_recv = [0] * world_size
+        self.bytes_recv = [0] * world_size
+        transport.open(world_size, self._deliver)
+
+    # ---- scheduling ----
+
+    def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        heapq.heappush(self._heap, (t, self.rng.random(), next(self._seq), fn, arg))
+
+    def start(self, task: Task) -> None:
+        """Add a rank and schedule its first step at time 0."""
+        self.tasks.append(task)
+        self._unfinished += 1
+        self._push(0.0, self._resume, task)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], op: str, collective: str | None = None) -> Request[Any]:
+        """Run ``coro`` as a helper of the current rank; return a request for its result.
+
+        Nonblocking collectives use this: the helper progresses on its own while
+        the rank goes on, and its result or error goes to the request.
+        """
+        owner = self._current
+        if owner is None:
+            coro.close()
+            raise RuntimeError(f"{op}: called outside any rank; call it from a rank's coroutine")
+        req: Request[Any] = Request(self, owner, op)
+        helper = Task(owner.rank, coro)
+        helper.comm = owner.comm
+        helper.collective = collective
+        helper.done_request = req
+        self._helpers[id(helper)] = helper
+        if self.strict:
+            self._track(req)
+        self._push(self.now, self._resume, helper)
+        return req
+
+    def _wake(self, task: Task) -> None:
+        """Schedule a parked rank to resume at the current time."""
+        if task.state == BLOCKED:
+            task.state = READY
+            self._push(self.now, self._resume, task)
+
+    def _resume(self, task: Task) -> None:
+        if task.state == READY:
+            self._step(task)
+
+    def _step(self, task: Task) -> None:
+        """Run one rank until it parks, finishes or fails."""
+        global _running
+        task.state = RUNNING
+        task.spins = 0
+        self._current = _running = task
+        try:
+            yielded = task.coro.send(None)
+        except StopIteration as stop:
+            task.state = FINISHED
+            task.result = stop.value
+            task.time = self.now
+            if task.done_request is not None:
+                del self._helpers[id(task)]
+                task.done_request._finish(stop.value)
+            else:
+                self._unfinished -= 1
+            return
+        except Exception as exc:
+            task.state = FINISHED
+            task.time = self.now
+            if task.done_request is not None:  # a helper's error belongs to its request
+                del self._helpers[id(task)]
+                task.done_request._finish(None, exc)
+                return
+            self._unfinished -= 1
+            if self._failure is None:  # the rank failed: the run stops
+                self._failure = (task, exc)
+            return
+        except BaseException as exc:
+            task.state = FINISHED
+            self._failure = (task, exc)
+            return
+        finally:
+            self._current = _running = None
+        self._park(task, yielded)
+
+    def _park(self, task: Task, yielded: Any) -> None:
+        if isinstance(yielded, Request):
+            task.state = BLOCKED
+            task.waiting = yielded
+            yielded._waiter = task
+        elif yielded is None:  # a bare yield (asyncio.sleep(0)): run again at this time
+            task.state = READY
+            self._push(self.now, self._resume, task)
+        elif isinstance(yielded, _WaitAny):
+            task.state = BLOCKED
+            task.waiting = yielded
+            for req in yielded.requests:
+                if req._state == 0:
+                    req._waiter = task
+        elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
+            yielded._asyncio_future_blocking = False
+            task.state = FOREIGN
+            task.waiting = yielded
+            self._foreign += 1
+            yielded.add_done_callback(lambda _f, task=task: self._foreign_done(task))
+        else:
+            self._failure = self._failure or (task, RuntimeError(
+                f"rank {task.rank}: a rank awaited {yielded!r}, which is neither a simcluster "
+                "request nor an asyncio future; await simcluster calls or asyncio awaitables only"))
+
+    def _foreign_done(self, task: Task) -> None:
+        if task.state != FOREIGN:
+            return
+        self._foreign -= 1
+        task.state = READY
+        task.waiting = None
+        self._push(self.now, self._resume, task)
+        fut = self._wake_future
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # ---- the main loop ----
+
+    def _run_until_quiescent(self) -> None:
+        """Pop events in virtual-time order until none is left that may run now.
+
+        This loop is the simulator. It returns when the heap is empty, when a
+        rank failed, when the next event lies in the future while some rank
+        awaits a foreign future (time must not jump past it), or every
+        ``_BREATHE_EVERY`` events so that the asyncio loop and the timeout get
+        a turn.
+        """
+        heap = self._heap
+        pop = heapq.heappop
+        budget = _BREATHE_EVERY
+        while heap and self._failure is None and budget:
+            if self._foreign and heap[0][0] > self.now:
+                return
+            t, _, _, fn, arg = pop(heap)
+            self.now = t
+            fn(arg)
+            budget -= 1
+        self._events += _BREATHE_EVERY - budget
+
+    async def run(self) -> None:
+        """Run every rank to completion, or raise what stopped the run."""
+        started = _time.monotonic()
+        deadline = None if self.timeout is None else started + self.timeout
+        while True:
+            self._run_until_quiescent()
+            if self._failure is not None:
+                return
+            if deadline is not None and _time.monotonic() > deadline:
+                raise RunTimeoutError(None, "run", self._timeout_report(), "")
+            if self._foreign and (not self._heap or self._heap[0][0] > self.now):
+                loop = asyncio.get_running_loop()
+                self._wake_future = loop.create_future()
+                remaining = None if deadline is None else max(0.0, deadline - _time.monotonic())
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._wake_future), remaining)
+                except asyncio.TimeoutError:
+                    raise RunTimeoutError(None, "run", self._timeout_report(), "") from None
+                finally:
+                    self._wake_future = None
+                continue
+            if self._heap:
+                await asyncio.sleep(0)  # let the event loop breathe on long runs
+                continue
+            break
+        if self._unfinished:
+            raise self._deadlock()
+
+    def close(self) -> None:
+        """Cancel every unfinished rank and release the transport."""
+        for task in [*self.tasks, *self._helpers.values()]:
+            if task.state != FINISHED:
+                if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
+                    task.waiting.cancel()
+                task.state = FINISHED
+                task.coro.close()
+        self.transport.close()
+
+    @property
+    def failure(self) -> tuple[Task, BaseException] | None:
+        return self._failure
+
+    # ---- point-to-point: posting ----
+
+    def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
+                  op: str, nonblocking: bool, meta: bytes = b"") -> Request[None]:
+        """Start a send from ``comm``'s rank; the request completes per the send mode."""
+        task = self._current
+        try:
+            packed = wire.pack(obj, copy=False)
+        except wire.Unsendable as exc:
+            raise TypeError(f"rank {comm.rank}: {op}: {exc}") from None
+        nbytes = packed.nbytes
+        src_w = comm._world_rank
+        dst_w = comm._group.world_ranks[dst]
+        msg_id = next(self._msg_ids)
+        req: Request[None] = Request(self, task, op, dst_w)
+        self.msgs_sent[src_w] += 1
+        self.bytes_sent[src_w] += nbytes
+        buffers = packed.buffers
+        if self.strict and nonblocking and buffers:
+            arrays = [obj] if isinstance(obj, np.ndarray) else list(buffers)
+            req._guard = (arrays, [_checksum(a) for a in arrays], _frames.user_line())
+            self._track(req)
+        elif self.strict and nonblocking:
+            self._track(req)
+        if nbytes <= self.eager_limit:
+            if buffers:
+                buffers = tuple(np.array(b, copy=True, order="K") for b in buffers)
+            now = self.now
+            arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
+            env = Envelope(EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                           packed.header, buffers, sync, meta)
+            if sync:
+                self._sync_sends[(src_w, msg_id)] = req
+            else:
+                req._state = 1  # DONE: nobody can be waiting yet
+        else:
+            env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync, meta)
+            req.op = f"{op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
+            self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
+        self.transport.send(env)
+        return req
+
+    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
+                  nonblocking: bool, meta: bytes = b"") -> Request[Any]:
+        """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
+        peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
+        req = _RecvRequest(self, self._current, op, peer)
+        req.comm = comm
+        req.src = src
+        req.tag = tag
+        req.buf = buf
+        req.meta = meta
+        if self.strict and nonblocking:
+            self._track(req)
+        env = comm._mq.take_unexpected(src, tag)
+        if env is None:
+            comm._mq.post(src, tag, req)
+        else:
+            self._matched(req, env)
+        return req
+
+    def iprobe(self, comm: Comm, src: int, tag: int) -> Status | None:
+        """Return the status of a message a receive for (src, tag) would take now, if any."""
+        env = comm._mq.peek_unexpected(src, tag)
+        if env is None:
+            return None
+        return Status(comm._group.local_rank(env.src), env.tag, env.nbytes)
+
+    def post_probe(self, comm: Comm, src: int, tag: int, op: str) -> Request[Status]:
+        """Return a request that completes with a Status once a fitting message arrives."""
+        peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
+        req: Request[Status] = Request(self, self._current, op, peer)
+        status = self.iprobe(comm, src, tag)
+        if status is not None:
+            req._finish(status)
+        else:
+            comm._mq.probes.append((src, tag, req))
+        return req
+
+    def post_sleep(self, seconds: float, op: str) -> Request[None]:
+        """Return a request that completes ``seconds`` of virtual time from now."""
+        req: Request[None] = Request(self, self._current, op)
+        self._push(self.now + seconds, _finish_request, req)
+        return req
+
+    def post_local(self, op: str) -> Request[Any]:
+        """Return a pending request that a helper (a collective schedule) completes itself."""
+        return Request(self, self._current, op)
+
+    # ---- point-to-point: delivery ----
+
+    def _deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
+        kind = env.kind
+        if kind == EAGER or kind == RTS:
+            key = env.src * self.world_size + env.dst
+            chan = self._channels.get(key)
+            t = env.time
+            if chan is None:
+                chan = self._channels[key] = deque()
+            elif chan[-1][0] > t:
+                t = chan[-1][0]
+            chan.append((t, env))
+            self._push(t, self._arrive, key)
+        elif kind == CTS:
+            self._clear_to_send(env)
+        elif kind == DATA:
+            self._push(env.time, self._data_arrived, env)
+        elif kind == ACK:
+            req = self._sync_sends.pop((env.dst, env.msg_id))
+            self._push(env.time, _finish_request, req)
+
+    def _arrive(self, key: int) -> None:
+        chan = self._channels[key]
+        env = chan.popleft()[1]
+        if not chan:
+            del self._channels[key]
+        group = self.groups[env.ctx]
+        comm = group.member(group.local_rank(env.dst))
+        src = group.local_rank(env.src)
+        mq = comm._mq
+        req = mq.take_posted(src, env.tag)
+        if req is not None:
+            self._matched(req, env)
+            return
+        mq.add_unexpected(src, env.tag, env)
+        if mq.probes:
+            for i, (psrc, ptag, preq) in enumerate(mq.probes):
+                if (psrc == ANY_SOURCE or psrc == src) and (ptag == ANY_TAG or ptag == env.tag):
+                    del mq.probes[i]
+                    preq._finish(Status(src, env.tag, env.nbytes))
+                    break
+
+    def _matched(self, req: _RecvRequest, env: Envelope) -> None:
+        """A receive met its message at ``now``: complete it, or start the rendezvous."""
+        if env.meta != req.meta:
+            req._finish(None, _mismatch(req, env))  # its rank fails; the run ends
+        elif env.kind == EAGER:
+            self._complete_recv(req, env, copy=False)
+            if env.sync:
+                self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
+                                             0, self.now))
+        else:  # RTS: ask the sender for the data; the transfer is charged from now
+            self._rdv_recvs[(env.src, env.msg_id)] = req
+            self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
+                                         env.nbytes, self.now))
+
+    def _clear_to_send(self, env: Envelope) -> None:
+        sender, receiver = env.dst, env.src
+        req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+        nbytes = env.nbytes
+        match_time = env.time
+        arrive = match_time if self._zero_latency else self.ports.transfer(
+            sender, receiver, nbytes, match_time)[1]
+        self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                     nbytes, arrive, header, buffers))
+        self._push(arrive, _finish_request, req)
+
+    def _data_arrived(self, env: Envelope) -> None:
+        req = self._rdv_recvs.pop((env.src, env.msg_id))
+        self._complete_recv(req, env, copy=True)
+
+    def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
+        group = req.comm._group
+        source = group.local_rank(env.src)
+        req.status = Status(source, env.tag, env.nbytes)
+        self.msgs_recv[env.dst] += 1
+        self.bytes_recv[env.dst] += env.nbytes
+        buf = req.buf
+        try:
+            if buf is None:
+                req._finish(wire.unpack(env.header, env.buffers, copy=copy))
+            else:
+                value = wire.unpack(env.header, env.buffers, copy=False)
+                _fill(buf, value, req, source)
+                req._finish(buf)
+        except Exception as exc:
+            req._finish(None, exc)
+
+    # ---- requests: cancel, spin, hazards, leaks ----
+
+    def _cancel(self, req: Request[Any]) -> bool:
+        if isinstance(req, _RecvRequest):
+            return req.comm._mq.unpost(req.src, req.tag, req)
+        for comm_group in self.groups.values():
+            for comm in comm_group.members:
+                if comm is None:
+                    continue
+                probes = comm._mq.probes
+                for i, item in enumerate(probes):
+                    if item[2] is req:
+                        del probes[i]
+                        return True
+        return False
+
+    def _spin(self, req: Request[Any]) -> None:
+        task = self._current
+        if task is None:
+            return
+        task.spins += 1
+        if task.spins > SPIN_LIMIT:
+            raise SimclusterError(
+                task.rank, f"{req.op}.test()",
+                f"polled {SPIN_LIMIT} times without awaiting, so virtual time cannot advance",
+                "await the request, or await comm.sleep(dt) between tests")
+
+    def _check_awaiter(self, req: Request[Any]) -> None:
+        task = req._task
+        if self._current is not task or task is None:
+            who = "outside any rank" if self._current is None else f"by rank {self._current.rank}"
+            owner = "?" if task is None else task.rank
+            raise RuntimeError(
+                f"rank {owner}: {req.op}: awaited {who}, not from the rank's own coroutine "
+                "(asyncio.gather/create_task run coroutines outside the simulator); "
+                "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead")
+
+    def _check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
+        self._untrack(req)
+        arrays, sums, line = guard
+        for a, s in zip(arrays, sums):
+            if _checksum(a) != s:
+                owner = req._task.rank if req._task is not None else None
+                raise BufferHazardError(
+                    owner, req.op,
+                    f"the send buffer changed before the request completed (posted at {line})",
+                    "wait for the request before writing to the buffer, or send a copy")
+
+    def _track(self, req: Request[Any]) -> None:
+        self._tracked[id(req)] = req
+
+    def _untrack(self, req: Request[Any]) -> None:
+        self._tracked.pop(id(req), None)
+
+    def leaks(self) -> list[str]:
+        """Describe messages never received and nonblocking requests never completed."""
+        lines: list[str] = []
+        for group in self.groups.values():
+            for comm in group.members:
+                if comm is None:
+                    continue
+                posted, unexpected = comm._mq.leftovers()
+                for req in posted:
+                    lines.append(f"rank {comm.rank}: {req.op} was never matched")
+                for env in unexpected:
+                    lines.append(
+                        f"rank {comm.rank}: a message from rank {group.local_rank(env.src)} "
+                        f"(tag={env.tag}, {env.nbytes} bytes) on comm {group.name!r} was never received")
+        for req in self._tracked.values():
+            if not req._retrieved and req._state != 2:
+                owner = req._task.rank if req._task is not None else "?"
+                state = "completed but was never waited or tested" if req._state else "never completed"
+                lines.append(f"rank {owner}: {req.op} {state}")
+        return lines
+
+    # ---- reports ----
+
+    def _describe(self, task: Task) -> tuple[str, list[int]]:
+        """Return a line about what a blocked task waits for, and the ranks it waits on."""
+        waiting = task.waiting
+        reqs = waiting.requests if isinstance(waiting, _WaitAny) else [waiting]
+        ops = ", ".join(r.op for r in reqs if isinstance(r, Request))
+        peers = [r._peer for r in reqs if isinstance(r, Request) and r._peer is not None]
+        where = _frames.coroutine_line(task.coro)
+        inside = ""
+        if task.collective is not None:
+            _, name, seq, call, _ = task.collective
+            inside = f" inside {call} (collective #{seq} on comm {name!r})"
+        return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
+
+    def _deadlock(self) -> SimclusterError:
+        blocked: dict[int, str] = {}
+        edges: dict[int, list[int]] = {}
+        lines = []
+        blocked_tasks = [t for t in [*self.tasks, *self._helpers.values()] if t.state == BLOCKED]
+        mismatch = _collective_mismatch(blocked_tasks)
+        if mismatch is not None:
+            return mismatch
+        for task in blocked_tasks:
+            line, peers = self._describe(task)
+            blocked[task.rank] = line
+            edges.setdefault(task.rank, []).extend(peers)
+            lines.append("  " + line)
+        cycle = _find_cycle(edges)
+        n = len(blocked)
+        head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
+                f"at virtual time {self.now:.9g}s")
+        tail = ("wait-for cycle: " + " -> ".join(map(str, cycle))) if cycle else \
+            "no wait-for cycle: some rank waits for a message nobody sends"
+        return DeadlockError("\n".join([head, *lines, tail]), blocked, cycle)
+
+    def _timeout_report(self) -> str:
+        lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
+        for task in [*self.tasks, *self._helpers.values()]:
+            if task.state == BLOCKED:
+                lines.append("  " + self._describe(task)[0])
+            elif task.state != FINISHED:
+                lines.append(f"  rank {task.rank} {_TASK_STATES[task.state]} at "
+                             f"{_frames.coroutine_line(task.coro)}")
+        lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
+        return "\n".join(lines)
+
+
+def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
+    """Explain a collective message that met a receive of another collective call."""
+    mine_seq, mine, mine_algo = (req.meta.decode().split("\x00") + ["", "", ""])[:3]
+    theirs_seq, theirs, theirs_algo = (env.meta.decode().split("\x00") + ["", "", ""])[:3]
+    group = req.comm._group
+    src = group.local_rank(env.src)
+    if not theirs:
+        problem = f"collective #{mine_seq} on comm {group.name!r} received a point-to-point message from rank {src}"
+    elif (mine_seq, mine) == (theirs_seq, theirs):
+        problem = (f"rank {src} runs collective #{mine_seq} with algorithm {theirs_algo!r} but this "
+                   f"rank chose {mine_algo!r}")
+        return CollectiveMismatchError(
+            req.comm.rank, mine, problem,
+            "pass the same kind of payload (array or object) on every rank, or force algorithm=")
+    elif mine_seq == theirs_seq:
+        problem = (f"this is collective #{mine_seq} on comm {group.name!r}, but rank {src} "
+                   f"called {theirs}")
+    else:
+        problem = (f"this is collective #{mine_seq} on comm {group.name!r}, but rank {src} "
+                   f"is in collective #{theirs_seq}, {theirs}")
+    return CollectiveMismatchError(req.comm.rank, mine or req.op, problem,
+                                   "every rank must call collectives in the same order")
+
+
+def _collective_mismatch(blocked: list[Task]) -> CollectiveMismatchError | None:
+    """Among ranks stuck in collectives of one comm, find two that called different ones."""
+    first: dict[int, Task] = {}
+    for task in blocked:
+        if task.collective is None:
+            continue
+        ctx, name, seq, call, rank = task.collective
+        other = first.setdefault(ctx, task)
+        _, _, oseq, ocall, orank = other.collective  # type: ignore[misc]
+        if (oseq, ocall) != (seq, call):
+            where = f"called {ocall}" if oseq == seq else f"is in collective #{oseq}, {ocall}"
+            return CollectiveMismatchError(
+                rank, call, f"this is collective #{seq} on comm {name!r}, but rank "
+                f"{orank} {where}", "every rank must call collectives in the same order")
+    return None
+
+
+def _finish_request(req: Request[Any]) -> None:
+    req._finish()
+
+
+def _checksum(a: Any) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+
+
+def _find_cycle(edges: dict[int, list[int]]) -> list[int] | None:
+    """Return one cycle in the wait-for graph, as a list that ends where it starts."""
+    for start in sorted(edges):
+        path: list[int] = []
+        seen: dict[int, int] = {}
+        node: int | None = start
+        while node is not None and node in edges and node not in seen:
+            seen[node] = len(path)
+            path.append(node)
+            nxt = edges[node]
+            node = nxt[0] if len(nxt) == 1 else None
+        if node is not None and node in seen:
+            cyc = path[seen[node]:]
+            return [*cyc, cyc[0]]
+    return None
+
+
+def _describe_buf(buf: Any) -> str:
+    shape = getattr(buf, "shape", None)
+    dtype = getattr(buf, "dtype", None)
+    if shape is None or dtype is None:
+        return type(buf).__name__
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+def _fill(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
+    """Copy a received array into the user's buffer, or explain why it cannot be."""
+    rank = req.comm.rank
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"rank {rank}: {req.op}: message from rank {source} is a {type(value).__name__}, "
+            f"not an array, so it cannot fill buf={_describe_buf(buf)}; call recv() without buf")
+    if value.dtype != buf.dtype:
+        raise TypeError(
+            f"rank {rank}: {req.op}: message from rank {source} has dtype {value.dtype} but buf "
+            f"has dtype {buf.dtype}; receive into a {value.dtype} buffer, or without buf")
+    if value.nbytes > buf.nbytes:
+        raise TruncationError(
+            rank, req.op, f"message from rank {source} is {value.nbytes} bytes but buf holds {buf.nbytes}",
+            "pass a larger buf, or size it with probe() first")
+    if value.shape == buf.shape:
+        np.copyto(buf, value)
+    elif buf.flags.c_contiguous:  # a shorter message fills the front, as in MPI
+        buf.reshape(-1)[: value.size] = value.reshape(-1)
+    else:
+        buf.flat[: value.size] = value.reshape(-1)
+
+

@@ -1,0 +1,59 @@
+"""Every error and warning simcluster raises.
+
+Messages have one shape, ``rank R: op(args): what happened; what to do``, and
+each class keeps ``.rank`` and ``.op`` for programs. ``SimclusterError`` and
+``TransportError`` live in ``transports.base`` so the transport layer can
+raise them without importing this package; they are re-exported here.
+"""
+
+from __future__ import annotations
+
+from transports.base import SimclusterError as SimclusterError
+from transports.base import TransportError as TransportError
+
+
+class RankError(SimclusterError):
+    """A rank raised; the run was stopped and the other ranks cancelled.
+
+    ``.rank`` is the failing rank and ``__cause__`` the original exception,
+    traceback intact.
+    """
+
+    def __init__(self, rank: int, exc: BaseException, op: str = "run") -> None:
+        problem = f"raised {type(exc).__name__}: {exc}"
+        super().__init__(rank, op, problem, "the other ranks were cancelled; see the traceback above")
+
+
+class DeadlockError(SimclusterError):
+    """Every live rank is blocked and nothing is in flight.
+
+    ``.blocked`` maps each blocked rank to a description of its pending call,
+    ``.cycle`` is the wait-for cycle (a list of ranks) when there is one.
+    """
+
+    def __init__(self, report: str, blocked: dict[int, str], cycle: list[int] | None) -> None:
+        self.blocked = blocked
+        self.cycle = cycle
+        self.rank = None
+        self.op = "run"
+        Exception.__init__(self, report)
+
+
+class TruncationError(SimclusterError):
+    """A message is larger than the receive buffer."""
+
+
+class BufferHazardError(SimclusterError):
+    """A send buffer was changed before its nonblocking send completed."""
+
+
+class CollectiveMismatchError(SimclusterError):
+    """Ranks called collectives in a different order, or with other roots or ops."""
+
+
+class RunTimeoutError(SimclusterError):
+    """The run did not finish within ``timeout`` wall-clock seconds."""
+
+
+class SimclusterWarning(UserWarning):
+    """Something a strict run noticed but that did not stop it (leaks, unwaited requests)."""

@@ -1,0 +1,722 @@
+"""Latency and cost models: what a message costs in virtual time.
+
+Design. A model is an immutable, reusable *description* (``AlphaBeta(alpha=1e-6,
+beta=1e-10)``) that can be shared by many runs. ``model.bind(world_size, rng)``
+makes the per-run state, a :class:`Ports` object holding one send timer and
+one receive timer per world rank (plain Python lists, indexed by world rank)
+and the run's seeded RNG. The engine calls ``ports.transfer(src, dst, nbytes,
+now)`` exactly once per message, in the order messages are posted, and gets
+back ``(depart, arrive)``: when the sender's port is free of the message
+(an isend can complete) and when the receiver has it (a matching receive can
+complete).
+
+Rule 1: no clock here. Models never read or advance virtual time; they only
+turn the time they are handed into later times, and keep port timers.
+Rule 2: deterministic. Given the same model, seed and sequence of
+``transfer`` calls, the answers are the same, bit for bit; the only
+randomness is the ``rng`` passed to ``bind`` (which the run seeds).
+Rule 3: lean hot path. ``transfer`` runs on every message, so it does a few
+float operations on lists and nothing else: it checks no arguments (the
+engine has already validated ranks) and allocates only its result tuple.
+
+Port timers start at -inf: an idle port puts no bound on a message.
+Arrivals are not necessarily monotone per (src, dst) pair (``Jitter``, or a
+rendezvous transfer charged at its match time), so MPI's non-overtaking rule
+is kept by matching, not here. ``parse`` turns command-line specs such as
+``"alphabeta:1us,10GB/s"`` into models.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from types import MappingProxyType
+from typing import ClassVar, Final, NoReturn
+
+__all__ = [
+    "BANDWIDTH_UNITS",
+    "FORMS",
+    "TIME_UNITS",
+    "AlphaBeta",
+    "Constant",
+    "Hierarchical",
+    "Jitter",
+    "LatencyModel",
+    "LogGP",
+    "Ports",
+    "Zero",
+    "parse",
+]
+
+_IDLE: Final = -math.inf
+"""Timer value of a port that has carried nothing yet."""
+
+# ---- interfaces ----
+
+
+class Ports(ABC):
+    """Per-run state of a latency model: port timers and the run's RNG.
+
+    Made by :meth:`LatencyModel.bind`; one per run, never shared between runs.
+    """
+
+    __slots__ = ()
+
+    zero: bool = False
+    """True only when ``transfer`` always returns ``(t, t)``, so the engine may skip calls."""
+
+    @abstractmethod
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        """Charge one n-byte message posted by world rank ``src`` to ``dst`` at virtual time ``t``.
+
+        Called once per message, in posting order; updates the port timers.
+        ``src`` and ``dst`` must be in ``range(world_size)`` (not checked).
+
+        Args:
+            src: world rank of the sender.
+            dst: world rank of the receiver.
+            nbytes: bytes the message counts (0 for pure synchronisation).
+            t: virtual time, in seconds, at which the message is posted.
+
+        Returns:
+            ``(depart, arrive)``: when the sender's port is free of the message,
+            and when the receiver has it; both are ``>= t``.
+        """
+
+
+class LatencyModel(ABC):
+    """A cost model for messages.
+
+    Models are immutable, reusable descriptions; :meth:`bind` makes the
+    per-run state. Third parties subclass this and :class:`Ports`.
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Make the per-run state for ``world_size`` ranks.
+
+        Args:
+            world_size: number of world ranks; port timers are sized to it.
+            rng: the run's seeded RNG, the only source of randomness a model may use.
+
+        Returns:
+            Fresh :class:`Ports` with every port idle.
+        """
+
+    def reduce_time(self, nbytes: int) -> float:
+        """Return the virtual seconds it takes to reduce ``nbytes`` bytes locally (0 by default)."""
+        return 0.0
+
+    def describe(self) -> str:
+        """Return a short human description, e.g. ``AlphaBeta(alpha=1e-06, beta=1e-10)``."""
+        return f"{type(self).__name__}()"
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+# ---- shared helpers ----
+
+
+def _number(model: str, name: str, value: object, hint: str) -> float:
+    """Return ``value`` as a float, or raise naming the parameter if it is not finite and >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{model}({name}={value!r}): {name} must be a number, got {type(value).__name__}; "
+            f"pass {hint}, or use latency.parse() for a string with units"
+        )
+    number = float(value)
+    if not (math.isfinite(number) and number >= 0.0):
+        raise ValueError(f"{model}({name}={value!r}): {name} must be finite and >= 0; pass {hint}")
+    return number
+
+
+def _check_model(model: str, name: str, value: object) -> LatencyModel:
+    if not isinstance(value, LatencyModel):
+        raise TypeError(
+            f"{model}({name}={value!r}): {name} must be a LatencyModel, "
+            f"got {type(value).__name__}; "
+            f"pass a model such as AlphaBeta(alpha=1e-06, beta=1e-10)"
+        )
+    return value
+
+
+def _check_world_size(model: LatencyModel, world_size: object) -> int:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(
+            f"{model.describe()}.bind(world_size={world_size!r}): world_size must be an int >= 1; "
+            f"pass the number of world ranks"
+        )
+    return world_size
+
+
+class _Model(LatencyModel):
+    """Immutable model whose state is the slots named in ``_fields`` (equality, hash, describe)."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; build a new model instead")
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    def _key(self) -> tuple[object, ...]:
+        return tuple(getattr(self, field) for field in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Model)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self._key()))
+
+    def describe(self) -> str:
+        args = ", ".join(f"{field}={getattr(self, field)!r}" for field in self._fields)
+        return f"{type(self).__name__}({args})"
+
+
+class _BoundPorts(Ports):
+    """Ports that remember their model for ``repr``."""
+
+    __slots__ = ("_model", "_world_size")
+
+    def __init__(self, model: LatencyModel, world_size: int) -> None:
+        self._model = model
+        self._world_size = world_size
+
+    def __repr__(self) -> str:
+        return f"<ports of {self._model.describe()} world_size={self._world_size}>"
+
+
+# ---- Zero and Constant ----
+
+
+class _ZeroPorts(_BoundPorts):
+    __slots__ = ()
+    zero = True
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        return t, t
+
+
+class Zero(_Model):
+    """No cost: every message departs and arrives at the time it is posted.
+
+    ``transfer`` returns ``(t, t)``; virtual time stays 0 unless ranks sleep.
+    """
+
+    __slots__ = ()
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Return ports whose ``transfer`` is ``(t, t)`` and whose ``zero`` is True."""
+        return _ZeroPorts(self, _check_world_size(self, world_size))
+
+
+class _ConstantPorts(_BoundPorts):
+    __slots__ = ("_seconds",)
+
+    def __init__(self, model: Constant, world_size: int) -> None:
+        super().__init__(model, world_size)
+        self._seconds = model.seconds
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        return t, t + self._seconds
+
+
+class Constant(_Model):
+    """A fixed delay per message, whatever its size, with no port contention.
+
+    ``transfer`` returns ``(t, t + seconds)``.
+
+    Args:
+        seconds: delay of every message, ``>= 0``.
+
+    Raises:
+        ValueError: ``seconds`` is negative or not finite.
+        TypeError: ``seconds`` is not a number.
+    """
+
+    __slots__ = ("seconds",)
+    _fields = ("seconds",)
+    seconds: float
+
+    def __init__(self, seconds: float) -> None:
+        hint = "seconds, e.g. seconds=5e-06 for 5 us"
+        self._set("seconds", _number("Constant", "seconds", seconds, hint))
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Return ports that delay every message by ``seconds``."""
+        return _ConstantPorts(self, _check_world_size(self, world_size))
+
+
+# ---- AlphaBeta ----
+
+
+class _AlphaBetaPorts(_BoundPorts):
+    __slots__ = ("_alpha", "_beta", "_send_free", "_recv_free")
+
+    def __init__(self, model: AlphaBeta, world_size: int) -> None:
+        super().__init__(model, world_size)
+        self._alpha = model.alpha
+        self._beta = model.beta
+        self._send_free = [_IDLE] * world_size
+        self._recv_free = [_IDLE] * world_size
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        send_free = self._send_free
+        start = send_free[src]
+        if t > start:
+            start = t
+        busy = nbytes * self._beta
+        depart = send_free[src] = start + busy
+        arrive = start + self._alpha + busy
+        queued = self._recv_free[dst] + busy
+        if queued > arrive:
+            arrive = queued
+        self._recv_free[dst] = arrive
+        return depart, arrive
+
+
+class AlphaBeta(_Model):
+    """Hockney's alpha-beta model with one full-duplex port per rank.
+
+    An n-byte message costs ``alpha + n*beta`` on an idle network. Every rank
+    sends one message at a time and receives one at a time, each port busy
+    ``n*beta`` per message, so incast and fan-out serialise as on real links,
+    while sending and receiving at once do not slow each other. Exactly: a
+    message posted by ``s`` to ``d`` at time ``t`` gets::
+
+        start        = max(t, send_free[s])
+        send_free[s] = start + n*beta                 # = depart
+        arrive       = max(start + alpha + n*beta, recv_free[d] + n*beta)
+        recv_free[d] = arrive
+
+    Reducing n bytes costs ``gamma*n`` (see :meth:`reduce_time`).
+
+    Args:
+        alpha: latency per message, seconds ``>= 0``.
+        beta: seconds per byte ``>= 0`` (1 / bandwidth in bytes per second).
+        gamma: seconds per byte of local reduction ``>= 0``.
+
+    Raises:
+        ValueError: a parameter is negative or not finite.
+        TypeError: a parameter is not a number.
+    """
+
+    __slots__ = ("alpha", "beta", "gamma")
+    _fields = ("alpha", "beta", "gamma")
+    alpha: float
+    beta: float
+    gamma: float
+
+    def __init__(self, alpha: float, beta: float, gamma: float = 0.0) -> None:
+        hint = "seconds, e.g. alpha=1e-06 for 1 us"
+        self._set("alpha", _number("AlphaBeta", "alpha", alpha, hint))
+        hint = "seconds per byte, e.g. beta=1e-10 for 10 GB/s"
+        self._set("beta", _number("AlphaBeta", "beta", beta, hint))
+        self._set(
+            "gamma",
+            _number("AlphaBeta", "gamma", gamma, "seconds per byte reduced, e.g. gamma=1e-10"),
+        )
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Return ports with every send and receive port idle."""
+        return _AlphaBetaPorts(self, _check_world_size(self, world_size))
+
+    def reduce_time(self, nbytes: int) -> float:
+        """Return ``gamma * nbytes``, the seconds it takes to reduce ``nbytes`` bytes."""
+        return self.gamma * nbytes
+
+    def describe(self) -> str:
+        """Return ``AlphaBeta(alpha=..., beta=...)``, with ``gamma=...`` only when it is not 0."""
+        tail = f", gamma={self.gamma!r}" if self.gamma else ""
+        return f"AlphaBeta(alpha={self.alpha!r}, beta={self.beta!r}{tail})"
+
+
+# ---- LogGP ----
+
+
+class _LogGPPorts(_BoundPorts):
+    __slots__ = ("_L", "_o", "_g", "_G", "_send_free", "_recv_free")
+
+    def __init__(self, model: LogGP, world_size: int) -> None:
+        super().__init__(model, world_size)
+        self._L, self._o, self._g, self._G = model.L, model.o, model.g, model.G
+        self._send_free = [_IDLE] * world_size
+        self._recv_free = [_IDLE] * world_size
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        o = self._o
+        send_free = self._send_free
+        start = send_free[src]
+        if t > start:
+            start = t
+        inject = o + (nbytes - 1) * self._G if nbytes > 1 else o
+        busy = inject if inject > self._g else self._g
+        send_free[src] = start + busy
+        depart = start + inject
+        arrive = depart + self._L + o
+        queued = self._recv_free[dst] + busy
+        if queued > arrive:
+            arrive = queued
+        self._recv_free[dst] = arrive
+        return depart, arrive
+
+
+class LogGP(_Model):
+    """The LogGP model: overhead at both ends, a gap between messages, G per extra byte.
+
+    With ``w = (max(n, 1) - 1) * G`` (a 0-byte message costs like a 1-byte one)
+    and ``busy = max(g, o + w)``, a message posted by ``s`` to ``d`` at time
+    ``t`` gets::
+
+        start        = max(t, send_free[s])
+        depart       = start + o + w                  # sender overhead, then injection
+        send_free[s] = start + busy                   # next send starts >= g later
+        arrive       = max(depart + L + o, recv_free[d] + busy)
+        recv_free[d] = arrive
+
+    so one message on an idle network takes ``2*o + L + (n-1)*G``; messages
+    from one sender start ``max(g, o + (n-1)*G)`` apart, and so do arrivals
+    at one receiver (the receive side is the mirror of the send side, as in
+    :class:`AlphaBeta`). A rank sending and receiving at once is not slowed.
+    ``depart`` can be earlier than the next free send slot when ``g > o + w``:
+    the send has completed, but the next message still waits for the gap.
+    Reductions cost nothing (:meth:`reduce_time` is 0).
+
+    Args:
+        L: wire latency, seconds ``>= 0``.
+        o: CPU overhead of a send and of a receive, seconds ``>= 0``.
+        g: minimum gap between consecutive messages at one port, seconds ``>= 0``.
+        G: seconds per byte after the first ``>= 0`` (1 / bandwidth).
+
+    Raises:
+        ValueError: a parameter is negative or not finite.
+        TypeError: a parameter is not a number.
+    """
+
+    __slots__ = ("L", "o", "g", "G")
+    _fields = ("L", "o", "g", "G")
+    L: float
+    o: float
+    g: float
+    G: float
+
+    def __init__(self, L: float, o: float, g: float, G: float) -> None:  # noqa: N803 (LogGP names)
+        self._set("L", _number("LogGP", "L", L, "seconds, e.g. L=1e-06 for 1 us"))
+        self._set("o", _number("LogGP", "o", o, "seconds, e.g. o=1e-07 for 100 ns"))
+        self._set("g", _number("LogGP", "g", g, "seconds, e.g. g=2e-07 for 200 ns"))
+        self._set("G", _number("LogGP", "G", G, "seconds per byte, e.g. G=1e-10 for 10 GB/s"))
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Return ports with every send and receive port idle."""
+        return _LogGPPorts(self, _check_world_size(self, world_size))
+
+
+# ---- Hierarchical and Jitter (models made of models) ----
+
+
+class _HierarchicalPorts(_BoundPorts):
+    __slots__ = ("zero", "_ranks_per_node", "_intra", "_inter", "intra", "inter")
+
+    def __init__(self, model: Hierarchical, world_size: int, rng: random.Random) -> None:
+        super().__init__(model, world_size)
+        self.intra = model.intra.bind(world_size, rng)
+        self.inter = model.inter.bind(world_size, rng)
+        self.zero = self.intra.zero and self.inter.zero
+        self._ranks_per_node = model.ranks_per_node
+        self._intra = self.intra.transfer
+        self._inter = self.inter.transfer
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        per_node = self._ranks_per_node
+        if src // per_node == dst // per_node:
+            return self._intra(src, dst, nbytes, t)
+        return self._inter(src, dst, nbytes, t)
+
+
+class Hierarchical(_Model):
+    """One model inside a node, another between nodes.
+
+    World rank ``r`` lives on node ``r // ranks_per_node``. A message between
+    two ranks of one node is charged to ``intra``'s ports, any other to
+    ``inter``'s. Each submodel is bound once per run, so a rank has separate
+    intra-node and inter-node ports (like shared memory beside a NIC), and
+    contention is counted within each network. Reductions cost what ``intra``
+    says.
+
+    Args:
+        intra: model for messages within a node.
+        inter: model for messages between nodes.
+        ranks_per_node: ranks per node, an int ``>= 1``.
+
+    Raises:
+        TypeError: ``intra``/``inter`` is not a LatencyModel, or ``ranks_per_node`` not an int.
+        ValueError: ``ranks_per_node < 1``.
+    """
+
+    __slots__ = ("intra", "inter", "ranks_per_node")
+    _fields = ("intra", "inter", "ranks_per_node")
+    intra: LatencyModel
+    inter: LatencyModel
+    ranks_per_node: int
+
+    def __init__(self, intra: LatencyModel, inter: LatencyModel, ranks_per_node: int) -> None:
+        self._set("intra", _check_model("Hierarchical", "intra", intra))
+        self._set("inter", _check_model("Hierarchical", "inter", inter))
+        if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int):
+            raise TypeError(
+                f"Hierarchical(ranks_per_node={ranks_per_node!r}): ranks_per_node must be an int, "
+                f"got {type(ranks_per_node).__name__}; pass e.g. ranks_per_node=8"
+            )
+        if ranks_per_node < 1:
+            raise ValueError(
+                f"Hierarchical(ranks_per_node={ranks_per_node!r}): ranks_per_node must be >= 1; "
+                f"pass e.g. ranks_per_node=8"
+            )
+        self._set("ranks_per_node", ranks_per_node)
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Bind ``intra`` and ``inter`` once each (in that order) and route messages by node."""
+        return _HierarchicalPorts(self, _check_world_size(self, world_size), rng)
+
+    def reduce_time(self, nbytes: int) -> float:
+        """Return ``intra.reduce_time(nbytes)``: reductions run on a node."""
+        return self.intra.reduce_time(nbytes)
+
+
+class _JitterPorts(_BoundPorts):
+    __slots__ = ("zero", "inner", "_transfer", "_rel", "_random")
+
+    def __init__(self, model: Jitter, world_size: int, rng: random.Random) -> None:
+        super().__init__(model, world_size)
+        self.inner = model.model.bind(world_size, rng)
+        self.zero = self.inner.zero
+        self._transfer = self.inner.transfer
+        self._rel = model.rel
+        self._random: Callable[[], float] = rng.random
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        depart, arrive = self._transfer(src, dst, nbytes, t)
+        # u = 2*random() - 1 is uniform in [-1, 1); one draw per message, always.
+        arrive = t + (arrive - t) * (1.0 + self._rel * (2.0 * self._random() - 1.0))
+        if arrive < t:
+            arrive = t
+        return depart, arrive
+
+
+class Jitter(_Model):
+    """Multiplicative noise on another model's delivery delay, drawn from the run's seed.
+
+    For each message, ``(depart, arrive)`` come from ``model``; then::
+
+        u      = uniform in [-1, 1)               # one draw from the run's rng
+        arrive = max(t, t + (arrive - t) * (1 + rel*u))
+
+    ``depart`` and the inner model's port timers are left as they were, so
+    noise never accumulates through port state. The same seed gives the same
+    noise. Reductions cost what ``model`` says, without noise.
+
+    Args:
+        model: the model to perturb.
+        rel: relative amplitude ``>= 0``; delays vary within ``±rel`` of the inner delay.
+
+    Raises:
+        TypeError: ``model`` is not a LatencyModel or ``rel`` not a number.
+        ValueError: ``rel`` is negative or not finite.
+    """
+
+    __slots__ = ("model", "rel")
+    _fields = ("model", "rel")
+    model: LatencyModel
+    rel: float
+
+    def __init__(self, model: LatencyModel, rel: float = 0.1) -> None:
+        self._set("model", _check_model("Jitter", "model", model))
+        self._set("rel", _number("Jitter", "rel", rel, "a fraction, e.g. rel=0.1 for ±10%"))
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Bind ``model`` with the same ``rng``, and draw the noise from ``rng`` too."""
+        return _JitterPorts(self, _check_world_size(self, world_size), rng)
+
+    def reduce_time(self, nbytes: int) -> float:
+        """Return ``model.reduce_time(nbytes)`` (reductions are not jittered)."""
+        return self.model.reduce_time(nbytes)
+
+
+# ---- parse: models from command-line specs ----
+
+# Scales are Decimal so that "5us" is exactly float("5e-6"), with one rounding.
+_TIME_SCALE: Final[Mapping[str, Decimal]] = MappingProxyType(
+    {
+        "s": Decimal(1),
+        "ms": Decimal("1e-3"),
+        "us": Decimal("1e-6"),
+        "\u00b5s": Decimal("1e-6"),  # micro sign
+        "\u03bcs": Decimal("1e-6"),  # Greek mu
+        "ns": Decimal("1e-9"),
+    }
+)
+_RATE_SCALE: Final[Mapping[str, Decimal]] = MappingProxyType(
+    {
+        "B/s": Decimal(1),
+        "KB/s": Decimal("1e3"),
+        "kB/s": Decimal("1e3"),
+        "MB/s": Decimal("1e6"),
+        "GB/s": Decimal("1e9"),
+        "TB/s": Decimal("1e12"),
+        "KiB/s": Decimal(2**10),
+        "MiB/s": Decimal(2**20),
+        "GiB/s": Decimal(2**30),
+        "TiB/s": Decimal(2**40),
+    }
+)
+
+TIME_UNITS: Final[Mapping[str, float]] = MappingProxyType(
+    {unit: float(scale) for unit, scale in _TIME_SCALE.items()}
+)
+"""Seconds per unit for times in :func:`parse` (``us``, ``µs`` and ``μs`` are the same)."""
+
+BANDWIDTH_UNITS: Final[Mapping[str, float]] = MappingProxyType(
+    {unit: float(scale) for unit, scale in _RATE_SCALE.items()}
+)
+"""Bytes per second per unit for bandwidths in :func:`parse` (KB = 1e3 bytes, KiB = 1024)."""
+
+FORMS: Final = (
+    "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G "
+    "(times take s, ms, us or ns; BETA, GAMMA and G take a bandwidth in B/s, KB/s, MB/s, GB/s, "
+    "KiB/s, MiB/s or GiB/s, or seconds per byte; a plain number is seconds or seconds per byte)"
+)
+"""The spec forms :func:`parse` accepts, as quoted in its error messages."""
+
+_QUANTITY: Final = re.compile(
+    r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"  # a decimal literal
+    r"\s*(?P<unit>\S*)"
+)
+
+_TIME: Final = "time"
+_TIME_HINT: Final = "write a number with a unit s, ms, us or ns (none means s)"
+_PER_BYTE_HINT: Final = (
+    "write a bandwidth in B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s or TiB/s, "
+    "or seconds per byte"
+)
+_PER_BYTE: Final = "per_byte"
+
+# name -> (parameter names, kinds, how many are required, example, constructor)
+_Builder = Callable[..., LatencyModel]
+_SPECS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...], int, str, _Builder]]] = (
+    MappingProxyType(
+        {
+            "zero": ((), (), 0, "zero", Zero),
+            "constant": (("seconds",), (_TIME,), 1, "constant:5us", Constant),
+            "alphabeta": (
+                ("alpha", "beta", "gamma"),
+                (_TIME, _PER_BYTE, _PER_BYTE),
+                2,
+                "alphabeta:1us,10GB/s",
+                AlphaBeta,
+            ),
+            "loggp": (
+                ("L", "o", "g", "G"),
+                (_TIME, _TIME, _TIME, _PER_BYTE),
+                4,
+                "loggp:1us,100ns,200ns,10GB/s",
+                LogGP,
+            ),
+        }
+    )
+)
+
+
+def _parse_error(spec: str, problem: str, fix: str) -> NoReturn:
+    raise ValueError(f"parse({spec!r}): {problem}; {fix}") from None
+
+
+def _quantity(spec: str, name: str, kind: str, text: str, example: str) -> float:
+    """Read one value: a time in seconds, or a per-byte cost in seconds per byte."""
+    match = _QUANTITY.fullmatch(text)
+    units = _RATE_SCALE if kind == _PER_BYTE else {}
+    unit = match["unit"] if match else ""
+    if match is None or not (unit == "" or unit in _TIME_SCALE or unit in units):
+        what = "a time" if kind == _TIME else "a bandwidth or seconds per byte"
+        hint = _TIME_HINT if kind == _TIME else _PER_BYTE_HINT
+        _parse_error(
+            spec, f"cannot read {name} from {text!r} as {what}", f"{hint}, e.g. {example!r}"
+        )
+    number = Decimal(match["num"])  # the regex lets only decimal literals through
+    if number < 0:
+        _parse_error(spec, f"{name} must be >= 0, got {text!r}", f"write it like {example!r}")
+    if unit in units:
+        rate = number * units[unit]
+        if rate == 0:
+            problem = f"{name} bandwidth must be > 0, got {text!r}"
+            _parse_error(spec, problem, f"write it like {example!r}")
+        value = float(1 / rate)
+    else:
+        value = float(number * _TIME_SCALE.get(unit, Decimal(1)))
+    if not math.isfinite(value):
+        _parse_error(spec, f"{name} is out of range, got {text!r}", f"write it like {example!r}")
+    return value
+
+
+def parse(spec: str) -> LatencyModel:
+    """Build a latency model from a command-line spec.
+
+    Accepted forms (model names are case-insensitive)::
+
+        zero                      Zero()
+        constant:5us              Constant(5e-06)
+        alphabeta:1us,10GB/s      AlphaBeta(alpha=1e-06, beta=1e-10)
+        alphabeta:1e-6,1e-10      the same, in seconds and seconds per byte
+        alphabeta:1us,10GB/s,2GB/s  with gamma = 1 / (2 GB/s) = 5e-10 s/byte
+        loggp:1us,100ns,200ns,10GB/s  LogGP(L=1e-06, o=1e-07, g=2e-07, G=1e-10)
+
+    Times take ``s``, ``ms``, ``us`` (or ``µs``) or ``ns``; a plain number is
+    seconds. Per-byte costs (beta, gamma, G) take a bandwidth in ``B/s``,
+    ``KB/s``, ``MB/s``, ``GB/s``, ``TB/s`` (powers of 1000) or ``KiB/s``,
+    ``MiB/s``, ``GiB/s``, ``TiB/s`` (powers of 1024), which becomes
+    ``1 / bandwidth``; a plain number or a time is seconds per byte. Unit
+    scaling is done in decimal, so ``5us`` is exactly ``5e-06``.
+
+    Args:
+        spec: the spec string, e.g. ``"alphabeta:1us,10GB/s"``.
+
+    Returns:
+        The model.
+
+    Raises:
+        ValueError: an unknown model (the message lists the accepted forms), the
+            wrong number of values, or a value that is unreadable, negative, out of
+            range or a zero bandwidth (the message shows what to write).
+        TypeError: ``spec`` is not a string.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"parse({spec!r}): spec must be a str, got {type(spec).__name__}; "
+            f"pass e.g. 'alphabeta:1us,10GB/s', or a LatencyModel to run() directly"
+        )
+    head, _, rest = spec.strip().partition(":")
+    name = head.strip().lower()
+    if name not in _SPECS:
+        _parse_error(spec, f"unknown latency model {head.strip()!r}", f"accepted forms: {FORMS}")
+    params, kinds, required, example, build = _SPECS[name]
+    texts = [text.strip() for text in rest.split(",")] if rest.strip() else []
+    if not required <= len(texts) <= len(params):
+        count = str(required) if required == len(params) else f"{required} or {len(params)}"
+        noun = "value" if count == "1" else "values"
+        listed = f" ({', '.join(params)})" if params else ""
+        problem = f"{name} takes {count} {noun}{listed}, got {len(texts)}"
+        _parse_error(spec, problem, f"write it like {example!r}")
+    values = [_quantity(spec, p, k, text, example) for p, k, text in zip(params, kinds, texts)]
+    return build(*values)

@@ -1,0 +1,242 @@
+"""Requests: the wait handles that nonblocking calls return.
+
+A ``Request`` is created PENDING by the engine and moves once to DONE (with a
+value or an error) or to CANCELLED. Awaiting a pending request yields the
+request itself to the engine, which parks the rank on it; the engine resumes
+the rank at the virtual time the request completes.
+
+Rule 1: only the engine completes a request (``_finish``); users only look.
+Rule 2: a request is awaited only from the coroutine of the rank that owns it;
+an ``asyncio.gather`` of simcluster calls inside a rank is refused with a clear
+error, because asyncio would drive those coroutines, not the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .engine import Engine, Task
+
+T = TypeVar("T")
+
+PENDING = 0
+DONE = 1
+CANCELLED = 2
+_STATE_NAMES = ("pending", "done", "cancelled")
+
+SPIN_LIMIT = 1_000_000
+"""test()/iprobe() calls in a row, without awaiting, after which a rank is stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What a receive or probe learned about its message."""
+
+    source: int
+    tag: int
+    nbytes: int
+
+
+class Request(Generic[T]):
+    """A handle on a nonblocking operation; ``await req`` waits for it.
+
+    ``await req`` (or ``await req.wait()``) returns the payload for receives and
+    ``None`` for sends. ``req.test()`` never blocks and is true once the
+    operation has completed at the caller's current virtual time.
+    """
+
+    __slots__ = (
+        "_engine", "_task", "_state", "_value", "_error", "_waiter",
+        "op", "status", "_guard", "_retrieved", "_peer", "__weakref__",
+    )
+
+    def __init__(self, engine: Engine, task: Task | None, op: str, peer: int | None = None) -> None:
+        self._engine = engine
+        self._task = task
+        self._state = PENDING
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._waiter: Task | None = None
+        self.op = op
+        self.status: Status | None = None
+        self._guard: Any = None  # buffer-hazard check, set by strict isend
+        self._retrieved = False
+        self._peer = peer  # world rank this request waits on, for the wait-for graph
+
+    # ---- engine side ----
+
+    def _finish(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Complete at the engine's current virtual time and wake the waiter."""
+        if self._state != PENDING:
+            return
+        self._state = DONE
+        self._value = value
+        self._error = error
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            self._engine._wake(waiter)
+
+    # ---- user side ----
+
+    def done(self) -> bool:
+        """Return whether the request has completed (or was cancelled)."""
+        return self._state != PENDING
+
+    @property
+    def cancelled(self) -> bool:
+        """True when ``cancel()`` took effect."""
+        return self._state == CANCELLED
+
+    def test(self) -> bool:
+        """Return True once complete at the current virtual time; never blocks.
+
+        A true result counts as waiting: the buffer-hazard check runs and the
+        request is no longer reported as never completed.
+
+        Raises:
+            SimclusterError: when called a million times in a row without the
+                rank awaiting anything (virtual time cannot advance).
+        """
+        if self._state == PENDING:
+            self._engine._spin(self)
+            return False
+        self._take_result()
+        return True
+
+    def cancel(self) -> bool:
+        """Cancel a receive that has not been matched yet; return whether it was.
+
+        A cancelled request is done; awaiting it returns ``None`` and its
+        ``status`` stays ``None``. Sends and matched receives cannot be cancelled.
+        """
+        if self._state != PENDING:
+            return False
+        if not self._engine._cancel(self):
+            return False
+        self._state = CANCELLED
+        self._retrieved = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            self._engine._wake(waiter)
+        return True
+
+    async def wait(self) -> T:
+        """Wait until the operation completes and return its result."""
+        return await self
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if self._state == PENDING:
+            self._engine._check_awaiter(self)
+            yield self
+        return self._take_result()
+
+    def _take_result(self) -> T:
+        self._retrieved = True
+        if self._guard is not None:
+            guard, self._guard = self._guard, None
+            self._engine._check_hazard(self, guard)
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        value: T = self._value
+        return value
+
+    def __repr__(self) -> str:
+        return f"<Request {self.op} {_STATE_NAMES[self._state]}>"
+
+
+class _WaitAny:
+    """Yielded to the engine to park a rank on several requests at once."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self, requests: Sequence[Request[Any]]) -> None:
+        self.requests = requests
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield self
+
+
+def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
+    reqs = list(requests)
+    for r in reqs:
+        if not isinstance(r, Request):
+            raise TypeError(f"wait/test: expected Request objects, got {type(r).__name__}; "
+                            "pass the values returned by isend/irecv/i<collective>")
+    return reqs
+
+
+async def wait_all(requests: Iterable[Request[Any]]) -> list[Any]:
+    """Wait for every request; return their results in order.
+
+    Completes at the latest completion time among them. If one fails, its
+    error is raised after all have completed.
+    """
+    reqs = _as_list(requests)
+    results: list[Any] = []
+    first_error: BaseException | None = None
+    for r in reqs:
+        try:
+            results.append(await r)
+        except Exception as exc:  # every request must still be waited
+            results.append(None)
+            if first_error is None:
+                first_error = exc
+    if first_error is not None:
+        raise first_error
+    return results
+
+
+async def wait_any(requests: Iterable[Request[Any]]) -> tuple[int, Any]:
+    """Wait until one request completes; return ``(index, result)``.
+
+    Among requests already complete, the lowest index wins.
+
+    Raises:
+        ValueError: the list is empty.
+    """
+    reqs = _as_list(requests)
+    if not reqs:
+        raise ValueError("wait_any([]): no requests to wait for; pass at least one request")
+    while True:
+        for i, r in enumerate(reqs):
+            if r._state != PENDING:
+                return i, r._take_result()
+        await _WaitAny(reqs)
+
+
+async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
+    """Wait until at least one request completes; return every completed ``(index, result)``."""
+    reqs = [r for r in _as_list(requests)]
+    active = [r for r in reqs if not r._retrieved]
+    if not active:
+        return []
+    while all(r._state == PENDING for r in active):
+        await _WaitAny(active)
+    return [(i, r._take_result()) for i, r in enumerate(reqs)
+            if r._state != PENDING and not r._retrieved]
+
+
+def test_all(requests: Iterable[Request[Any]]) -> bool:
+    """Return True if every request has completed; never blocks."""
+    reqs = _as_list(requests)
+    return all([r.test() for r in reqs])
+
+
+def test_any(requests: Iterable[Request[Any]]) -> tuple[int, Any] | None:
+    """Return ``(index, result)`` of the first completed request, or None; never blocks."""
+    reqs = _as_list(requests)
+    for i, r in enumerate(reqs):
+        if r.test():
+            return i, r._value
+    return None
+
+
+# pytest would collect these as tests when a test module imports them by name.
+test_all.__test__ = False  # type: ignore[attr-defined]
+test_any.__test__ = False  # type: ignore[attr-defined]

@@ -1,0 +1,253 @@
+"""run() and launch(): start a world of ranks, drive it, return a RunResult.
+
+``launch`` is the one implementation (it needs a running asyncio loop);
+``run`` is ``asyncio.run(launch(...))`` for synchronous callers. Both check
+their keywords up front, build the transport, the latency ports and the
+engine, start one task per rank, and turn whatever stopped the run into one
+clear exception: ``RankError`` (a rank raised), ``DeadlockError``,
+``RunTimeoutError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time as _time
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+from transports.base import Transport
+from transports.memory import MemoryTransport
+
+from . import latency as _latency
+from .comm import Group
+from .engine import Engine, Task
+from .errors import RankError, SimclusterWarning
+
+TransportName = Literal["memory", "shm", "tcp"]
+Checks = Literal["strict", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Message counts and bytes, per world rank and in total.
+
+    Bytes are the sizes the latency model charged: arrays count ``nbytes``,
+    other objects their encoded length, ``None`` counts 0.
+    """
+
+    messages_sent: tuple[int, ...]
+    bytes_sent: tuple[int, ...]
+    messages_received: tuple[int, ...]
+    bytes_received: tuple[int, ...]
+
+    @property
+    def total_messages(self) -> int:
+        """Messages sent by every rank together."""
+        return sum(self.messages_sent)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes sent by every rank together."""
+        return sum(self.bytes_sent)
+
+
+class RunResult(Sequence[Any]):
+    """The per-rank return values of a run, with its times and counts.
+
+    Attributes:
+        elapsed: virtual makespan in seconds (the latest rank's final time).
+        times: each rank's final virtual time.
+        stats: message and byte counts (``Stats``).
+        wall: wall-clock seconds the run took.
+        trace: recorded events when tracing, else None.
+        leaks: lines describing unreceived messages and unwaited requests.
+    """
+
+    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks")
+
+    def __init__(self, values: list[Any], times: list[float], stats: Stats, wall: float,
+                 trace: Any = None, leaks: list[str] | None = None) -> None:
+        self._values = values
+        self.times = times
+        self.elapsed = max(times) if times else 0.0
+        self.stats = stats
+        self.wall = wall
+        self.trace = trace
+        self.leaks = leaks or []
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._values[index]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunResult):
+            return self._values == other._values
+        if isinstance(other, (list, tuple)):
+            return self._values == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = self._values if len(self._values) <= 8 else [*self._values[:8], "..."]
+        return f"RunResult({shown!r}, elapsed={self.elapsed:.9g})"
+
+
+_TRANSPORTS: dict[str, Callable[[], Transport]] = {"memory": MemoryTransport}
+
+
+def _make_transport(transport: str | Transport) -> Transport:
+    if isinstance(transport, Transport):
+        return transport
+    factory = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
+    if factory is None:
+        valid = ", ".join(sorted(_TRANSPORTS))
+        raise ValueError(f"run(transport={transport!r}): unknown transport; valid: {valid}, "
+                         "or a transports.base.Transport object")
+    return factory()
+
+
+def _check_fn(fn: object) -> None:
+    if inspect.iscoroutine(fn):
+        fn.close()
+        raise TypeError("run(main(...)): expected an async function, got a coroutine object; "
+                        "pass main, not main(...)")
+    if not callable(fn):
+        raise TypeError(f"run({fn!r}): expected an async function taking comm first; got "
+                        f"{type(fn).__name__}")
+    target = getattr(fn, "__call__", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+            or inspect.iscoroutinefunction(getattr(fn, "func", None))):
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(f"run({name}): expected an async function (async def {name}(comm): ...), "
+                        f"got a regular function; define it with async def and await the comm calls")
+
+
+def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: float | None,
+                    procs: int | None, transport: object) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"run(world_size={world_size!r}): world_size must be an int >= 1; "
+                         "pass the number of virtual ranks")
+    if isinstance(eager_limit, bool) or not isinstance(eager_limit, int) or eager_limit < 0:
+        raise ValueError(f"run(eager_limit={eager_limit!r}): eager_limit must be an int >= 0 (bytes)")
+    if checks not in ("strict", "off"):
+        raise ValueError(f"run(checks={checks!r}): checks must be 'strict' or 'off'")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"run(timeout={timeout!r}): timeout must be a positive number of seconds, or None")
+    if procs not in (None, 1) and transport == "memory":
+        raise ValueError(f"run(procs={procs!r}): the memory transport hosts every rank in this "
+                         "process; use procs=1, or transport='shm'/'tcp' for several processes")
+
+
+async def launch(
+    fn: Callable[..., Awaitable[Any]],
+    world_size: int,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    transport: TransportName | Transport = "memory",
+    procs: int | None = None,
+    latency: _latency.LatencyModel | None = None,
+    seed: int = 0,
+    eager_limit: int = 65536,
+    trace: bool | str | None = None,
+    checks: Checks = "strict",
+    algorithms: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> RunResult:
+    """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks inside a running loop.
+
+    Returns the per-rank results as a ``RunResult``. Takes the same keywords
+    as ``run``; see DESIGN.md for each.
+
+    Raises:
+        RankError: a rank raised; ``__cause__`` is its exception.
+        DeadlockError: every rank blocked with nothing in flight.
+        RunTimeoutError: ``timeout`` wall seconds passed.
+    """
+    _check_fn(fn)
+    _check_keywords(world_size, eager_limit, checks, timeout, procs, transport)
+    if trace:
+        raise ValueError("run(trace=...): tracing is not available yet; leave trace unset")
+    if algorithms:
+        raise ValueError("run(algorithms=...): collective algorithms are not available yet")
+    model = _latency.Zero() if latency is None else latency
+    if not isinstance(model, _latency.LatencyModel):
+        raise TypeError(f"run(latency={latency!r}): expected a simcluster.latency model such as "
+                        "sc.latency.AlphaBeta(1e-6, 1e-9)")
+    kwargs = dict(kwargs or {})
+    wall_start = _time.perf_counter()
+    tp = _make_transport(transport)
+    engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
+                    eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
+    engine.latency_model = model  # type: ignore[attr-defined]
+    tasks: list[Task] = []
+    world = Group(engine, 0, list(range(world_size)), "world", tasks)
+    try:
+        for rank in range(world_size):
+            task = Task(rank, None)  # type: ignore[arg-type]
+            tasks.append(task)
+        for rank, task in enumerate(tasks):
+            comm = world.member(rank)
+            task.comm = comm
+            coro = fn(comm, *args, **kwargs)
+            if not inspect.iscoroutine(coro):
+                raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
+                                f"{type(coro).__name__}, not a coroutine; define it with async def")
+            task.coro = coro
+            engine.start(task)
+        await engine.run()
+        failure = engine.failure
+        if failure is not None:
+            task, exc = failure
+            if not isinstance(exc, Exception):
+                raise exc
+            raise RankError(task.rank, exc) from exc
+    finally:
+        engine.close()
+    leaks = engine.leaks() if checks == "strict" else []
+    if leaks:
+        shown = "\n  ".join(leaks[:20]) + ("\n  ..." if len(leaks) > 20 else "")
+        warnings.warn(f"run finished with {len(leaks)} leak(s):\n  {shown}\n"
+                      "receive every message and wait or test every request",
+                      SimclusterWarning, stacklevel=2)
+    stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
+                  tuple(engine.msgs_recv), tuple(engine.bytes_recv))
+    return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
+                     _time.perf_counter() - wall_start, None, leaks)
+
+
+def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> RunResult:
+    """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks; block until done.
+
+    Keywords as in DESIGN.md: ``args``, ``kwargs``, ``transport``, ``procs``,
+    ``latency``, ``seed``, ``eager_limit``, ``trace``, ``checks``,
+    ``algorithms``, ``timeout``. From code already inside an event loop, use
+    ``await sc.launch(...)`` instead.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("run(): called from a running event loop; use `await sc.launch(...)` there")
+    return asyncio.run(launch(fn, world_size, **keywords))
+
+
+def _model_rng(seed: int) -> Any:
+    import random
+
+    return random.Random(f"latency:{seed}")

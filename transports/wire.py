@@ -1,0 +1,806 @@
+"""The wire codec: payloads to msgpack headers plus raw buffers, envelopes to frames.
+
+Owns two formats and nothing else. ``pack``/``unpack`` turn a payload object
+into one msgpack *header* and a tuple of raw array *buffers*, and back.
+``encode_frame``/``FrameDecoder`` turn an ``Envelope`` into the bytes of one
+length-prefixed frame on a byte stream, and back. The module is sans-I/O (no
+sockets, no asyncio, never ``simcluster``): the tcp driver is a short loop
+around ``FrameDecoder.feed``, as h11 splits protocol from I/O.
+
+Rule 1: arrays never enter a msgpack blob. ``pack`` replaces each array with
+an EXT_NDARRAY ref ``[buffer index, dtype spec, shape, fortran]`` and keeps its
+bytes as a separate contiguous buffer, copied at most once; ``encode_frame``
+writes those buffers as memoryviews after the frame header, and the decoder
+copies each one straight into its own allocation.
+Rule 2: the decoding side trusts nothing. Whatever goes wrong while reading a
+payload header or a frame (msgpack errors, bad dtypes, lengths that don't add
+up, unknown ext codes) comes out as ``TransportError``. Pickle is never used.
+
+Payload header: one msgpack object (use_bin_type; str-keyed maps only, read
+back with strict_map_key). What msgpack cannot say exactly travels as an ext
+type from the table below, never renumbered: tuples, complex, ints outside
+64 bits, numpy scalars, dicts with any non-str key (a flat key/value list),
+and array refs. Exact builtin types go straight through; subclasses of them
+are sent as the base type (IntEnum -> int, namedtuple -> tuple, OrderedDict ->
+dict), as json does; bytearray and memoryview are sent as bytes.
+
+Frame: ``>II`` (length of everything after these first 4 bytes, length of the
+frame header), the msgpack frame header ``[kind, ctx, src, dst, tag, msg_id,
+nbytes, time, sync, payload header, [buffer lengths]]``, then the raw buffers.
+The explicit header length lets the decoder slice the header without a
+streaming unpacker that would have to swallow the buffers too.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+import numpy as np
+from msgpack import ExtType
+from numpy.typing import NDArray
+
+from .base import KIND_NAMES, Envelope, TransportError
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "EXT_BIGINT",
+    "EXT_COMPLEX",
+    "EXT_DICT",
+    "EXT_NDARRAY",
+    "EXT_NPSCALAR",
+    "EXT_TUPLE",
+    "MAX_DEPTH",
+    "FrameDecoder",
+    "Packed",
+    "Unsendable",
+    "encode_frame",
+    "nbytes_of",
+    "pack",
+    "unpack",
+]
+
+# ---- the ext code table: one place, never renumbered ----
+
+EXT_NDARRAY: Final = 1
+"""Array ref: packed ``[buffer index, dtype spec, shape, fortran]``."""
+EXT_COMPLEX: Final = 2
+"""Python complex: ``<dd`` real, imag."""
+EXT_TUPLE: Final = 3
+"""Tuple: its items packed as a msgpack array."""
+EXT_NPSCALAR: Final = 4
+"""Numpy scalar: packed ``[dtype spec, raw bytes]``."""
+EXT_BIGINT: Final = 5
+"""Int outside [-2**63, 2**64): big-endian two's complement bytes."""
+EXT_DICT: Final = 6
+"""Dict with a key that is not a str: packed flat ``[k0, v0, k1, v1, ...]``."""
+
+MAX_DEPTH: Final = 256
+"""Deepest nesting of containers that ``pack`` accepts (msgpack stops at 511)."""
+
+DEFAULT_MAX_FRAME: Final = 1 << 30
+"""Default cap on the declared length of one frame, in bytes."""
+
+SEND_FIX: Final = 'send a dict/list/array instead, or run(..., serializer="pickle")'
+
+_INT_MIN: Final = -(1 << 63)
+_INT_MAX: Final = (1 << 64) - 1
+_COMPLEX: Final = struct.Struct("<dd")
+_PREFIX: Final = struct.Struct(">II")
+_PREFIX_SIZE: Final = _PREFIX.size
+_U32_MAX: Final = 0xFFFFFFFF
+_FRAME_FIELDS: Final = (
+    "kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "sync", "header",
+)
+_UNPACK_FIX: Final = "both ends must encode with transports.wire and run the same simcluster version"
+_FRAME_FIX: Final = "check that the peer speaks simcluster's frame protocol, in the same version"
+
+# One packer each, reused. Safe while the GIL is held: pack() runs no Python code
+# for the exact builtin types it is given (no `default` hook), so calls never interleave.
+# XX: free-threaded builds would need one packer per thread.
+_pack: Final = msgpack.Packer(use_bin_type=True, strict_types=True, autoreset=True).pack
+_pack_frame_header: Final = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_unpackb: Final = msgpack.unpackb
+
+
+class Unsendable(TypeError):
+    """Raised by ``pack()`` for an object the codec cannot carry.
+
+    The engine prefixes the rank and the operation to the message.
+
+    Attributes:
+        type_name: the offending type, e.g. ``"Foo"`` or ``"numpy.ndarray[object]"``.
+        fix: what to send instead.
+    """
+
+    def __init__(self, type_name: str, fix: str = SEND_FIX, problem: str = "") -> None:
+        self.type_name = type_name
+        self.fix = fix
+        self.problem = problem or f"{type_name} is not sendable"
+        super().__init__(f"{self.problem}; {fix}")
+
+    def __reduce__(self) -> tuple[type[Unsendable], tuple[str, str, str]]:
+        return (type(self), (self.type_name, self.fix, self.problem))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Packed:
+    """A payload as it travels: a msgpack header plus raw array buffers.
+
+    Attributes:
+        header: msgpack bytes of the object tree, every array replaced by an
+            EXT_NDARRAY ref.
+        buffers: one contiguous ndarray per array in the payload, in ref order.
+        nbytes: size the latency model counts: 0 for ``None``, the sum of the
+            arrays' ``nbytes`` when the payload holds arrays (headers are free),
+            otherwise ``len(header)``.
+        single_array: the payload is exactly one array (the header is its ref).
+    """
+
+    header: bytes
+    buffers: tuple[NDArray[Any], ...]
+    nbytes: int
+    single_array: bool
+
+    def __repr__(self) -> str:
+        kind = " single_array" if self.single_array else ""
+        return (
+            f"<Packed nbytes={self.nbytes} header={len(self.header)}B "
+            f"buffers={len(self.buffers)}{kind}>"
+        )
+
+
+_PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
+
+# Packed(...) runs the frozen-dataclass __init__ (object.__setattr__ per field);
+# filling the slots through their descriptors costs half as much on the hot path.
+_set_header = Packed.__dict__["header"].__set__
+_set_buffers = Packed.__dict__["buffers"].__set__
+_set_nbytes = Packed.__dict__["nbytes"].__set__
+_set_single = Packed.__dict__["single_array"].__set__
+
+
+def _packed(header: bytes, buffers: tuple[NDArray[Any], ...], nbytes: int, single: bool) -> Packed:
+    packed = object.__new__(Packed)
+    _set_header(packed, header)
+    _set_buffers(packed, buffers)
+    _set_nbytes(packed, nbytes)
+    _set_single(packed, single)
+    return packed
+
+# ---- dtypes ----
+
+_SPECS: dict[np.dtype[Any], object] = {}  # dtype -> spec, for dtypes already sent
+_DTYPES: dict[str, np.dtype[Any]] = {}  # spec str -> dtype, for specs already read
+_CACHE_LIMIT: Final = 1024
+
+
+def _spec_of(dt: np.dtype[Any], kind: str) -> object:
+    """Return the msgpack-native spec of ``dt``; ``kind`` names the sender's type in errors."""
+    spec = _SPECS.get(dt)
+    if spec is None:
+        if dt.hasobject:
+            raise Unsendable(
+                f"{kind}[{dt}]", 'convert it with .tolist() or .astype(a fixed-size dtype), '
+                'or run(..., serializer="pickle")'
+            )
+        spec = _make_spec(dt, kind)
+        if len(_SPECS) < _CACHE_LIMIT:
+            _SPECS[dt] = spec
+    return spec
+
+
+def _make_spec(dt: np.dtype[Any], kind: str) -> object:
+    """Spell ``dt`` as a str (plain), ``[base, shape]`` (subarray) or a dict (structured)."""
+    if dt.names is not None:
+        fields = dt.fields
+        assert fields is not None
+        entries = [fields[name] for name in dt.names]
+        spec: dict[str, object] = {
+            "names": list(dt.names),
+            "formats": [_make_spec(entry[0], kind) for entry in entries],
+            "offsets": [entry[1] for entry in entries],
+            "itemsize": dt.itemsize,
+        }
+        titles = [entry[2] if len(entry) > 2 else None for entry in entries]
+        if any(title is not None for title in titles):
+            if not all(title is None or type(title) is str for title in titles):
+                raise Unsendable(f"{kind}[{dt}]", "use str field titles, or none")
+            spec["titles"] = titles
+        return spec
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        return [_make_spec(base, kind), list(shape)]
+    text = dt.str
+    if np.dtype(text) != dt:  # a dtype that its own .str cannot rebuild (user dtypes)
+        raise Unsendable(f"{kind}[{dt}]", "convert it to a builtin numpy dtype first")
+    return text
+
+
+def _dtype_from_spec(spec: object) -> np.dtype[Any]:
+    """Rebuild a dtype from a spec read off the wire, refusing object dtypes."""
+    if type(spec) is str:
+        dt = _DTYPES.get(spec)
+        if dt is not None:
+            return dt
+        dt = np.dtype(spec)
+        if not dt.hasobject and len(_DTYPES) < _CACHE_LIMIT:
+            _DTYPES[spec] = dt
+    elif type(spec) is list and len(spec) == 2:
+        dt = np.dtype((_dtype_from_spec(spec[0]), tuple(_uints(spec[1], "subarray shape"))))
+    elif type(spec) is dict:
+        layout: dict[str, Any] = {
+            "names": spec["names"],
+            "formats": [_dtype_from_spec(f) for f in spec["formats"]],
+            "offsets": _uints(spec["offsets"], "field offsets"),
+            "itemsize": spec["itemsize"],
+        }
+        if "titles" in spec:
+            layout["titles"] = spec["titles"]
+        dt = np.dtype(layout)
+    else:
+        raise _malformed(f"dtype spec {spec!r:.60} is not a str, list or map")
+    if dt.hasobject:
+        raise _malformed(f"dtype {dt} holds Python objects")
+    return dt
+
+
+def _uints(value: object, what: str) -> list[int]:
+    """Return ``value`` if it is a list of non-negative ints, else raise TransportError."""
+    if type(value) is not list or not all(type(n) is int and n >= 0 for n in value):
+        raise _malformed(f"{what} {value!r:.60} is not a list of non-negative ints")
+    return value
+
+
+def _malformed(problem: str) -> TransportError:
+    return TransportError(None, "unpack", f"malformed payload header: {problem}", _UNPACK_FIX)
+
+
+# ---- pack ----
+
+
+class _Encoder:
+    """One walk over a payload: lowers it to msgpack-native values, collects arrays.
+
+    ``plain`` holds the types copied through without a call. In the first try it
+    includes int, so an int beyond 64 bits reaches the packer, which raises
+    OverflowError; ``pack`` then walks again with ``exact=True``.
+    """
+
+    __slots__ = ("buffers", "copy", "depth", "nbytes", "plain")
+
+    def __init__(self, copy: bool, exact: bool = False) -> None:
+        self.buffers: list[NDArray[Any]] = []
+        self.copy = copy
+        self.depth = 0
+        self.nbytes = 0
+        self.plain = _PLAIN_EXACT if exact else _PLAIN
+
+    def lower(self, obj: Any) -> object:
+        """Return ``obj`` as exact msgpack types (lists, str-keyed dicts, ExtType)."""
+        t = type(obj)
+        if t is str or t is float or t is bool or t is bytes or obj is None:
+            return obj
+        if t is int:
+            return obj if _INT_MIN <= obj <= _INT_MAX else _bigint(obj)
+        if t is list:
+            return self.items(obj)
+        if t is dict:
+            return self.mapping(obj)
+        if t is tuple:
+            return ExtType(EXT_TUPLE, _pack(self.items(obj)))
+        if t is np.ndarray:
+            return self.array(obj)
+        if t is complex:
+            return ExtType(EXT_COMPLEX, _COMPLEX.pack(obj.real, obj.imag))
+        return self.other(obj)
+
+    def enter(self, obj: object) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            name = type(obj).__name__
+            raise Unsendable(
+                name, "flatten it", f"{name} nests deeper than {MAX_DEPTH} levels or contains itself"
+            )
+
+    def items(self, seq: list[Any] | tuple[Any, ...]) -> list[object]:
+        self.enter(seq)
+        lower, plain = self.lower, self.plain
+        out = [x if type(x) in plain else lower(x) for x in seq]
+        self.depth -= 1
+        return out
+
+    def mapping(self, d: dict[Any, Any]) -> object:
+        self.enter(d)
+        lower, plain = self.lower, self.plain
+        out: dict[str, object] = {}
+        pairs = iter(d.items())
+        for key, value in pairs:
+            if type(key) is not str:
+                # Some key is not a str: switch to the flat EXT_DICT form, keeping the
+                # values lowered so far (and their buffers) in the same order.
+                flat: list[object] = []
+                for done in out.items():
+                    flat += done
+                flat += (lower(key), lower(value))
+                for key, value in pairs:
+                    flat += (lower(key), lower(value))
+                self.depth -= 1
+                return ExtType(EXT_DICT, _pack(flat))
+            out[key] = value if type(value) in plain else lower(value)
+        self.depth -= 1
+        return out
+
+    def array(self, arr: NDArray[Any]) -> ExtType:
+        spec = _spec_of(arr.dtype, "numpy.ndarray")
+        flags = arr.flags
+        fortran = False
+        if flags.c_contiguous:
+            buf = arr.copy() if self.copy else arr
+        elif flags.f_contiguous:
+            fortran = True
+            buf = arr.copy(order="F") if self.copy else arr
+        else:  # a strided view needs one contiguous copy either way
+            buf = arr.copy(order="C")
+        index = len(self.buffers)
+        self.buffers.append(buf)
+        self.nbytes += arr.nbytes
+        return ExtType(EXT_NDARRAY, _pack([index, spec, list(arr.shape), fortran]))
+
+    def other(self, obj: object) -> object:
+        """Lower what the exact-type checks missed: numpy, subclasses, or Unsendable."""
+        if isinstance(obj, np.ndarray):
+            if isinstance(obj, np.ma.MaskedArray):
+                raise Unsendable(
+                    "numpy.ma.MaskedArray",
+                    'send .data and .mask as two arrays, or run(..., serializer="pickle")',
+                )
+            return self.array(obj.view(np.ndarray))
+        if isinstance(obj, np.generic):
+            spec = _spec_of(obj.dtype, f"numpy.{type(obj).__name__}")
+            raw = obj.tobytes() if obj.dtype.itemsize else b""  # np.str_("") has 4
+            return ExtType(EXT_NPSCALAR, _pack([spec, raw]))
+        if type(obj) is bytearray:
+            return obj  # the packer writes an exact bytearray as bin
+        if isinstance(obj, memoryview):
+            return obj.tobytes()
+        for base in _BASES:
+            if isinstance(obj, base):
+                return self.lower(base(obj))
+        raise Unsendable(type(obj).__name__)
+
+
+_BASES: Final[tuple[type[Any], ...]] = (
+    int, float, complex, str, bytes, bytearray, list, tuple, dict,
+)
+_PLAIN_EXACT: Final = frozenset({str, float, bool, bytes, type(None)})
+_PLAIN: Final = _PLAIN_EXACT | {int}
+
+
+def _bigint(n: int) -> ExtType:
+    return ExtType(EXT_BIGINT, n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True))
+
+
+def pack(obj: object, *, copy: bool = True) -> Packed:
+    """Encode a payload as a msgpack header plus one contiguous buffer per array.
+
+    Args:
+        obj: the payload: None, bool, int, float, complex, str, bytes (bytearray
+            and memoryview are sent as bytes), lists, tuples, dicts, numpy
+            scalars and numpy arrays of any non-object dtype, nested freely.
+        copy: copy each array once into a fresh contiguous array (C order, or F
+            order for an F-contiguous input), so the sender may change its own
+            array afterwards. With ``copy=False`` contiguous arrays are
+            referenced, not copied; strided views are still copied once.
+
+    Returns:
+        The header, the buffers, the counted size and whether the payload is
+        exactly one array.
+
+    Raises:
+        Unsendable: ``obj`` holds something the codec cannot carry (a class
+            instance, a set, an object array, ...), or nests deeper than
+            ``MAX_DEPTH``.
+    """
+    t = type(obj)
+    if obj is None:
+        return _PACKED_NONE
+    if t is float or t is str or t is bool or t is bytes or (
+        t is int and _INT_MIN <= obj <= _INT_MAX  # type: ignore[operator]
+    ):
+        header = _pack(obj)
+        return _packed(header, (), len(header), False)
+    encoder = _Encoder(copy)
+    try:
+        header = _pack(encoder.lower(obj))
+    except OverflowError:  # an int beyond 64 bits slipped through the fast walk
+        encoder = _Encoder(copy, exact=True)
+        header = _pack(encoder.lower(obj))
+    if not encoder.buffers:
+        return _packed(header, (), len(header), False)
+    single = isinstance(obj, np.ndarray)
+    return _packed(header, tuple(encoder.buffers), encoder.nbytes, single)
+
+
+def nbytes_of(obj: object) -> int:
+    """Return the size the latency model counts for ``obj`` (see ``Packed.nbytes``)."""
+    return pack(obj, copy=False).nbytes
+
+
+# ---- unpack ----
+
+
+class _Decoder:
+    """One read of a header: rebuilds ext types, hands out the buffers as arrays."""
+
+    __slots__ = ("buffers", "copy", "used")
+
+    def __init__(self, buffers: Sequence[object], copy: bool) -> None:
+        self.buffers = buffers
+        self.copy = copy
+        self.used = 0
+
+    def read(self, data: bytes | bytearray | memoryview) -> object:
+        return _unpackb(
+            data, ext_hook=self.ext_hook, raw=False, strict_map_key=True, timestamp=1,
+        )
+
+    def read_list(self, data: bytes, what: str) -> list[Any]:
+        items = self.read(data)
+        if type(items) is not list:
+            raise _malformed(f"{what} is {type(items).__name__}, expected an array")
+        return items
+
+    def ext_hook(self, code: int, data: bytes) -> object:
+        if code == EXT_NDARRAY:
+            return self.array(data)
+        if code == EXT_TUPLE:
+            return tuple(self.read_list(data, "tuple"))
+        if code == EXT_COMPLEX:
+            real, imag = _COMPLEX.unpack(data)
+            return complex(real, imag)
+        if code == EXT_NPSCALAR:
+            return self.scalar(data)
+        if code == EXT_BIGINT:
+            return int.from_bytes(data, "big", signed=True)
+        if code == EXT_DICT:
+            flat = self.read_list(data, "dict")
+            if len(flat) % 2:
+                raise _malformed(f"dict has {len(flat)} items, expected key/value pairs")
+            pairs = iter(flat)
+            return dict(zip(pairs, pairs))
+        raise TransportError(None, "unpack", f"unknown ext code {code}", _UNPACK_FIX)
+
+    def scalar(self, data: bytes) -> object:
+        ref = self.read_list(data, "numpy scalar")
+        if len(ref) != 2 or type(ref[1]) is not bytes:
+            raise _malformed("numpy scalar is not [dtype, bytes]")
+        dt = _dtype_from_spec(ref[0])
+        raw = ref[1]
+        if len(raw) != dt.itemsize or dt.subdtype is not None:
+            raise _malformed(f"numpy scalar of dtype {dt} has {len(raw)} bytes")
+        if not raw:  # e.g. np.str_(""): frombuffer refuses itemsize 0
+            return np.zeros(1, dt)[0]
+        return np.frombuffer(raw, dt, 1)[0]
+
+    def array(self, data: bytes) -> NDArray[Any]:
+        ref = self.read_list(data, "array ref")
+        if len(ref) != 4:
+            raise _malformed("array ref is not [index, dtype, shape, fortran]")
+        index, spec, shape, fortran = ref
+        if type(index) is not int or not 0 <= index < len(self.buffers):
+            raise _malformed(f"array ref to buffer {index!r:.20} of {len(self.buffers)}")
+        if type(fortran) is not bool:
+            raise _malformed("array order flag is not a bool")
+        dims = tuple(_uints(shape, "array shape"))
+        dt = _dtype_from_spec(spec)
+        order = "F" if fortran else "C"
+        buf = self.buffers[index]
+        self.used += 1
+        if (
+            type(buf) is np.ndarray and buf.dtype == dt and buf.shape == dims
+            and (buf.flags.f_contiguous if fortran else buf.flags.c_contiguous)
+        ):  # straight from Packed.buffers
+            return buf.copy(order=order) if self.copy else buf
+        raw = _byte_view(buf)
+        size = math.prod(dims) * dt.itemsize
+        if raw.nbytes != size:
+            raise _malformed(f"array of {size} bytes ({dt}{list(dims)}) got a buffer of {raw.nbytes}")
+        if size == 0:
+            return np.empty(dims, dt, order=order)
+        arr = np.frombuffer(raw, dt, math.prod(dims)).reshape(dims, order=order)
+        return arr.copy(order=order) if self.copy else arr
+
+
+def _byte_view(buf: object) -> memoryview:
+    """Return the bytes of a contiguous buffer (ndarray or bytes-like) as a flat view."""
+    if isinstance(buf, np.ndarray):
+        if buf.nbytes == 0:
+            return memoryview(b"")
+        return memoryview(buf.ravel(order="K").view(np.uint8))
+    view = memoryview(buf)  # type: ignore[arg-type]  # a non-buffer raises TypeError
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+_NO_BUFFERS: Final = _Decoder((), False)  # stateless while it has no buffers to count
+
+
+def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (),
+           *, copy: bool = False) -> object:
+    """Rebuild a payload from its header and buffers.
+
+    Arrays come back with their dtype, shape and memory order (C or F).
+    With ``copy=False`` they are zero-copy views over ``buffers`` and writeable
+    exactly when the buffer is: an ndarray from ``Packed.buffers`` is returned
+    as is, and the memoryviews ``FrameDecoder`` hands out are writeable, but
+    arrays over ``bytes`` are read-only (nothing is copied behind your back).
+    With ``copy=True`` every array is a fresh, writeable copy the caller owns.
+
+    Args:
+        header: ``Packed.header`` or ``Envelope.header``.
+        buffers: the ndarrays from ``Packed.buffers``, or raw bytes, bytearray
+            or memoryview objects as they come off a stream.
+        copy: return arrays that own their data.
+
+    Returns:
+        The payload: tuples, numpy scalars, big ints and non-str-keyed dicts
+        come back as the types that were sent.
+
+    Raises:
+        TransportError: the header is not one ``pack`` produced, refers to
+            missing buffers, or leaves some unused.
+    """
+    decoder = _Decoder(buffers, copy) if buffers else _NO_BUFFERS
+    try:
+        obj = decoder.read(header)
+    except TransportError:
+        raise
+    except Exception as exc:  # msgpack, numpy and struct errors alike: garbage in
+        raise _malformed(f"{type(exc).__name__}: {exc}") from exc
+    if decoder.used != len(buffers):
+        raise _malformed(f"header refers to {decoder.used} arrays but {len(buffers)} buffers came")
+    return obj
+
+
+# ---- frames ----
+
+
+def _no_ext(code: int, data: bytes) -> object:
+    raise ValueError(f"ext code {code} has no place in a frame header")
+
+
+def encode_frame(envelope: Envelope) -> list[bytes | memoryview]:
+    """Encode ``envelope`` as the pieces of one frame, to be written in order.
+
+    The first piece is the 8-byte prefix joined with the msgpack frame header;
+    each array buffer follows as a memoryview of its bytes, never copied
+    (a strided ndarray is made contiguous first).
+
+    Raises:
+        TransportError: a field has a type the frame cannot carry, or the frame
+            would exceed the 4 GiB a length prefix can state.
+    """
+    views = [_byte_view(buf) for buf in envelope.buffers]
+    lengths = [view.nbytes for view in views]
+    e = envelope
+    try:
+        header = _pack_frame_header([
+            e.kind, e.ctx, e.src, e.dst, e.tag, e.msg_id, e.nbytes, float(e.time), e.sync,
+            e.header, lengths,
+        ])
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TransportError(
+            None, "send frame", f"cannot encode envelope {e.src}->{e.dst} ({exc})",
+            "envelope fields must be Python ints, a float time, a bool sync and a bytes header",
+        ) from None
+    rest = 4 + len(header) + sum(lengths)
+    if rest > _U32_MAX:
+        raise TransportError(
+            None, "send frame", f"frame of {rest} bytes does not fit a 4-byte length",
+            "send the data in pieces under 4 GiB",
+        )
+    return [_PREFIX.pack(rest, len(header)) + header, *views]
+
+
+class FrameDecoder:
+    """Turn a byte stream, split anywhere, back into envelopes (sans-I/O).
+
+    Each byte is copied once. A frame that lies whole in one ``feed`` is parsed
+    in place; otherwise the prefix and frame header are gathered in a scratch
+    buffer and each array buffer is filled straight in its own allocation.
+    Buffers are handed out as writeable memoryviews that the decoder never
+    touches again.
+    """
+
+    __slots__ = (
+        "_bufs", "_error", "_fields", "_fill", "_got", "_head", "_index", "_max_frame",
+        "_need", "_peer", "_rest",
+    )
+
+    def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME, peer: object = None) -> None:
+        """Start at a frame boundary.
+
+        Args:
+            max_frame: largest declared frame length accepted, in bytes.
+            peer: names the other side in errors (a rank, a process, an address).
+        """
+        self._max_frame = max_frame
+        self._peer = peer
+        self._error: TransportError | None = None
+        self._got = 0  # bytes of the current frame seen so far; 0 at a frame boundary
+        self._head = bytearray()  # the prefix, then the frame header, being gathered
+        self._need = _PREFIX_SIZE  # length _head must reach before it is parsed
+        self._rest = -1  # declared length of the current frame; -1 while reading the prefix
+        self._fields: list[Any] | None = None  # parsed frame header, while buffers arrive
+        self._bufs: list[memoryview] = []
+        self._index = 0  # buffer being filled
+        self._fill = 0  # bytes in it so far
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Envelope]:
+        """Consume ``data`` and return the envelopes it completes, in order.
+
+        Raises:
+            TransportError: the stream holds a malformed or oversize frame; the
+                decoder then refuses any further input with the same error.
+        """
+        if self._error is not None:
+            raise self._error
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        out: list[Envelope] = []
+        pos, end = 0, len(view)
+        try:
+            while pos < end:
+                if not self._got and end - pos >= _PREFIX_SIZE:
+                    size = self._whole_frame(view, pos, end, out)
+                    if size:
+                        pos += size
+                        continue
+                if self._fields is None:
+                    take = min(self._need - len(self._head), end - pos)
+                    self._head += view[pos:pos + take]
+                    self._got += take
+                    if len(self._head) == self._need:
+                        self._parse_head(out)
+                else:
+                    buf, fill = self._bufs[self._index], self._fill
+                    take = min(len(buf) - fill, end - pos)
+                    buf[fill:fill + take] = view[pos:pos + take]
+                    self._got += take
+                    self._fill = fill + take
+                    if self._fill == len(buf):
+                        self._index += 1
+                        self._fill = 0
+                        self._advance(out)
+                pos += take
+        except TransportError as exc:
+            self._error = exc
+            raise
+        return out
+
+    def feed_eof(self) -> None:
+        """Note that the stream ended.
+
+        Raises:
+            TransportError: the stream ended in the middle of a frame.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._got:
+            size = f"a frame of {self._rest + 4} bytes" if self._rest >= 0 else "a frame prefix"
+            self._error = self._fail(
+                f"the stream ended {self._got} bytes into {size}",
+                "the peer closed its connection mid-send; look for its own error",
+            )
+            raise self._error
+
+    def __repr__(self) -> str:
+        if self._error is not None:
+            state = "failed"
+        elif self._got:
+            state = f"{self._got} bytes into a frame"
+        else:
+            state = "at a frame boundary"
+        return f"<FrameDecoder peer={self._peer!r} max_frame={self._max_frame} {state}>"
+
+    # ---- internals ----
+
+    def _fail(self, problem: str, fix: str = _FRAME_FIX) -> TransportError:
+        where = "" if self._peer is None else f"from peer {self._peer!r}: "
+        return TransportError(None, "recv frame", where + problem, fix, peer=self._peer)
+
+    def _whole_frame(self, view: memoryview, pos: int, end: int, out: list[Envelope]) -> int:
+        """Decode the frame at ``pos`` if it lies whole in ``view``; return its size or 0."""
+        rest, header_len = _PREFIX.unpack_from(view, pos)
+        self._check_prefix(rest, header_len)
+        stop = pos + 4 + rest
+        if stop > end:
+            return 0
+        at = pos + _PREFIX_SIZE + header_len
+        fields = self._read_header(view[pos + _PREFIX_SIZE:at], stop - at)
+        bufs = []
+        for n in fields[10]:
+            bufs.append(memoryview(bytearray(view[at:at + n])))
+            at += n
+        out.append(_envelope(fields, bufs))
+        return stop - pos
+
+    def _check_prefix(self, rest: int, header_len: int) -> None:
+        if rest > self._max_frame:
+            raise self._fail(
+                f"frame of {rest} bytes exceeds the cap of {self._max_frame}",
+                "raise max_frame if messages this large are expected",
+            )
+        if not 0 < header_len <= rest - 4:
+            raise self._fail(f"frame header of {header_len} bytes does not fit a frame of {rest}")
+
+    def _parse_head(self, out: list[Envelope]) -> None:
+        """Act on a complete prefix or frame header gathered in ``_head``."""
+        if self._rest < 0:
+            rest, header_len = _PREFIX.unpack(self._head)
+            self._check_prefix(rest, header_len)
+            self._rest = rest
+            self._need = header_len
+        else:
+            fields = self._read_header(self._head, self._rest - 4 - len(self._head))
+            self._fields = fields
+            self._bufs = [memoryview(np.empty(n, np.uint8)) for n in fields[10]]
+            self._index = 0
+            self._fill = 0
+            self._advance(out)
+        self._head.clear()
+
+    def _advance(self, out: list[Envelope]) -> None:
+        """Step over empty buffers; emit the envelope once every buffer is full."""
+        bufs = self._bufs
+        while self._index < len(bufs) and not len(bufs[self._index]):
+            self._index += 1
+        if self._index < len(bufs):
+            return
+        assert self._fields is not None
+        out.append(_envelope(self._fields, bufs))
+        self._fields = None
+        self._bufs = []
+        self._rest = -1
+        self._need = _PREFIX_SIZE
+        self._got = 0
+
+    def _read_header(self, head: bytearray | memoryview, body: int) -> list[Any]:
+        """Decode and check a frame header; ``body`` is the byte count after it."""
+        try:
+            fields = _unpackb(head, raw=False, strict_map_key=True, ext_hook=_no_ext)
+        except Exception as exc:
+            raise self._fail(f"malformed frame header ({type(exc).__name__}: {exc})") from None
+        if type(fields) is not list or len(fields) != 11:
+            raise self._fail("frame header is not an array of 11 fields")
+        kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, lengths = fields
+        if not (
+            type(kind) is int and type(ctx) is int and type(src) is int and type(dst) is int
+            and type(tag) is int and type(msg_id) is int and type(nbytes) is int
+            and type(time) is float and type(sync) is bool and type(header) is bytes
+        ):
+            expected = (*[int] * 7, float, bool, bytes)
+            name, got, want = next(
+                (n, type(v).__name__, e.__name__)
+                for n, v, e in zip(_FRAME_FIELDS, fields, expected) if type(v) is not e
+            )
+            raise self._fail(f"frame field {name} is {got}, expected {want}")
+        if not 0 <= kind < len(KIND_NAMES):
+            raise self._fail(f"frame kind {kind} is not one of 0..{len(KIND_NAMES) - 1}")
+        if type(lengths) is not list or not all(type(n) is int and n >= 0 for n in lengths):
+            raise self._fail("frame buffer lengths are not a list of non-negative ints")
+        if sum(lengths) != body:
+            raise self._fail(
+                f"buffer lengths add up to {sum(lengths)} bytes but {body} follow the frame header"
+            )
+        return fields
+
+
+def _envelope(fields: list[Any], bufs: list[memoryview]) -> Envelope:
+    kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, _ = fields
+    return Envelope(kind, ctx, src, dst, tag, msg_id, nbytes, time, header, tuple(bufs), sync)
