@@ -17,6 +17,7 @@ import operator
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
+from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .request import Request, Status, wait_all
 
@@ -100,7 +101,7 @@ def _describe_buf(buf: Any) -> str:
     return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
-class Comm:
+class Comm(CollectiveMethods):
     """One rank's handle on a communicator.
 
     Attributes:

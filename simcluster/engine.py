@@ -121,6 +121,7 @@ class Engine:
         self.eager_limit = eager_limit
         self.strict = strict
         self.timeout = timeout
+        self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
         self.now = 0.0
         self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count()

@@ -22,6 +22,7 @@ from transports.base import Transport
 from transports.memory import MemoryTransport
 
 from . import latency as _latency
+from .collectives import check_algorithms
 from .comm import Group
 from .engine import Engine, Task
 from .errors import RankError, SimclusterWarning
@@ -182,8 +183,7 @@ async def launch(
     _check_keywords(world_size, eager_limit, checks, timeout, procs, transport)
     if trace:
         raise ValueError("run(trace=...): tracing is not available yet; leave trace unset")
-    if algorithms:
-        raise ValueError("run(algorithms=...): collective algorithms are not available yet")
+    forced = check_algorithms(algorithms or {})
     model = _latency.Zero() if latency is None else latency
     if not isinstance(model, _latency.LatencyModel):
         raise TypeError(f"run(latency={latency!r}): expected a simcluster.latency model such as "
@@ -194,6 +194,7 @@ async def launch(
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
                     eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
     engine.latency_model = model  # type: ignore[attr-defined]
+    engine.algorithms = forced
     tasks: list[Task] = []
     world = Group(engine, 0, list(range(world_size)), "world", tasks)
     try:

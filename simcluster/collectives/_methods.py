@@ -1,0 +1,326 @@
+"""The collective methods of ``Comm``: argument checks, algorithm choice, in-place copies.
+
+Each public method validates its arguments at the call (so errors name the
+rank and the call), picks an algorithm (``algorithm=`` on the call, then
+``run(algorithms=...)``, then the family's size-based default), runs it on a
+fresh private context, and copies the result into the caller's array where
+torch.distributed works in place. The ``i``-prefixed twins start the same
+body as a helper task and return a ``Request`` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from . import algorithms as _algorithms
+from . import check_algorithm, family
+
+if TYPE_CHECKING:
+    from ..comm import CollContext, Comm
+    from ..ops import ReduceOp
+    from ..request import Request
+
+R = TypeVar("R")
+
+
+def _nbytes(obj: object) -> int:
+    return int(obj.nbytes) if isinstance(obj, np.ndarray) else 0
+
+
+def _is_array(obj: object) -> bool:
+    return isinstance(obj, np.ndarray)
+
+
+def _in_place(target: object, value: Any) -> Any:
+    """Copy ``value`` into the caller's array ``target`` and return it; else return ``value``."""
+    if isinstance(target, np.ndarray) and target.ndim >= 0 and isinstance(value, np.ndarray) \
+            and target.flags.writeable:
+        if value.shape != target.shape or value.dtype != target.dtype:
+            np.copyto(target, np.asarray(value).reshape(target.shape), casting="same_kind")
+        else:
+            np.copyto(target, value)
+        return target
+    return value
+
+
+class CollectiveMethods:
+    """Mixin giving ``Comm`` every collective and its nonblocking twin."""
+
+    __slots__ = ()
+
+    # ---- plumbing ----
+
+    def _choose(self: Comm, name: str, algorithm: str | None, nbytes: int,
+                commutative: bool = True, arrays: bool = True) -> str:
+        if algorithm is None:
+            algorithm = self._engine.algorithms.get(name)
+        if algorithm is None:
+            return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
+        check_algorithm(name, algorithm)
+        return algorithm
+
+    def _root(self: Comm, call: str, what: str, root: int) -> None:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            raise ValueError(f"rank {self.rank}: {call}: {what} must be in range({self.size}) for "
+                             f"this comm; pass the rank that holds the data")
+
+    def _op(self: Comm, call: str, op: object) -> ReduceOp:
+        from ..ops import as_op
+
+        try:
+            return as_op(op)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"rank {self.rank}: {call}: {exc}") from None
+
+    def _seq_arg(self: Comm, call: str, what: str, objs: object) -> Sequence[Any]:
+        if not isinstance(objs, (list, tuple)) or len(objs) != self.size:
+            got = f"a {type(objs).__name__} of length {len(objs)}" if isinstance(objs, (list, tuple)) \
+                else type(objs).__name__
+            raise ValueError(f"rank {self.rank}: {call}: {what} must be a list with one item per "
+                             f"rank ({self.size}), got {got}")
+        return objs
+
+    def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
+            nonblocking: bool) -> Any:
+        if nonblocking:
+            return self._start_collective(call, body, algorithm)
+        return self._run_collective(call, body, algorithm)
+
+    # ---- barrier ----
+
+    def _barrier(self: Comm, algorithm: str | None, nonblocking: bool) -> Any:
+        call = "barrier()"
+        algo = self._choose("barrier", algorithm, 0)
+        fn = _algorithms("barrier")[algo]
+        return self._go(call, algo, lambda c: fn(c), nonblocking)
+
+    async def barrier(self: Comm, *, algorithm: str | None = None) -> None:
+        """Wait until every member has called barrier.
+
+        Costs ``ceil(log2 p) * alpha`` under AlphaBeta with the default
+        dissemination algorithm (its messages count 0 bytes).
+        """
+        await self._barrier(algorithm, False)
+
+    def ibarrier(self: Comm, *, algorithm: str | None = None) -> Request[None]:
+        """Start a barrier; the request completes once every member has entered it."""
+        req: Request[None] = self._barrier(algorithm, True)
+        return req
+
+    # ---- broadcast ----
+
+    def _broadcast(self: Comm, obj: Any, src: int, algorithm: str | None, nonblocking: bool) -> Any:
+        call = f"broadcast(src={src})"
+        self._root(call, "src", src)
+        algo = self._choose("broadcast", algorithm, _nbytes(obj), arrays=_is_array(obj))
+        fn = _algorithms("broadcast")[algo]
+
+        async def body(c: CollContext) -> Any:
+            value = await fn(c, obj, src)
+            return obj if c.rank == src else _in_place(obj, value)
+        return self._go(call, algo, body, nonblocking)
+
+    async def broadcast(self: Comm, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Any:
+        """Return ``src``'s ``obj`` on every rank; an array is filled in place and returned.
+
+        On ranks other than ``src``, ``obj`` is only a placeholder (an array of the
+        right shape and dtype to fill, or anything for objects).
+        """
+        return await self._broadcast(obj, src, algorithm, False)
+
+    def ibroadcast(self: Comm, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``broadcast``."""
+        req: Request[Any] = self._broadcast(obj, src, algorithm, True)
+        return req
+
+    # ---- scatter / gather ----
+
+    def _scatter(self: Comm, objs: Any, src: int, buf: Any, algorithm: str | None,
+                 nonblocking: bool) -> Any:
+        call = f"scatter(src={src})"
+        self._root(call, "src", src)
+        if self.rank == src:
+            objs = self._seq_arg(call, "objs", objs)
+        algo = self._choose("scatter", algorithm, _nbytes(buf), arrays=_is_array(buf))
+        fn = _algorithms("scatter")[algo]
+
+        async def body(c: CollContext) -> Any:
+            mine = await fn(c, objs if c.rank == src else None, src)
+            return _in_place(buf, mine) if buf is not None else mine
+        return self._go(call, algo, body, nonblocking)
+
+    async def scatter(self: Comm, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
+                      algorithm: str | None = None) -> Any:
+        """Return element ``rank`` of ``src``'s list (``objs`` is read on ``src`` only).
+
+        With ``buf``, the element (an array) is copied into it and ``buf`` is returned.
+        """
+        return await self._scatter(objs, src, buf, algorithm, False)
+
+    def iscatter(self: Comm, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
+                 algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``scatter``."""
+        req: Request[Any] = self._scatter(objs, src, buf, algorithm, True)
+        return req
+
+    def _gather(self: Comm, obj: Any, dst: int, algorithm: str | None, nonblocking: bool) -> Any:
+        call = f"gather(dst={dst})"
+        self._root(call, "dst", dst)
+        algo = self._choose("gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
+        fn = _algorithms("gather")[algo]
+        return self._go(call, algo, lambda c: fn(c, obj, dst), nonblocking)
+
+    async def gather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> list[Any] | None:
+        """Return the list of every rank's ``obj`` on ``dst`` and ``None`` elsewhere."""
+        result: list[Any] | None = await self._gather(obj, dst, algorithm, False)
+        return result
+
+    def igather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``gather``."""
+        req: Request[Any] = self._gather(obj, dst, algorithm, True)
+        return req
+
+    # ---- reductions ----
+
+    def _reduce(self: Comm, obj: Any, dst: int, op: Any, algorithm: str | None,
+                nonblocking: bool) -> Any:
+        rop = self._op("reduce", op)
+        call = f"reduce(dst={dst}, op={rop.name})"
+        self._root(call, "dst", dst)
+        rop.check(obj, self.rank, call)
+        algo = self._choose("reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
+        fn = _algorithms("reduce")[algo]
+
+        async def body(c: CollContext) -> Any:
+            value = await fn(c, obj, rop, dst)
+            return _in_place(obj, value) if c.rank == dst else None
+        return self._go(call, algo, body, nonblocking)
+
+    async def reduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
+                     algorithm: str | None = None) -> Any:
+        """Reduce every rank's ``obj`` with ``op`` (default SUM) onto ``dst``.
+
+        On ``dst`` an array is updated in place and returned; other ranks get
+        ``None`` and their buffers stay unchanged.
+        """
+        return await self._reduce(obj, dst, op, algorithm, False)
+
+    def ireduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
+                algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``reduce``."""
+        req: Request[Any] = self._reduce(obj, dst, op, algorithm, True)
+        return req
+
+    def _all_reduce(self: Comm, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
+        rop = self._op("all_reduce", op)
+        call = f"all_reduce(op={rop.name})"
+        rop.check(obj, self.rank, call)
+        algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
+        fn = _algorithms("all_reduce")[algo]
+
+        async def body(c: CollContext) -> Any:
+            return _in_place(obj, await fn(c, obj, rop))
+        return self._go(call, algo, body, nonblocking)
+
+    async def all_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+        """Reduce every rank's ``obj`` with ``op`` (default SUM) and return it everywhere.
+
+        Arrays are updated in place and returned; Python values come back new.
+        With the ring algorithm under AlphaBeta it costs ``2(p-1)(alpha + n/p*beta)``.
+        """
+        return await self._all_reduce(obj, op, algorithm, False)
+
+    def iall_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``all_reduce``."""
+        req: Request[Any] = self._all_reduce(obj, op, algorithm, True)
+        return req
+
+    def _reduce_scatter(self: Comm, objs: Any, op: Any, algorithm: str | None,
+                        nonblocking: bool) -> Any:
+        rop = self._op("reduce_scatter", op)
+        call = f"reduce_scatter(op={rop.name})"
+        objs = self._seq_arg(call, "objs", objs)
+        for item in objs:
+            rop.check(item, self.rank, call)
+        nbytes = sum(_nbytes(o) for o in objs)
+        algo = self._choose("reduce_scatter", algorithm, nbytes, rop.commutative,
+                            all(_is_array(o) for o in objs))
+        fn = _algorithms("reduce_scatter")[algo]
+        return self._go(call, algo, lambda c: fn(c, list(objs), rop), nonblocking)
+
+    async def reduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
+                             algorithm: str | None = None) -> Any:
+        """Return element ``rank`` of the elementwise reduction of every rank's list."""
+        return await self._reduce_scatter(objs, op, algorithm, False)
+
+    def ireduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
+                        algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``reduce_scatter``."""
+        req: Request[Any] = self._reduce_scatter(objs, op, algorithm, True)
+        return req
+
+    def _scan(self: Comm, name: str, obj: Any, op: Any, algorithm: str | None,
+              nonblocking: bool) -> Any:
+        rop = self._op(name, op)
+        call = f"{name}(op={rop.name})"
+        rop.check(obj, self.rank, call)
+        algo = self._choose(name, algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
+        fn = _algorithms(name)[algo]
+        return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking)
+
+    async def scan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+        """Return the inclusive prefix reduction ``obj_0 op ... op obj_rank`` (a new value)."""
+        return await self._scan("scan", obj, op, algorithm, False)
+
+    def iscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``scan``."""
+        req: Request[Any] = self._scan("scan", obj, op, algorithm, True)
+        return req
+
+    async def exscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+        """Return the exclusive prefix reduction ``obj_0 op ... op obj_(rank-1)``; ``None`` on rank 0."""
+        return await self._scan("exscan", obj, op, algorithm, False)
+
+    def iexscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+        """Nonblocking ``exscan``."""
+        req: Request[Any] = self._scan("exscan", obj, op, algorithm, True)
+        return req
+
+    # ---- all_gather / all_to_all ----
+
+    def _all_gather(self: Comm, obj: Any, algorithm: str | None, nonblocking: bool) -> Any:
+        call = "all_gather()"
+        algo = self._choose("all_gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
+        fn = _algorithms("all_gather")[algo]
+        return self._go(call, algo, lambda c: fn(c, obj), nonblocking)
+
+    async def all_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> list[Any]:
+        """Return the list of every rank's ``obj`` on every rank (shapes may differ per rank)."""
+        result: list[Any] = await self._all_gather(obj, algorithm, False)
+        return result
+
+    def iall_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> Request[list[Any]]:
+        """Nonblocking ``all_gather``."""
+        req: Request[list[Any]] = self._all_gather(obj, algorithm, True)
+        return req
+
+    def _all_to_all(self: Comm, objs: Any, algorithm: str | None, nonblocking: bool) -> Any:
+        call = "all_to_all()"
+        objs = self._seq_arg(call, "objs", objs)
+        algo = self._choose("all_to_all", algorithm, sum(_nbytes(o) for o in objs),
+                            arrays=all(_is_array(o) for o in objs))
+        fn = _algorithms("all_to_all")[algo]
+        return self._go(call, algo, lambda c: fn(c, list(objs)), nonblocking)
+
+    async def all_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
+        """Return a list whose element ``i`` is rank ``i``'s ``objs[rank]``."""
+        result: list[Any] = await self._all_to_all(objs, algorithm, False)
+        return result
+
+    def iall_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> Request[list[Any]]:
+        """Nonblocking ``all_to_all``."""
+        req: Request[list[Any]] = self._all_to_all(objs, algorithm, True)
+        return req
