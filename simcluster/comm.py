@@ -14,12 +14,14 @@ the private context ``comm._coll`` whose traffic never meets user messages.
 from __future__ import annotations
 
 import operator
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
-from .request import Request, Status, wait_all
+from .payload import check_buffer
+from .request import Request, Status
 
 if TYPE_CHECKING:
     from .engine import Engine, Task
@@ -35,7 +37,7 @@ TAG_UB: Final = 2**31
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
-    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll")
+    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll", "key")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
                  tasks: list[Task], *, private: bool = False) -> None:
@@ -50,6 +52,7 @@ class Group:
         self.name = name
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
+        self.key = "world"
         engine.groups[ctx] = self
         if not private:
             self.coll = Group(engine, ctx + 1, world_ranks, name, tasks, private=True)
@@ -91,14 +94,6 @@ def _is_index(value: object) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _describe_buf(buf: Any) -> str:
-    shape = getattr(buf, "shape", None)
-    dtype = getattr(buf, "dtype", None)
-    if shape is None or dtype is None:
-        return type(buf).__name__
-    return f"{dtype}[{', '.join(map(str, shape))}]"
 
 
 class Comm(CollectiveMethods):
@@ -164,36 +159,23 @@ class Comm(CollectiveMethods):
 
     # ---- validation ----
 
-    def _check_dst(self, dst: int, tag: int, op: str) -> None:
-        if type(dst) is not int and not _is_index(dst) or not 0 <= dst < self.size:
-            raise _bad_rank(self, op, "dst", dst, False)
-        if type(tag) is not int and not _is_index(tag) or not 0 <= tag < TAG_UB:
-            raise _bad_tag(self, op, False)
+    def _op_error(self, op: tuple[Any, ...]) -> str:
+        from .request import _format_op
 
-    def _check_src(self, src: int, tag: int, op: str) -> None:
-        if type(src) is not int and not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
-            raise _bad_rank(self, op, "src", src, True)
-        if type(tag) is not int and not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
-            raise _bad_tag(self, op, True)
-
-    def _check_buf(self, buf: Any, op: str) -> None:
-        if buf is None:
-            return
-        import numpy as np
-
-        if not isinstance(buf, np.ndarray):
-            raise TypeError(f"rank {self.rank}: {op}: buf must be a numpy array, not "
-                            f"{type(buf).__name__}; pass an array to fill, or buf=None to get the payload")
-        if not buf.flags.writeable:
-            raise ValueError(f"rank {self.rank}: {op}: buf is read-only; pass a writeable array")
-
-    # ---- point-to-point ----
+        return _format_op(op)
 
     def _send(self, obj: object, dst: int, tag: int, name: str, sync: bool,
-              nonblocking: bool) -> Request[None]:
-        op = f"{name}(dst={dst!r}, tag={tag!r})"
-        self._check_dst(dst, tag, op)
-        return self._engine.post_send(self, obj, dst, tag, sync=sync, op=op, nonblocking=nonblocking)
+              nonblocking: bool) -> Request[None] | None:
+        if type(dst) is not int or not 0 <= dst < self.size:
+            if not _is_index(dst) or not 0 <= dst < self.size:
+                raise _bad_rank(self, self._op_error((name, dst, tag)), "dst", dst, False)
+            dst = operator.index(dst)
+        if type(tag) is not int or not 0 <= tag < TAG_UB:
+            if not _is_index(tag) or not 0 <= tag < TAG_UB:
+                raise _bad_tag(self, self._op_error((name, dst, tag)), False)
+            tag = operator.index(tag)
+        return self._engine.post_send(self, obj, dst, tag, sync=sync, op=(name, dst, tag),
+                                      nonblocking=nonblocking)
 
     def isend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start sending ``obj`` to ``dst`` and return at once.
@@ -208,11 +190,15 @@ class Comm(CollectiveMethods):
             ValueError: ``dst`` outside ``range(self.size)`` or ``tag`` outside ``[0, 2**31)``.
             TypeError: ``obj`` cannot be sent.
         """
-        return self._send(obj, dst, tag, "isend", False, True)
+        req = self._send(obj, dst, tag, "isend", False, True)
+        assert req is not None
+        return req
 
     def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start a synchronous-mode send: its request completes only once ``dst`` has matched it."""
-        return self._send(obj, dst, tag, "issend", True, True)
+        req = self._send(obj, dst, tag, "issend", True, True)
+        assert req is not None
+        return req
 
     async def send(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` (standard mode).
@@ -221,18 +207,27 @@ class Comm(CollectiveMethods):
         waits until ``dst`` posts a matching receive and the data has arrived,
         so two ranks that both send a large message first deadlock, as in MPI.
         """
-        await self._send(obj, dst, tag, "send", False, False)
+        req = self._send(obj, dst, tag, "send", False, False)
+        if req is not None:  # None: an eager send, already complete
+            await req
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
-        await self._send(obj, dst, tag, "ssend", True, False)
+        req = self._send(obj, dst, tag, "ssend", True, False)
+        if req is not None:
+            await req
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
-        bufs = f"buf={_describe_buf(buf)}, " if buf is not None else ""
-        op = f"{name}({bufs}src={src!r}, tag={tag!r})"
-        self._check_src(src, tag, op)
-        self._check_buf(buf, op)
-        return self._engine.post_recv(self, buf, src, tag, op=op, nonblocking=nonblocking)
+        if type(src) is not int or not 0 <= src < self.size:
+            if not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
+                raise _bad_rank(self, self._op_error((name, buf, src, tag)), "src", src, True)
+        if type(tag) is not int or not 0 <= tag < TAG_UB:
+            if not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
+                raise _bad_tag(self, self._op_error((name, buf, src, tag)), True)
+        if buf is not None:
+            check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
+        return self._engine.post_recv(self, buf, src, tag, op=(name, buf, src, tag),
+                                      nonblocking=nonblocking)
 
     @overload
     def irecv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]: ...
@@ -264,20 +259,31 @@ class Comm(CollectiveMethods):
         larger than ``buf`` raises ``TruncationError``, one of another dtype a
         ``TypeError``; a shorter one fills the front of ``buf``.
         """
-        return await self._recv(buf, src, tag, "recv", False)
+        req = self._recv(buf, src, tag, "recv", False)
+        if req._state:  # matched and complete already
+            return req._take_result()
+        return await req
 
     async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,
                        sendtag: int = 0, recvtag: int = ANY_TAG) -> Any:
         """Send to ``dst`` and receive from ``src`` at once, without deadlock; return the payload."""
         rreq = self._recv(buf, src, recvtag, "sendrecv", False)
         sreq = self._send(obj, dst, sendtag, "sendrecv", False, False)
-        value, _ = await wait_all([rreq, sreq])
+        value = await rreq
+        if sreq is not None:
+            await sreq
         return value
+
+    def _check_probe(self, src: int, tag: int, op: str) -> None:
+        if not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
+            raise _bad_rank(self, op, "src", src, True)
+        if not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
+            raise _bad_tag(self, op, True)
 
     def iprobe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status | None:
         """Return the Status of a message a receive for (src, tag) would take now, or None."""
         op = f"iprobe(src={src!r}, tag={tag!r})"
-        self._check_src(src, tag, op)
+        self._check_probe(src, tag, op)
         status = self._engine.iprobe(self, src, tag)
         if status is None:
             self._engine._spin(Request(self._engine, None, op))
@@ -286,7 +292,7 @@ class Comm(CollectiveMethods):
     async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
         """Wait until a message fitting (src, tag) has arrived; return its Status without receiving it."""
         op = f"probe(src={src!r}, tag={tag!r})"
-        self._check_src(src, tag, op)
+        self._check_probe(src, tag, op)
         status: Status = await self._engine.post_probe(self, src, tag, op)
         return status
 
@@ -298,6 +304,74 @@ class Comm(CollectiveMethods):
         if seconds == 0:
             return
         await self._engine.post_sleep(float(seconds), f"sleep({seconds!r})")
+
+    # ---- sub-communicators ----
+
+    def _derive(self, how: str, world_ranks: list[int]) -> Comm:
+        """Return this rank's Comm on the communicator ``how`` made from this one.
+
+        Every member numbers the communicators it creates from this one in the
+        same order (creation is collective), so (context, number, how) names the
+        new communicator identically on every member, in any process.
+        """
+        self._created += 1
+        key = f"{self._ctx}/{self._created}/{how}"
+        engine = self._engine
+        ctx = 2 * (zlib.crc32(key.encode()) + 1)
+        while ctx in engine.groups and engine.groups[ctx].key != key:
+            ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
+        group = engine.groups.get(ctx)
+        if group is None:
+            tasks = [engine.groups[0].tasks[w] for w in world_ranks]
+            name = how if self._group.name == "world" else f"{self._group.name}.{how}"
+            group = Group(engine, ctx, world_ranks, name, tasks)
+            group.key = key
+        return group.member(world_ranks.index(self._world_rank))
+
+    async def split(self, color: int | None, key: int = 0) -> Comm | None:
+        """Split this communicator by ``color``; order each part by ``(key, rank)``.
+
+        Collective: every member must call it. Returns this rank's new Comm, or
+        None when ``color`` is None (MPI_UNDEFINED). Costs one all_gather.
+        """
+        if color is not None and (isinstance(color, bool) or not isinstance(color, int) or color < 0):
+            raise ValueError(f"rank {self.rank}: split(color={color!r}): color must be an int >= 0 "
+                             "or None to opt out")
+        pairs = await self.all_gather((color, key))
+        if color is None:
+            self._created += 1
+            return None
+        members = sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)
+        world_ranks = [self._group.world_ranks[r] for _, r in members]
+        return self._derive(f"split({color})", world_ranks)
+
+    async def new_group(self, ranks: list[int]) -> Comm | None:
+        """Make a communicator of ``ranks`` (in that order); None on non-members.
+
+        Collective over this communicator, like ``torch.distributed.new_group``:
+        every member calls it with the same ``ranks``.
+        """
+        ranks = list(ranks)
+        if len(set(ranks)) != len(ranks) or any(
+                isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.size for r in ranks):
+            raise ValueError(f"rank {self.rank}: new_group(ranks={ranks!r}): ranks must be distinct "
+                             f"members of range({self.size})")
+        seen = await self.all_gather(ranks)
+        if any(other != ranks for other in seen):
+            raise ValueError(f"rank {self.rank}: new_group(ranks={ranks!r}): members passed different "
+                             f"ranks lists ({seen!r}); pass the same list on every rank")
+        if self.rank not in ranks:
+            self._created += 1
+            return None
+        return self._derive(f"group({ranks})", [self._group.world_ranks[r] for r in ranks])
+
+    async def dup(self) -> Comm:
+        """Return a copy of this communicator whose traffic never meets this one's.
+
+        Collective: every member must call it. Costs one barrier.
+        """
+        await self.barrier()
+        return self._derive("dup", list(self._group.world_ranks))
 
     # ---- collectives: the private context ----
 

@@ -125,6 +125,8 @@ class Engine:
         self.now = 0.0
         self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count()
+        self._next_seq = self._seq.__next__
+        self._rand = self.rng.random
         self._msg_ids = itertools.count(1)
         self.tasks: list[Task] = []
         self.groups: dict[int, Group] = {}
@@ -149,7 +151,7 @@ class Engine:
     # ---- scheduling ----
 
     def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
-        heapq.heappush(self._heap, (t, self.rng.random(), next(self._seq), fn, arg))
+        heapq.heappush(self._heap, (t, self._rand(), self._next_seq(), fn, arg))
 
     def start(self, task: Task) -> None:
         """Add a rank and schedule its first step at time 0."""
@@ -329,28 +331,34 @@ class Engine:
     # ---- point-to-point: posting ----
 
     def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
-                  op: str, nonblocking: bool, meta: bytes = b"") -> Request[None]:
-        """Start a send from ``comm``'s rank; the request completes per the send mode."""
-        task = self._current
+                  op: str | tuple[Any, ...], nonblocking: bool, meta: bytes = b"") -> Request[None] | None:
+        """Start a send from ``comm``'s rank.
+
+        Returns its request, or None for a blocking standard send that
+        completed at once (eager), which needs no request at all.
+        """
         try:
             packed = wire.pack(obj, copy=False)
         except wire.Unsendable as exc:
-            raise TypeError(f"rank {comm.rank}: {op}: {exc}") from None
+            name = op if isinstance(op, str) else op[0]
+            raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
         nbytes = packed.nbytes
         src_w = comm._world_rank
         dst_w = comm._group.world_ranks[dst]
         msg_id = next(self._msg_ids)
-        req: Request[None] = Request(self, task, op, dst_w)
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
         buffers = packed.buffers
-        if self.strict and nonblocking and buffers:
-            arrays = [obj] if isinstance(obj, np.ndarray) else list(buffers)
-            req._guard = (arrays, [_checksum(a) for a in arrays], _frames.user_line())
-            self._track(req)
-        elif self.strict and nonblocking:
-            self._track(req)
-        if nbytes <= self.eager_limit:
+        eager = nbytes <= self.eager_limit
+        req: Request[None] | None = None
+        if nonblocking or sync or not eager:
+            req = Request(self, self._current, op, dst_w)
+            if self.strict and nonblocking:
+                if buffers:
+                    arrays = [obj] if isinstance(obj, np.ndarray) else list(buffers)
+                    req._guard = (arrays, [_checksum(a) for a in arrays], _frames.user_line())
+                self._track(req)
+        if eager:
             if buffers:
                 buffers = tuple(np.array(b, copy=True, order="K") for b in buffers)
             now = self.now
@@ -358,17 +366,18 @@ class Engine:
             env = Envelope(EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
                            packed.header, buffers, sync, meta)
             if sync:
-                self._sync_sends[(src_w, msg_id)] = req
-            else:
-                req._state = 1  # DONE: nobody can be waiting yet
+                self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
+            elif req is not None:
+                req._state = 1  # DONE at once; nobody can be waiting yet
         else:
+            assert req is not None
             env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync, meta)
-            req.op = f"{op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
+            req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
             self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
         self.transport.send(env)
         return req
 
-    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
+    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str | tuple[Any, ...],
                   nonblocking: bool, meta: bytes = b"") -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
@@ -425,6 +434,9 @@ class Engine:
             chan = self._channels.get(key)
             t = env.time
             if chan is None:
+                if t == self.now:  # arrives now, nothing ahead of it: match it at once
+                    self._arrived(env)
+                    return
                 chan = self._channels[key] = deque()
             elif chan[-1][0] > t:
                 t = chan[-1][0]
@@ -443,6 +455,10 @@ class Engine:
         env = chan.popleft()[1]
         if not chan:
             del self._channels[key]
+        self._arrived(env)
+
+    def _arrived(self, env: Envelope) -> None:
+        """Match an envelope that has reached its receiver, or queue it as unexpected."""
         group = self.groups[env.ctx]
         comm = group.member(group.local_rank(env.dst))
         src = group.local_rank(env.src)

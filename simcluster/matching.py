@@ -47,13 +47,14 @@ _ANY: Final = -1
 class MatchQueue:
     """Posted receives and unexpected messages for one rank on one communicator."""
 
-    __slots__ = ("_posted", "_unexpected", "_post_seq", "_arrive_seq", "probes")
+    __slots__ = ("_posted", "_unexpected", "_post_seq", "_arrive_seq", "_wild", "probes")
 
     def __init__(self) -> None:
         self._posted: dict[tuple[int, int], deque[tuple[int, Any]]] | None = None
         self._unexpected: dict[tuple[int, int], deque[tuple[int, Any]]] | None = None
         self._post_seq = 0
         self._arrive_seq = 0
+        self._wild = 0  # posted receives with a wildcard; none: one lookup per arrival
         self.probes: list[Any] = []  # blocked probes, each (src, tag, request)
 
     # ---- a message arrives ----
@@ -63,6 +64,15 @@ class MatchQueue:
         posted = self._posted
         if not posted:
             return None
+        if not self._wild:
+            key = (src, tag)
+            q = posted.get(key)
+            if not q:
+                return None
+            item = q.popleft()[1]
+            if not q:
+                del posted[key]
+            return item
         best_key = None
         best_seq = -1
         for key in ((src, tag), (_ANY, tag), (src, _ANY), (_ANY, _ANY)):
@@ -75,6 +85,8 @@ class MatchQueue:
         item = q.popleft()[1]
         if not q:
             del posted[best_key]
+        if best_key[0] == _ANY or best_key[1] == _ANY:
+            self._wild -= 1
         return item
 
     def add_unexpected(self, src: int, tag: int, message: Any) -> None:
@@ -130,6 +142,8 @@ class MatchQueue:
             self._posted = {}
         self._post_seq += 1
         key = (int(src), int(tag))
+        if key[0] == _ANY or key[1] == _ANY:
+            self._wild += 1
         q = self._posted.get(key)
         if q is None:
             q = self._posted[key] = deque()
@@ -147,6 +161,8 @@ class MatchQueue:
                 q.remove(item)
                 if not q:
                     del posted[key]  # type: ignore[union-attr]
+                if key[0] == _ANY or key[1] == _ANY:
+                    self._wild -= 1
                 return True
         return False
 

@@ -14,8 +14,7 @@ error, because asyncio would drive those coroutines, not the simulator.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from .engine import Engine, Task
@@ -31,9 +30,8 @@ SPIN_LIMIT = 1_000_000
 """test()/iprobe() calls in a row, without awaiting, after which a rank is stopped."""
 
 
-@dataclass(frozen=True, slots=True)
-class Status:
-    """What a receive or probe learned about its message."""
+class Status(NamedTuple):
+    """What a receive or probe learned about its message (immutable; a NamedTuple for speed)."""
 
     source: int
     tag: int
@@ -50,21 +48,28 @@ class Request(Generic[T]):
 
     __slots__ = (
         "_engine", "_task", "_state", "_value", "_error", "_waiter",
-        "op", "status", "_guard", "_retrieved", "_peer", "__weakref__",
+        "_op", "status", "_guard", "_retrieved", "_peer", "__weakref__",
     )
 
-    def __init__(self, engine: Engine, task: Task | None, op: str, peer: int | None = None) -> None:
+    def __init__(self, engine: Engine, task: Task | None, op: str | tuple[Any, ...],
+                 peer: int | None = None) -> None:
         self._engine = engine
         self._task = task
         self._state = PENDING
         self._value: Any = None
         self._error: BaseException | None = None
         self._waiter: Task | None = None
-        self.op = op
+        self._op = op  # a str, or a tuple formatted only when someone reads .op
         self.status: Status | None = None
         self._guard: Any = None  # buffer-hazard check, set by strict isend
         self._retrieved = False
         self._peer = peer  # world rank this request waits on, for the wait-for graph
+
+    @property
+    def op(self) -> str:
+        """The call that made this request, as ``send(dst=1, tag=0)``."""
+        op = self._op
+        return op if isinstance(op, str) else _format_op(op)
 
     # ---- engine side ----
 
@@ -148,6 +153,16 @@ class Request(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<Request {self.op} {_STATE_NAMES[self._state]}>"
+
+
+def _format_op(op: tuple[Any, ...]) -> str:
+    """Format the tuple a point-to-point call stores: (name, dst, tag) or (name, buf, src, tag)."""
+    from .payload import describe
+
+    if len(op) == 3:
+        return f"{op[0]}(dst={op[1]!r}, tag={op[2]!r})"
+    bufs = "" if op[1] is None else f"buf={describe(op[1])}, "
+    return f"{op[0]}({bufs}src={op[2]!r}, tag={op[3]!r})"
 
 
 class _WaitAny:

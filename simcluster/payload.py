@@ -1,0 +1,31 @@
+"""What can be sent, and how payloads are described in messages and reports.
+
+The codec itself lives in ``transports.wire`` (so every transport shares it);
+this module holds what the user-facing layer needs on top: short
+descriptions of buffers for error messages and the check that a receive
+buffer can be filled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def describe(buf: Any) -> str:
+    """Return a short description of an array such as ``float64[4]`` or ``float32[2, 3]``."""
+    shape = getattr(buf, "shape", None)
+    dtype = getattr(buf, "dtype", None)
+    if shape is None or dtype is None:
+        return type(buf).__name__
+    return f"{dtype}[{', '.join(map(str, shape))}]"
+
+
+def check_buffer(buf: Any, rank: int, op: str) -> None:
+    """Raise a clear error unless ``buf`` is an array a receive can fill."""
+    if not isinstance(buf, np.ndarray):
+        raise TypeError(f"rank {rank}: {op}: buf must be a numpy array, not {type(buf).__name__}; "
+                        "pass an array to fill, or buf=None to get the payload")
+    if not buf.flags.writeable:
+        raise ValueError(f"rank {rank}: {op}: buf is read-only; pass a writeable array")
