@@ -99,11 +99,10 @@ _FRAME_FIELDS: Final = (
 _UNPACK_FIX: Final = "both ends must encode with transports.wire and run the same simcluster version"
 _FRAME_FIX: Final = "check that the peer speaks simcluster's frame protocol, in the same version"
 
-# One packer each, reused. Safe while the GIL is held: pack() runs no Python code
+# One packer, reused. Safe while the GIL is held: pack() runs no Python code
 # for the exact builtin types it is given (no `default` hook), so calls never interleave.
 # XX: free-threaded builds would need one packer per thread.
 _pack: Final = msgpack.Packer(use_bin_type=True, strict_types=True, autoreset=True).pack
-_pack_frame_header: Final = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _unpackb: Final = msgpack.unpackb
 # ExtType(code, data) runs a Python __new__ that re-checks its arguments (about 400 ns);
 # our codes and bytes are known good, so build the namedtuple directly (about 150 ns).
@@ -603,18 +602,19 @@ def encode_frame(envelope: Envelope) -> list[bytes | memoryview]:
         TransportError: a field has a type the frame cannot carry, or the frame
             would exceed the 4 GiB a length prefix can state.
     """
-    views = [_byte_view(buf) for buf in envelope.buffers]
-    lengths = [view.nbytes for view in views]
     e = envelope
     try:
-        header = _pack_frame_header([
+        views = [_byte_view(buf) for buf in e.buffers]
+        lengths = [view.nbytes for view in views]
+        header = _pack([
             e.kind, e.ctx, e.src, e.dst, e.tag, e.msg_id, e.nbytes, float(e.time), e.sync,
             e.header, lengths,
         ])
     except (TypeError, ValueError, OverflowError) as exc:
         raise TransportError(
-            None, "send frame", f"cannot encode envelope {e.src}->{e.dst} ({exc})",
-            "envelope fields must be Python ints, a float time, a bool sync and a bytes header",
+            None, "send frame", f"cannot encode envelope {e.src!r}->{e.dst!r} ({exc})",
+            "envelope fields must be Python ints, a float time, a bool sync, a bytes header "
+            "and contiguous buffers",
         ) from None
     rest = 4 + len(header) + sum(lengths)
     if rest > _U32_MAX:

@@ -1,0 +1,65 @@
+"""Barrier: wait until every member has entered.
+
+Algorithms (``p`` ranks, AlphaBeta costs; every message is ``None``, 0 bytes):
+
+- ``dissemination``: ``ceil(log2 p)`` rounds, in round ``k`` each rank signals
+  ``rank + 2**k`` and waits for ``rank - 2**k``; ``ceil(log2 p) * alpha``.
+- ``tree``: fan in to rank 0 along a binomial tree, then fan out along it;
+  ``2 * ceil(log2 p) * alpha``, but only ``2 * (p - 1)`` messages in all
+  (dissemination sends ``p * ceil(log2 p)``).
+
+Default rule: ``dissemination`` at every size, as MPICH does; it has the
+shortest critical path and needs no root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Final
+
+from ..request import wait_all
+from ._chunks import binomial_children, binomial_parent
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+
+BarrierAlgo = Callable[["CollContext"], Awaitable[None]]
+
+
+async def dissemination(c: CollContext) -> None:
+    """Dissemination barrier (Hensgen, Finkel and Manber).
+
+    After round ``k`` every rank has heard, directly or not, from the
+    ``2**(k+1) - 1`` ranks before it, so after ``ceil(log2 p)`` rounds from all.
+    Costs ``ceil(log2 p) * alpha`` (0 for one rank); ``p * ceil(log2 p)`` messages.
+    """
+    dist = 1
+    while dist < c.size:
+        await c.sendrecv(None, (c.rank + dist) % c.size, (c.rank - dist) % c.size)
+        dist <<= 1
+
+
+async def tree(c: CollContext) -> None:
+    """Binomial fan-in to rank 0 followed by a binomial fan-out.
+
+    Costs ``2 * ceil(log2 p) * alpha``; ``2 * (p - 1)`` messages.
+    """
+    kids = binomial_children(c.rank, c.size)
+    await wait_all([c.irecv(kid) for kid in kids])
+    if c.rank:
+        parent = binomial_parent(c.rank)
+        await c.send(None, parent)
+        await c.recv(parent)
+    await wait_all([c.isend(None, kid) for kid in kids])
+
+
+ALGORITHMS: Final[Mapping[str, BarrierAlgo]] = {
+    "dissemination": dissemination,
+    "tree": tree,
+}
+"""Barrier algorithms by name."""
+
+
+def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
+    """Return the barrier algorithm to use: ``dissemination`` always (see the module docstring)."""
+    return "dissemination"

@@ -1,0 +1,120 @@
+"""Broadcast: every rank gets the root's value.
+
+Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs; ranks numbered from the root):
+
+- ``binomial``: the root sends to ``p/2``, ``p/4``, ... away, every rank
+  forwards down its subtree; ``ceil(log2 p) * (alpha + n*beta)`` on ``2**k``
+  ranks exactly (the root's port sends its ``log2 p`` copies one after another).
+- ``scatter_allgather`` (van de Geijn): the root scatters ``p`` pieces of the
+  array along a binomial tree, then a ring all_gather puts them back
+  together; about ``(ceil(log2 p) + p - 1) * alpha + 2 * (p-1)/p * n*beta``,
+  which wins for large arrays on many ranks. Non-array payloads (and arrays
+  with fewer elements than ranks) fall back to ``binomial`` with the whole
+  object; every rank decides from its own ``obj``, so all ranks must pass an
+  array of the root's shape and dtype to take the array path.
+- ``linear``: the root sends to every rank in turn; ``alpha + (p-1)*n*beta``
+  for the last one.
+
+Default rule (MPICH's ``MPIR_Bcast_intra_auto``): ``scatter_allgather`` for
+arrays of at least 12288 bytes on 8 ranks or more, ``binomial`` otherwise.
+When the payload is not an array, non-root ranks cannot know its size, so the
+choice must not depend on it: always ``binomial``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from ..request import wait_all
+from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds, subtree_end
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+
+BroadcastAlgo = Callable[["CollContext", Any, int], Awaitable[Any]]
+
+SHORT_MSG: Final = 12288
+"""Bytes below which broadcast stays binomial (MPICH's ``BCAST_SHORT_MSG_SIZE``)."""
+
+MIN_PROCS: Final = 8
+"""Ranks below which broadcast stays binomial (MPICH's ``BCAST_MIN_PROCS``)."""
+
+
+async def binomial(c: CollContext, obj: Any, root: int) -> Any:
+    """Binomial-tree broadcast: receive from the parent, then send to each child, farthest first.
+
+    Costs ``log2(p) * (alpha + n*beta)`` on ``p = 2**k`` ranks (rank ``root - 1``
+    is last); ``p - 1`` messages. Works on any payload.
+    """
+    rel = relative(c.rank, root, c.size)
+    value = obj if rel == 0 else await c.recv(absolute(binomial_parent(rel), root, c.size))
+    kids = binomial_children(rel, c.size)
+    await wait_all([c.isend(value, absolute(kid, root, c.size)) for kid in kids])
+    return value
+
+
+async def scatter_allgather(c: CollContext, obj: Any, root: int) -> Any:
+    """Van de Geijn broadcast: binomial scatter of ``p`` pieces, then a ring all_gather of them.
+
+    Costs about ``(log2 p + p - 1) * alpha + 2 * (p-1)/p * n*beta``. Payloads that
+    are not arrays, or arrays with fewer elements than ranks, go by ``binomial``.
+
+    Raises:
+        ValueError: this rank passed an array but the root's is of another size.
+    """
+    size = c.size
+    if not isinstance(obj, np.ndarray) or obj.size < size:
+        return await binomial(c, obj, root)
+    rel = relative(c.rank, root, size)
+    bounds = split_bounds(obj.size, size)  # piece j goes first to relative rank j
+    first, end = bounds[rel], bounds[subtree_end(rel, size)]
+    if rel == 0:
+        mine = obj.reshape(-1)  # pieces [0, size); a view when it can be, never written
+    else:
+        mine = await c.recv(absolute(binomial_parent(rel), root, size))
+        if not isinstance(mine, np.ndarray) or mine.size != end - first:
+            raise ValueError(f"rank {c.rank}: {c.call}: the root's array is not the size of this "
+                             f"rank's ({obj.size} elements); pass a buffer of the root's shape on "
+                             "every rank, or algorithm='binomial'")
+    kids = binomial_children(rel, size)
+    await wait_all([c.isend(mine[bounds[kid] - first:bounds[subtree_end(kid, size)] - first],
+                            absolute(kid, root, size)) for kid in kids])
+    pieces: list[Any] = [None] * size
+    pieces[rel] = mine[:bounds[rel + 1] - first]
+    right, left = absolute(rel + 1, root, size), absolute(rel - 1, root, size)
+    for step in range(size - 1):
+        pieces[(rel - step - 1) % size] = await c.sendrecv(pieces[(rel - step) % size], right, left)
+    return obj if rel == 0 else np.concatenate(pieces).reshape(obj.shape)
+
+
+async def linear(c: CollContext, obj: Any, root: int) -> Any:
+    """The root sends the whole payload to every other rank, in rank order after it.
+
+    Costs ``alpha + (p-1) * n*beta`` (the root's port sends ``p - 1`` copies); ``p - 1`` messages.
+    """
+    if c.rank != root:
+        return await c.recv(root)
+    await wait_all([c.isend(obj, (root + step) % c.size) for step in range(1, c.size)])
+    return obj
+
+
+ALGORITHMS: Final[Mapping[str, BroadcastAlgo]] = {
+    "binomial": binomial,
+    "scatter_allgather": scatter_allgather,
+    "linear": linear,
+}
+"""Broadcast algorithms by name."""
+
+
+def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
+    """Return the broadcast algorithm MPICH would pick (see the module docstring).
+
+    ``nbytes`` is used only when ``arrays`` is true: then every rank holds a
+    buffer of the same size, so every rank makes the same choice.
+    """
+    if arrays and nbytes >= SHORT_MSG and size >= MIN_PROCS:
+        return "scatter_allgather"
+    return "binomial"
