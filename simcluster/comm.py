@@ -192,12 +192,16 @@ class Comm(CollectiveMethods):
         """
         req = self._send(obj, dst, tag, "isend", False, True)
         assert req is not None
+        if self._engine.trace is not None:
+            self._span("isend", self._engine.now, dst=dst, tag=tag)
         return req
 
     def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start a synchronous-mode send: its request completes only once ``dst`` has matched it."""
         req = self._send(obj, dst, tag, "issend", True, True)
         assert req is not None
+        if self._engine.trace is not None:
+            self._span("issend", self._engine.now, dst=dst, tag=tag)
         return req
 
     async def send(self, obj: object, dst: int, tag: int = 0) -> None:
@@ -207,15 +211,21 @@ class Comm(CollectiveMethods):
         waits until ``dst`` posts a matching receive and the data has arrived,
         so two ranks that both send a large message first deadlock, as in MPI.
         """
+        start = self._engine.now
         req = self._send(obj, dst, tag, "send", False, False)
         if req is not None:  # None: an eager send, already complete
             await req
+        if self._engine.trace is not None:
+            self._span("send", start, dst=dst, tag=tag)
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
+        start = self._engine.now
         req = self._send(obj, dst, tag, "ssend", True, False)
         if req is not None:
             await req
+        if self._engine.trace is not None:
+            self._span("ssend", start, dst=dst, tag=tag)
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
         if type(src) is not int or not 0 <= src < self.size:
@@ -245,7 +255,10 @@ class Comm(CollectiveMethods):
             ValueError: ``src`` not a rank of this comm nor ANY_SOURCE, or a bad tag.
             TypeError: ``buf`` is not an array.
         """
-        return self._recv(buf, src, tag, "irecv", True)
+        req = self._recv(buf, src, tag, "irecv", True)
+        if self._engine.trace is not None:
+            self._span("irecv", self._engine.now, src=src, tag=tag)
+        return req
 
     @overload
     async def recv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any: ...
@@ -259,19 +272,24 @@ class Comm(CollectiveMethods):
         larger than ``buf`` raises ``TruncationError``, one of another dtype a
         ``TypeError``; a shorter one fills the front of ``buf``.
         """
+        start = self._engine.now
         req = self._recv(buf, src, tag, "recv", False)
-        if req._state:  # matched and complete already
-            return req._take_result()
-        return await req
+        value = req._take_result() if req._state else await req  # _state: matched already
+        if self._engine.trace is not None:
+            self._span("recv", start, src=src, tag=tag)
+        return value
 
     async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,
                        sendtag: int = 0, recvtag: int = ANY_TAG) -> Any:
         """Send to ``dst`` and receive from ``src`` at once, without deadlock; return the payload."""
+        start = self._engine.now
         rreq = self._recv(buf, src, recvtag, "sendrecv", False)
         sreq = self._send(obj, dst, sendtag, "sendrecv", False, False)
         value = await rreq
         if sreq is not None:
             await sreq
+        if self._engine.trace is not None:
+            self._span("sendrecv", start, dst=dst, src=src)
         return value
 
     def _check_probe(self, src: int, tag: int, op: str) -> None:
@@ -293,7 +311,10 @@ class Comm(CollectiveMethods):
         """Wait until a message fitting (src, tag) has arrived; return its Status without receiving it."""
         op = f"probe(src={src!r}, tag={tag!r})"
         self._check_probe(src, tag, op)
+        start = self._engine.now
         status: Status = await self._engine.post_probe(self, src, tag, op)
+        if self._engine.trace is not None:
+            self._span("probe", start, src=src, tag=tag)
         return status
 
     async def sleep(self, seconds: float) -> None:
@@ -303,7 +324,18 @@ class Comm(CollectiveMethods):
                              "pass the virtual compute time in seconds")
         if seconds == 0:
             return
+        start = self._engine.now
         await self._engine.post_sleep(float(seconds), f"sleep({seconds!r})")
+        if self._engine.trace is not None:
+            self._span("sleep", start, seconds=seconds)
+
+    def _span(self, name: str, start: float, **args: Any) -> None:
+        """Record an operation of this rank in the trace (only called when tracing)."""
+        trace = self._engine.trace
+        assert trace is not None
+        if self._ctx != 0:
+            args["comm"] = self._group.name
+        trace.span(self._world_rank, name, start, self._engine.now, **args)
 
     # ---- sub-communicators ----
 
@@ -394,15 +426,22 @@ class Comm(CollectiveMethods):
             raise RuntimeError(f"{call}: called outside any rank; call it from a rank's coroutine")
         outer = task.collective
         task.collective = ctx.info
+        start = self._engine.now
         try:
-            return await body(ctx)
+            result = await body(ctx)
         finally:
             task.collective = outer
+        if self._engine.trace is not None:
+            self._span(call.partition("(")[0], start, call=call, algorithm=algorithm, seq=ctx.seq)
+        return result
 
     def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
                           algorithm: str = "") -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
         ctx = self._collective(call, algorithm)
+        if self._engine.trace is not None:
+            self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
+                       seq=ctx.seq)
         return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx.info)
 
 

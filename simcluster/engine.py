@@ -55,6 +55,7 @@ from .request import SPIN_LIMIT, Request, Status, _WaitAny
 if TYPE_CHECKING:
     from .comm import Comm, Group
     from .latency import Ports
+    from .trace import Trace
 
 # task states
 READY, RUNNING, BLOCKED, FOREIGN, FINISHED = range(5)
@@ -122,6 +123,7 @@ class Engine:
         self.strict = strict
         self.timeout = timeout
         self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
+        self.trace: Trace | None = None  # set by run(trace=...)
         self.now = 0.0
         self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count()
@@ -170,6 +172,7 @@ class Engine:
             coro.close()
             raise RuntimeError(f"{op}: called outside any rank; call it from a rank's coroutine")
         req: Request[Any] = Request(self, owner, op)
+        req._nb = True
         helper = Task(owner.rank, coro)
         helper.comm = owner.comm
         helper.collective = collective
@@ -348,11 +351,14 @@ class Engine:
         msg_id = next(self._msg_ids)
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
+        if self.trace is not None:
+            self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, comm._group.name)
         buffers = packed.buffers
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
         if nonblocking or sync or not eager:
             req = Request(self, self._current, op, dst_w)
+            req._nb = nonblocking
             if self.strict and nonblocking:
                 if buffers:
                     arrays = [obj] if isinstance(obj, np.ndarray) else list(buffers)
@@ -387,6 +393,7 @@ class Engine:
         req.tag = tag
         req.buf = buf
         req.meta = meta
+        req._nb = nonblocking
         if self.strict and nonblocking:
             self._track(req)
         env = comm._mq.take_unexpected(src, tag)
@@ -510,6 +517,8 @@ class Engine:
         req.status = Status(source, env.tag, env.nbytes)
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes
+        if self.trace is not None:
+            self.trace.received(env.src, env.msg_id, self.now)
         buf = req.buf
         try:
             if buf is None:

@@ -48,7 +48,7 @@ class Request(Generic[T]):
 
     __slots__ = (
         "_engine", "_task", "_state", "_value", "_error", "_waiter",
-        "_op", "status", "_guard", "_retrieved", "_peer", "__weakref__",
+        "_op", "status", "_guard", "_retrieved", "_peer", "_nb", "__weakref__",
     )
 
     def __init__(self, engine: Engine, task: Task | None, op: str | tuple[Any, ...],
@@ -64,6 +64,7 @@ class Request(Generic[T]):
         self._guard: Any = None  # buffer-hazard check, set by strict isend
         self._retrieved = False
         self._peer = peer  # world rank this request waits on, for the wait-for graph
+        self._nb = False  # made by a nonblocking call: waiting on it shows in traces
 
     @property
     def op(self) -> str:
@@ -136,8 +137,12 @@ class Request(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state == PENDING:
-            self._engine._check_awaiter(self)
+            engine = self._engine
+            engine._check_awaiter(self)
+            start = engine.now
             yield self
+            if self._nb and engine.trace is not None and self._task is not None:
+                engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)
         return self._take_result()
 
     def _take_result(self) -> T:

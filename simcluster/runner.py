@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import time as _time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from .collectives import check_algorithms
 from .comm import Group
 from .engine import Engine, Task
 from .errors import RankError, SimclusterWarning
+from .trace import Trace
 
 TransportName = Literal["memory", "shm", "tcp"]
 Checks = Literal["strict", "off"]
@@ -164,7 +166,7 @@ async def launch(
     latency: _latency.LatencyModel | None = None,
     seed: int = 0,
     eager_limit: int = 65536,
-    trace: bool | str | None = None,
+    trace: bool | str | os.PathLike[str] | None = None,
     checks: Checks = "strict",
     algorithms: Mapping[str, str] | None = None,
     timeout: float | None = None,
@@ -181,8 +183,9 @@ async def launch(
     """
     _check_fn(fn)
     _check_keywords(world_size, eager_limit, checks, timeout, procs, transport)
-    if trace:
-        raise ValueError("run(trace=...): tracing is not available yet; leave trace unset")
+    if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
+        raise TypeError(f"run(trace={trace!r}): trace must be True, False, or a path to write "
+                        "Chrome-trace JSON to")
     forced = check_algorithms(algorithms or {})
     model = _latency.Zero() if latency is None else latency
     if not isinstance(model, _latency.LatencyModel):
@@ -195,6 +198,8 @@ async def launch(
                     eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
     engine.latency_model = model  # type: ignore[attr-defined]
     engine.algorithms = forced
+    if trace:
+        engine.trace = Trace(world_size)
     tasks: list[Task] = []
     world = Group(engine, 0, list(range(world_size)), "world", tasks)
     try:
@@ -225,10 +230,12 @@ async def launch(
         warnings.warn(f"run finished with {len(leaks)} leak(s):\n  {shown}\n"
                       "receive every message and wait or test every request",
                       SimclusterWarning, stacklevel=2)
+    if engine.trace is not None and isinstance(trace, (str, os.PathLike)):
+        engine.trace.save(trace)
     stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
                   tuple(engine.msgs_recv), tuple(engine.bytes_recv))
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
-                     _time.perf_counter() - wall_start, None, leaks)
+                     _time.perf_counter() - wall_start, engine.trace, leaks)
 
 
 def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> RunResult:

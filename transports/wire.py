@@ -34,6 +34,7 @@ streaming unpacker that would have to swallow the buffers too.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,10 +94,13 @@ _COMPLEX: Final = struct.Struct("<dd")
 _PREFIX: Final = struct.Struct(">II")
 _PREFIX_SIZE: Final = _PREFIX.size
 _U32_MAX: Final = 0xFFFFFFFF
+_LARGE: Final = 1 << 16  # bytes from which a decoded buffer is allocated by numpy
 _FRAME_FIELDS: Final = (
     "kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "sync", "header",
 )
-_UNPACK_FIX: Final = "both ends must encode with transports.wire and run the same simcluster version"
+_UNPACK_FIX: Final = (
+    "both ends must encode with transports.wire and run the same simcluster version"
+)
 _FRAME_FIX: Final = "check that the peer speaks simcluster's frame protocol, in the same version"
 
 # One packer, reused. Safe while the GIL is held: pack() runs no Python code
@@ -174,11 +178,15 @@ def _packed(header: bytes, buffers: tuple[NDArray[Any], ...], nbytes: int, singl
     _set_single(packed, single)
     return packed
 
+
 # ---- dtypes ----
 
 _SPECS: dict[np.dtype[Any], object] = {}  # dtype -> spec, for dtypes already sent
 _DTYPES: dict[str, np.dtype[Any]] = {}  # spec str -> dtype, for specs already read
 _CACHE_LIMIT: Final = 1024
+# What dtype.str can look like ('<f8', '|b1', '<U5', '|V16', '<M8[ns]', '<m8[25s]'): only
+# these reach np.dtype(), so garbage cannot pick deprecated aliases or odd spellings.
+_DTYPE_STR: Final = re.compile(r"[<>|][bifucmMOSUV]\d*(?:\[\d*[A-Za-z]+\])?")
 
 
 def _spec_of(dt: np.dtype[Any], kind: str) -> object:
@@ -218,7 +226,7 @@ def _make_spec(dt: np.dtype[Any], kind: str) -> object:
         base, shape = dt.subdtype
         return [_make_spec(base, kind), list(shape)]
     text = dt.str
-    if np.dtype(text) != dt:  # a dtype that its own .str cannot rebuild (user dtypes)
+    if not _DTYPE_STR.fullmatch(text) or np.dtype(text) != dt:  # e.g. user-defined dtypes
         raise Unsendable(f"{kind}[{dt}]", "convert it to a builtin numpy dtype first")
     return text
 
@@ -229,6 +237,8 @@ def _dtype_from_spec(spec: object) -> np.dtype[Any]:
         dt = _DTYPES.get(spec)
         if dt is not None:
             return dt
+        if not _DTYPE_STR.fullmatch(spec):
+            raise _malformed(f"dtype {spec!r:.40} is not a dtype.str")
         dt = np.dtype(spec)
         if not dt.hasobject and len(_DTYPES) < _CACHE_LIMIT:
             _DTYPES[spec] = dt
@@ -501,7 +511,7 @@ class _Decoder:
         if type(index) is not int or not 0 <= index < len(self.buffers):
             raise _malformed(f"array ref to buffer {index!r:.20} of {len(self.buffers)}")
         if type(fortran) is not bool or type(shape) is not list:
-            raise _malformed("array ref has a shape that is not a list or an order that is not a bool")
+            raise _malformed("array ref needs a list shape and a bool order flag")
         dt = _dtype_from_spec(spec)
         dims = tuple(shape)
         order: Literal["C", "F"] = "F" if fortran else "C"
@@ -746,7 +756,7 @@ class FrameDecoder:
         fields = self._read_header(view[pos + _PREFIX_SIZE:at], stop - at)
         bufs = []
         for n in fields[10]:
-            bufs.append(memoryview(bytearray(view[at:at + n])))
+            bufs.append(_copy_out(view[at:at + n]))
             at += n
         out.append(_envelope(fields, bufs))
         return stop - pos
@@ -770,7 +780,7 @@ class FrameDecoder:
         else:
             fields = self._read_header(self._head, self._rest - 4 - len(self._head))
             self._fields = fields
-            self._bufs = [np.empty(n, np.uint8).data for n in fields[10]]
+            self._bufs = [_allocate(n) for n in fields[10]]
             self._index = 0
             self._fill = 0
             self._advance(out)
@@ -820,6 +830,21 @@ class FrameDecoder:
                 f"buffer lengths add up to {sum(lengths)} bytes but {body} follow the frame header"
             )
         return fields
+
+
+def _allocate(n: int) -> memoryview:
+    """Return ``n`` fresh writeable bytes: numpy's allocator asks for huge pages for
+    large blocks, which keeps page faults off the copy; small ones are cheaper as bytearray."""
+    return np.empty(n, np.uint8).data if n >= _LARGE else memoryview(bytearray(n))
+
+
+def _copy_out(view: memoryview) -> memoryview:
+    """Return a fresh writeable copy of ``view``."""
+    if len(view) < _LARGE:
+        return memoryview(bytearray(view))
+    out = _allocate(len(view))
+    out[:] = view
+    return out
 
 
 def _envelope(fields: list[Any], bufs: list[memoryview]) -> Envelope:

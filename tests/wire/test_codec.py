@@ -21,7 +21,6 @@ from transports.base import TransportError
 from transports.wire import (
     EXT_NDARRAY,
     MAX_DEPTH,
-    Packed,
     Unsendable,
     nbytes_of,
     pack,

@@ -124,7 +124,8 @@ def test_trailing_bytes_wait_for_the_rest_of_their_frame() -> None:
 def test_payload_survives_the_stream_with_arrays_writeable_in_place() -> None:
     decoder = FrameDecoder()
     blob = frame_bytes(ENVELOPES[6].values[0])
-    for envs in ([*decoder.feed(blob)], [e for i in range(len(blob)) for e in decoder.feed(blob[i:i + 1])]):
+    byte_by_byte = [env for i in range(len(blob)) for env in decoder.feed(blob[i:i + 1])]
+    for envs in (decoder.feed(blob), byte_by_byte):
         (renv,) = envs
         rmsg = unpack(renv.header, renv.buffers)
         assert rmsg["name"] == "layer 1"
@@ -136,6 +137,20 @@ def test_payload_survives_the_stream_with_arrays_writeable_in_place() -> None:
             assert rmsg[key].flags.writeable
             assert rmsg[key].flags.aligned
             rmsg[key][0, 0] = -1.0  # a view over the decoder's buffer, not a copy
+
+
+@pytest.mark.parametrize("chunk", [4096, 100_003, 1 << 30], ids=["4k", "odd", "whole"])
+def test_large_array_frame_arrives_intact_in_chunks(chunk: int) -> None:
+    smsg = np.random.default_rng(0).standard_normal((300, 70))  # 168 kB, past numpy's threshold
+    senv = _envelope(DATA, smsg)
+    blob = memoryview(frame_bytes(senv))
+    decoder = FrameDecoder()
+    got = [env for i in range(0, len(blob), chunk) for env in decoder.feed(blob[i:i + chunk])]
+    (renv,) = got
+    assert_same_envelope(renv, senv)
+    rmsg = unpack(renv.header, renv.buffers)
+    assert np.array_equal(rmsg, smsg)
+    assert rmsg.flags.writeable
 
 
 def test_decoder_does_not_reuse_buffers_it_handed_out() -> None:
@@ -188,10 +203,12 @@ def test_frame_with_a_buffer_is_exactly() -> None:
         pytest.param({"buffers": (object(),)}, "object", id="buffer-not-bytes-like"),
     ],
 )
-def test_encoding_a_bad_field_raises_naming_the_envelope(fields: dict[str, object],
-                                                        problem: str) -> None:
+def test_encoding_a_bad_field_raises_naming_the_envelope(
+    fields: dict[str, object], problem: str,
+) -> None:
     senv = _envelope(EAGER, None, **fields)
-    with pytest.raises(TransportError, match=rf"^send frame: cannot encode envelope 1->2 \(.*{problem}"):
+    expected = rf"^send frame: cannot encode envelope 1->2 \(.*{problem}"
+    with pytest.raises(TransportError, match=expected):
         encode_frame(senv)
 
 
@@ -248,17 +265,20 @@ def test_default_cap_is_one_gibibyte() -> None:
     [
         pytest.param(_prefix(10, 0) + bytes(6), "frame header of 0 bytes does not fit",
                      id="empty-header"),
-        pytest.param(_prefix(10, 7) + bytes(6), "frame header of 7 bytes does not fit a frame of 10",
+        pytest.param(_prefix(10, 7) + bytes(6),
+                     "frame header of 7 bytes does not fit a frame of 10",
                      id="header-past-frame"),
         pytest.param(_prefix(2, 1), "does not fit", id="rest-too-short"),
         pytest.param(_frame(["not", "a", "frame"]), "not an array of 11 fields", id="short-array"),
-        pytest.param(_frame({"kind": 0}), "not an array of 11 fields", id="map"),  # type: ignore[arg-type]
+        pytest.param(_frame({"kind": 0}),  # type: ignore[arg-type]
+                     "not an array of 11 fields", id="map"),
         pytest.param(_prefix(6, 2) + b"\x92\xc1", r"malformed frame header \(", id="garbage"),
         pytest.param(_frame(_with(0, 9)), "frame kind 9 is not one of 0..4", id="bad-kind"),
         pytest.param(_frame(_with(2, "1")), "frame field src is str, expected int", id="str-src"),
         pytest.param(_frame(_with(5, True)), "frame field msg_id is bool, expected int",
                      id="bool-id"),
-        pytest.param(_frame(_with(7, 0)), "frame field time is int, expected float", id="int-time"),
+        pytest.param(_frame(_with(7, 0)), "frame field time is int, expected float",
+                     id="int-time"),
         pytest.param(_frame(_with(8, 1)), "frame field sync is int, expected bool", id="int-sync"),
         pytest.param(_frame(_with(9, "x")), "frame field header is str, expected bytes",
                      id="str-header"),
@@ -308,7 +328,9 @@ def test_eof_mid_frame_raises_naming_the_peer() -> None:
     decoder = FrameDecoder(peer="rank 3")
     blob = frame_bytes(Envelope(CTS, 7, 1, 2, 5, 42, 0, 0.5))
     decoder.feed(blob[:-3])
-    assert repr(decoder) == "<FrameDecoder peer='rank 3' max_frame=1073741824 26 bytes into a frame>"
+    assert repr(decoder) == (
+        "<FrameDecoder peer='rank 3' max_frame=1073741824 26 bytes into a frame>"
+    )
     with pytest.raises(
         TransportError,
         match=r"^recv frame: from peer 'rank 3': the stream ended 26 bytes into a frame of 29 "
@@ -322,14 +344,16 @@ def test_eof_anywhere_inside_a_frame_raises(cut: int) -> None:
     blob = frame_bytes(ENVELOPES[5].values[0])
     decoder = FrameDecoder(peer=0)
     decoder.feed(blob[:cut])
-    with pytest.raises(TransportError, match=r"^recv frame: from peer 0: the stream ended \d+ bytes"):
+    with pytest.raises(TransportError,
+                       match=r"^recv frame: from peer 0: the stream ended \d+ bytes"):
         decoder.feed_eof()
 
 
 def test_eof_inside_the_prefix_says_so() -> None:
     decoder = FrameDecoder()
     decoder.feed(b"\x00\x00")
-    with pytest.raises(TransportError, match=r"^recv frame: the stream ended 2 bytes into a frame prefix"):
+    with pytest.raises(TransportError,
+                       match=r"^recv frame: the stream ended 2 bytes into a frame prefix"):
         decoder.feed_eof()
 
 

@@ -1,0 +1,232 @@
+"""Event recording, Chrome-trace export, and the text and picture views of a trace.
+
+A ``Trace`` collects two kinds of records while a run goes, both in virtual
+time:
+
+* spans: one per operation a rank performed (``send``, ``recv``, ``wait``,
+  ``sleep``, ``all_reduce``, ...), with its start, end and arguments;
+* messages: one per point-to-point message (collective traffic included),
+  from the moment it was sent to the moment its receive completed.
+
+Rule 1: nothing here reads the wall clock, and records are kept in the order
+the (seeded, deterministic) engine produced them, so the same seed gives a
+byte-identical file.
+Rule 2: recording costs one ``if trace is not None`` per call when off.
+
+The file is Chrome Trace Event JSON (Perfetto and chrome://tracing open it):
+one process per hosting OS process, one thread (track) per rank, spans as
+complete events (``ph: "X"``) and messages as flow events (``ph: "s"``/``"f"``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_US = 1e6  # Chrome traces count microseconds
+
+
+@dataclass(slots=True)
+class Span:
+    """One operation of one rank, in virtual seconds."""
+
+    rank: int
+    name: str
+    start: float
+    end: float
+    args: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Message:
+    """One message, from its send to its completed receive (``recv`` is None if never received)."""
+
+    id: int
+    src: int
+    dst: int
+    tag: int
+    nbytes: int
+    sent: float
+    recv: float | None = None
+    comm: str = "world"
+
+
+@dataclass(slots=True)
+class Trace:
+    """What a traced run recorded; ``RunResult.trace`` holds one."""
+
+    world_size: int
+    spans: list[Span] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    procs: int = 1
+    _open: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
+
+    # ---- recording (called by the engine and Comm) ----
+
+    def span(self, rank: int, name: str, start: float, end: float, **args: Any) -> None:
+        """Record one operation of ``rank``."""
+        self.spans.append(Span(rank, name, start, end, args))
+
+    def sent(self, msg_id: int, src: int, dst: int, tag: int, nbytes: int, now: float,
+             comm: str) -> None:
+        """Record that world rank ``src`` sent message ``msg_id`` at ``now``."""
+        message = Message(msg_id, src, dst, tag, nbytes, now, None, comm)
+        self.messages.append(message)
+        self._open[(src, msg_id)] = message
+
+    def received(self, src: int, msg_id: int, now: float) -> None:
+        """Record that the receive of ``src``'s message ``msg_id`` completed at ``now``."""
+        message = self._open.pop((src, msg_id), None)
+        if message is not None:
+            message.recv = now
+
+    # ---- export ----
+
+    def to_chrome(self) -> dict[str, Any]:
+        """Return the trace as a Chrome Trace Event document (a JSON-ready dict)."""
+        per_proc = -(-self.world_size // self.procs)
+        events: list[dict[str, Any]] = []
+        for proc in range(self.procs):
+            events.append({"ph": "M", "name": "process_name", "pid": proc, "tid": 0,
+                           "args": {"name": f"process {proc}"}})
+        for rank in range(self.world_size):
+            events.append({"ph": "M", "name": "thread_name", "pid": rank // per_proc, "tid": rank,
+                           "args": {"name": f"rank {rank}"}})
+        for s in self.spans:
+            events.append({"ph": "X", "name": s.name, "cat": "op", "pid": s.rank // per_proc,
+                           "tid": s.rank, "ts": s.start * _US, "dur": (s.end - s.start) * _US,
+                           "args": s.args})
+        for m in self.messages:
+            if m.recv is None:
+                continue
+            args = {"src": m.src, "dst": m.dst, "tag": m.tag, "nbytes": m.nbytes, "comm": m.comm}
+            events.append({"ph": "s", "name": "message", "cat": "message", "id": m.id,
+                           "pid": m.src // per_proc, "tid": m.src, "ts": m.sent * _US, "args": args})
+            events.append({"ph": "f", "bp": "e", "name": "message", "cat": "message", "id": m.id,
+                           "pid": m.dst // per_proc, "tid": m.dst, "ts": m.recv * _US, "args": args})
+        return {"traceEvents": events, "displayTimeUnit": "ns",
+                "otherData": {"generator": "simcluster", "world_size": self.world_size,
+                              "procs": self.procs, "time_unit": "virtual microseconds"}}
+
+    def dumps(self) -> str:
+        """Return the Chrome trace as JSON text (byte-identical for the same run and seed)."""
+        return json.dumps(self.to_chrome(), sort_keys=True, separators=(",", ":"))
+
+    def save(self, path: str | Path) -> None:
+        """Write the Chrome trace JSON to ``path``."""
+        Path(path).write_text(self.dumps() + "\n", encoding="utf-8")
+
+
+# ---- reading a trace file back ----
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a Chrome trace JSON file written by simcluster."""
+    try:
+        doc: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"trace: cannot read {str(path)!r}: {exc}; pass a file written by "
+                         "run(trace=PATH) or simcluster run --trace") from None
+    if "traceEvents" not in doc:
+        raise ValueError(f"trace: {str(path)!r} has no traceEvents; it is not a Chrome trace")
+    return doc
+
+
+def messages_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the messages of a trace document, in virtual-time order of their receive."""
+    starts = {e["id"]: e for e in doc["traceEvents"] if e.get("ph") == "s"}
+    out = []
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "f" and e["id"] in starts:
+            s = starts[e["id"]]
+            out.append({**e["args"], "sent": s["ts"], "recv": e["ts"], "id": e["id"]})
+    out.sort(key=lambda m: (m["recv"], m["sent"], m["id"]))
+    return out
+
+
+def world_size_of(doc: dict[str, Any]) -> int:
+    """Return the world size recorded in a trace document."""
+    other = doc.get("otherData", {})
+    if "world_size" in other:
+        return int(other["world_size"])
+    return 1 + max((e.get("tid", 0) for e in doc["traceEvents"]), default=0)
+
+
+def show(path: str | Path, *, width: int = 12) -> str:
+    """Return a text sequence diagram of a trace's messages: one column per rank.
+
+    Each line is one message, in virtual-time order of its arrival: the
+    arrow runs from the sender's column to the receiver's, labelled with the
+    tag and size, and the line starts with the send and receive times.
+    """
+    doc = load(path)
+    size = world_size_of(doc)
+    msgs = messages_of(doc)
+    col = max(width, 6)
+    head = " " * 24 + "".join(f"rank {r}".ljust(col) for r in range(size))
+    lines = [head.rstrip()]
+    for m in msgs:
+        cells = ["|".ljust(col) for _ in range(size)]
+        src, dst = m["src"], m["dst"]
+        label = f"t{m['tag']} {m['nbytes']}B" if m["comm"] == "world" else f"{m['comm']} {m['nbytes']}B"
+        lo, hi = min(src, dst), max(src, dst)
+        row = list("".join(cells))
+        start, end = lo * col, hi * col
+        if src == dst:
+            row[start + 1:start + 4] = list("<->")
+        else:
+            for i in range(start + 1, end):
+                row[i] = "-"
+            text = f" {label} "
+            mid = start + max(1, (end - start - len(text)) // 2)
+            if end - start > len(text) + 2:
+                row[mid:mid + len(text)] = list(text)
+            if src < dst:
+                row[end - 1] = ">"
+            else:
+                row[start + 1] = "<"
+        times = f"{m['sent']:10.3f} -> {m['recv']:10.3f} "
+        lines.append(times + "".join(row).rstrip())
+    lines.append(f"{len(msgs)} messages; times in virtual microseconds (send -> receive)")
+    return "\n".join(lines)
+
+
+def plot(path: str | Path, output: str | Path = "timeline.png") -> None:
+    """Draw a timeline PNG: ranks as rows, operations as bars, messages as arrows.
+
+    Needs matplotlib (``pip install 'simcluster[plot]'``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("trace plot needs matplotlib; install it with "
+                          "python -m pip install 'simcluster[plot]'") from None
+    doc = load(path)
+    size = world_size_of(doc)
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * size))
+    names = sorted({e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"})
+    colors = {n: plt.get_cmap("tab20")(i % 20) for i, n in enumerate(names)}
+    spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    end = max([e["ts"] + e["dur"] for e in spans] + [1e-9])
+    for e in spans:
+        dur = max(e["dur"], end * 0.002)  # keep instants visible
+        ax.broken_barh([(e["ts"], dur)], (e["tid"] - 0.35, 0.7), color=colors[e["name"]],
+                       edgecolor="black", linewidth=0.3)
+    for m in messages_of(doc):
+        ax.annotate("", xy=(m["recv"], m["dst"]), xytext=(m["sent"], m["src"]),
+                    arrowprops={"arrowstyle": "->", "color": "0.25", "lw": 0.8})
+    ax.set_yticks(range(size), [f"rank {r}" for r in range(size)])
+    ax.invert_yaxis()
+    ax.set_xlabel("virtual time (microseconds)")
+    ax.set_title("simcluster timeline")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names[:20]]
+    if handles:
+        ax.legend(handles, names[:20], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
