@@ -7,6 +7,7 @@ own code, as ``file.py:42``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from types import FrameType
@@ -14,7 +15,8 @@ from typing import Any
 
 _PACKAGE_DIRS = tuple(
     os.path.dirname(os.path.abspath(p)) + os.sep
-    for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "transports", "x"))
+    for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "transports", "x"),
+              asyncio.__file__)
 )
 
 

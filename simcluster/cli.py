@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import runpy
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 BENCHMARKS = ("p2p", "collectives", "transports", "scale")
 
@@ -42,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_main(script: str) -> Any:
+    if not os.path.isfile(script):
+        raise SystemExit(f"simcluster run: {script}: no such file; pass the path of a Python script "
+                         "that defines async def main(comm)")
+    # like `python SCRIPT`: the script's folder comes first on the import path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     namespace = runpy.run_path(script, run_name="__simcluster_script__")
     fn = namespace.get("main")
     if fn is None:
@@ -49,22 +56,74 @@ def _load_main(script: str) -> Any:
     return fn
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from . import latency, runner
+class _Progress:
+    """One status line on a terminal: ranks finished and virtual time, redrawn in place.
 
+    The runner calls it about ten times a wall second (never for runs shorter
+    than that), so a short run prints nothing.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.width = 0
+
+    def __call__(self, finished: int, world_size: int, now: float) -> None:
+        line = f"simcluster: {finished}/{world_size} ranks finished, virtual time {_seconds(now)}"
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def close(self) -> None:
+        """Erase the status line, if one was drawn."""
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _seconds(t: float) -> str:
+    """Format virtual seconds with a readable unit: 0 s, 12.5 us, 3.2 ms, 1.5 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(t) >= scale:
+            return f"{t / scale:.4g} {unit}"
+    return "0 s" if t == 0 else f"{t:.3g} s"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import errors, latency, runner
+
+    try:
+        model = latency.parse(args.latency)
+    except ValueError as exc:
+        raise SystemExit(f"simcluster run --latency: {exc}") from None
     fn = _load_main(args.script)
-    kwargs: dict[str, Any] = {"transport": args.transport, "latency": latency.parse(args.latency),
+    kwargs: dict[str, Any] = {"transport": args.transport, "latency": model,
                               "seed": args.seed, "timeout": args.timeout}
     if args.trace:
         kwargs["trace"] = args.trace
     if args.procs is not None:
         kwargs["procs"] = args.procs
-    result = runner.run(fn, args.world_size, **kwargs)
+    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    if progress is not None:
+        kwargs["_progress"] = progress
+    try:
+        result = runner.run(fn, args.world_size, **kwargs)
+    except errors.SimclusterError as exc:
+        if progress is not None:
+            progress.close()
+        if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+        print(f"simcluster run: {exc}", file=sys.stderr)
+        return 1
+    if progress is not None:
+        progress.close()
     for rank, value in enumerate(result):
         if value is not None:
             print(f"rank {rank}: {value!r}")
     print(f"elapsed {result.elapsed:.9g} s virtual, {result.wall:.3f} s wall, "
           f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes")
+    if args.trace:
+        print(f"wrote {args.trace}")
     return 0
 
 
@@ -80,11 +139,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from . import trace
 
-    if args.action == "show":
-        print(trace.show(args.file))
-    else:
-        trace.plot(args.file, args.output)
-        print(f"wrote {args.output}")
+    try:
+        if args.action == "show":
+            print(trace.show(args.file))
+        else:
+            trace.plot(args.file, args.output)
+            print(f"wrote {args.output}")
+    except (ImportError, ValueError) as exc:  # no matplotlib, or not a trace file
+        raise SystemExit(f"simcluster trace {args.action}: {exc}") from None
     return 0
 
 

@@ -50,7 +50,7 @@ from .errors import (
     TruncationError,
 )
 from .matching import ANY_SOURCE, ANY_TAG
-from .request import SPIN_LIMIT, Request, Status, _WaitAny
+from .request import SPIN_LIMIT, Request, Status, _format_op, _WaitAny
 
 if TYPE_CHECKING:
     from .comm import Comm, Group
@@ -340,6 +340,8 @@ class Engine:
         Returns its request, or None for a blocking standard send that
         completed at once (eager), which needs no request at all.
         """
+        if self._current is None or self._current.rank != comm._world_rank:
+            raise self._outside(comm, op)
         try:
             packed = wire.pack(obj, copy=False)
         except wire.Unsendable as exc:
@@ -386,6 +388,8 @@ class Engine:
     def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str | tuple[Any, ...],
                   nonblocking: bool, meta: bytes = b"") -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
+        if self._current is None or self._current.rank != comm._world_rank:
+            raise self._outside(comm, op)
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
         req = _RecvRequest(self, self._current, op, peer)
         req.comm = comm
@@ -402,6 +406,14 @@ class Engine:
         else:
             self._matched(req, env)
         return req
+
+    def _outside(self, comm: Comm, op: str | tuple[Any, ...]) -> RuntimeError:
+        call = op if isinstance(op, str) else _format_op(op)
+        who = "outside any rank" if self._current is None else f"by rank {self._current.rank}"
+        return RuntimeError(
+            f"rank {comm.rank}: {call}: called {who}, not from the rank's own coroutine "
+            "(asyncio.gather/create_task run coroutines outside the simulator); "
+            "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead")
 
     def iprobe(self, comm: Comm, src: int, tag: int) -> Status | None:
         """Return the status of a message a receive for (src, tag) would take now, if any."""
@@ -585,24 +597,34 @@ class Engine:
         self._tracked.pop(id(req), None)
 
     def leaks(self) -> list[str]:
-        """Describe messages never received and nonblocking requests never completed."""
+        """Describe messages never received and nonblocking requests never completed.
+
+        Each problem is reported once: a pending request whose message or
+        receive is already listed (a posted receive, a send nobody received)
+        is not listed again.
+        """
         lines: list[str] = []
+        listed: set[int] = set()
         for group in self.groups.values():
             for comm in group.members:
                 if comm is None:
                     continue
                 posted, unexpected = comm._mq.leftovers()
                 for req in posted:
+                    listed.add(id(req))
                     lines.append(f"rank {comm.rank}: {req.op} was never matched")
                 for env in unexpected:
                     lines.append(
                         f"rank {comm.rank}: a message from rank {group.local_rank(env.src)} "
                         f"(tag={env.tag}, {env.nbytes} bytes) on comm {group.name!r} was never received")
+        listed.update(id(entry[0]) for entry in self._rdv_sends.values())
+        listed.update(id(req) for req in self._sync_sends.values())
         for req in self._tracked.values():
-            if not req._retrieved and req._state != 2:
-                owner = req._task.rank if req._task is not None else "?"
-                state = "completed but was never waited or tested" if req._state else "never completed"
-                lines.append(f"rank {owner}: {req.op} {state}")
+            if req._retrieved or req._state == 2 or id(req) in listed:
+                continue
+            owner = req._task.rank if req._task is not None else "?"
+            state = "completed but was never waited or tested" if req._state else "never completed"
+            lines.append(f"rank {owner}: {req.op} {state}")
         return lines
 
     # ---- reports ----

@@ -191,6 +191,12 @@ def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
     return reqs
 
 
+def _unwait(requests: Sequence[Request[Any]]) -> None:
+    """Forget the rank parked on several requests, so the ones still pending cannot wake it later."""
+    for r in requests:
+        r._waiter = None
+
+
 async def wait_all(requests: Iterable[Request[Any]]) -> list[Any]:
     """Wait for every request; return their results in order.
 
@@ -228,6 +234,7 @@ async def wait_any(requests: Iterable[Request[Any]]) -> tuple[int, Any]:
             if r._state != PENDING:
                 return i, r._take_result()
         await _WaitAny(reqs)
+        _unwait(reqs)
 
 
 async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
@@ -238,6 +245,7 @@ async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
         return []
     while all(r._state == PENDING for r in active):
         await _WaitAny(active)
+        _unwait(active)
     return [(i, r._take_result()) for i, r in enumerate(reqs)
             if r._state != PENDING and not r._retrieved]
 

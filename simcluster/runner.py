@@ -155,7 +155,32 @@ def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: flo
                          "process; use procs=1, or transport='shm'/'tcp' for several processes")
 
 
-async def launch(
+def _warn_leaks(result: RunResult) -> None:
+    leaks = result.leaks
+    if leaks:
+        shown = "\n  ".join(leaks[:20]) + ("\n  ..." if len(leaks) > 20 else "")
+        warnings.warn(f"run finished with {len(leaks)} leak(s):\n  {shown}\n"
+                      "receive every message and wait or test every request",
+                      SimclusterWarning, stacklevel=3)
+
+
+async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> RunResult:
+    """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks inside a running loop.
+
+    Returns the per-rank results as a ``RunResult``. Takes the same keywords
+    as ``run``; see DESIGN.md for each.
+
+    Raises:
+        RankError: a rank raised; ``__cause__`` is its exception.
+        DeadlockError: every rank blocked with nothing in flight.
+        RunTimeoutError: ``timeout`` wall seconds passed.
+    """
+    result = await _launch(fn, world_size, **keywords)
+    _warn_leaks(result)
+    return result
+
+
+async def _launch(
     fn: Callable[..., Awaitable[Any]],
     world_size: int,
     *,
@@ -170,17 +195,10 @@ async def launch(
     checks: Checks = "strict",
     algorithms: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    _progress: Callable[[int, int, float], None] | None = None,
 ) -> RunResult:
-    """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks inside a running loop.
-
-    Returns the per-rank results as a ``RunResult``. Takes the same keywords
-    as ``run``; see DESIGN.md for each.
-
-    Raises:
-        RankError: a rank raised; ``__cause__`` is its exception.
-        DeadlockError: every rank blocked with nothing in flight.
-        RunTimeoutError: ``timeout`` wall seconds passed.
-    """
+    # _progress (private, for the command line): called as
+    # _progress(finished, world_size, now) about ten times a wall second.
     _check_fn(fn)
     _check_keywords(world_size, eager_limit, checks, timeout, procs, transport)
     if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
@@ -215,7 +233,10 @@ async def launch(
                                 f"{type(coro).__name__}, not a coroutine; define it with async def")
             task.coro = coro
             engine.start(task)
-        await engine.run()
+        if _progress is None:
+            await engine.run()
+        else:
+            await _with_progress(engine, _progress)
         failure = engine.failure
         if failure is not None:
             task, exc = failure
@@ -225,11 +246,6 @@ async def launch(
     finally:
         engine.close()
     leaks = engine.leaks() if checks == "strict" else []
-    if leaks:
-        shown = "\n  ".join(leaks[:20]) + ("\n  ..." if len(leaks) > 20 else "")
-        warnings.warn(f"run finished with {len(leaks)} leak(s):\n  {shown}\n"
-                      "receive every message and wait or test every request",
-                      SimclusterWarning, stacklevel=2)
     if engine.trace is not None and isinstance(trace, (str, os.PathLike)):
         engine.trace.save(trace)
     stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
@@ -252,7 +268,32 @@ def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> 
         pass
     else:
         raise RuntimeError("run(): called from a running event loop; use `await sc.launch(...)` there")
-    return asyncio.run(launch(fn, world_size, **keywords))
+    result = asyncio.run(_launch(fn, world_size, **keywords))
+    _warn_leaks(result)
+    return result
+
+
+async def _with_progress(engine: Engine, report: Callable[[int, int, float], None]) -> None:
+    """Run the engine while a side task reports progress every 0.1 wall seconds.
+
+    The side task gets a turn whenever the engine lets the asyncio loop
+    breathe (every few thousand events), so the simulator loop itself is
+    untouched and a run without ``_progress`` pays nothing.
+    """
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            report(engine.world_size - engine._unfinished, engine.world_size, engine.now)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        await engine.run()
+    finally:
+        ticker.cancel()
+        try:
+            await ticker
+        except asyncio.CancelledError:
+            pass
 
 
 def _model_rng(seed: int) -> Any:

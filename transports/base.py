@@ -36,6 +36,19 @@ class SimclusterError(Exception):
         tail = f"; {fix}" if fix else ""
         super().__init__(f"{prefix}{op}: {problem}{tail}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (shm/tcp hosts); subclasses take
+        # other constructor arguments, so rebuild from args and attributes.
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(cls: type[SimclusterError], args: tuple[Any, ...],
+                   state: dict[str, Any]) -> SimclusterError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class TransportError(SimclusterError):
     """A transport failed: a malformed frame, a lost peer, a refused connection.

@@ -26,7 +26,7 @@ dict), as json does; bytearray and memoryview are sent as bytes.
 
 Frame: ``>II`` (length of everything after these first 4 bytes, length of the
 frame header), the msgpack frame header ``[kind, ctx, src, dst, tag, msg_id,
-nbytes, time, sync, payload header, [buffer lengths]]``, then the raw buffers.
+nbytes, time, sync, payload header, meta, [buffer lengths]]``, then the raw buffers.
 The explicit header length lets the decoder slice the header without a
 streaming unpacker that would have to swallow the buffers too.
 """
@@ -96,7 +96,7 @@ _PREFIX_SIZE: Final = _PREFIX.size
 _U32_MAX: Final = 0xFFFFFFFF
 _LARGE: Final = 1 << 16  # bytes from which a decoded buffer is allocated by numpy
 _FRAME_FIELDS: Final = (
-    "kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "sync", "header",
+    "kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "sync", "header", "meta",
 )
 _UNPACK_FIX: Final = (
     "both ends must encode with transports.wire and run the same simcluster version"
@@ -618,7 +618,7 @@ def encode_frame(envelope: Envelope) -> list[bytes | memoryview]:
         lengths = [view.nbytes for view in views]
         header = _pack([
             e.kind, e.ctx, e.src, e.dst, e.tag, e.msg_id, e.nbytes, float(e.time), e.sync,
-            e.header, lengths,
+            e.header, e.meta, lengths,
         ])
     except (TypeError, ValueError, OverflowError) as exc:
         raise TransportError(
@@ -755,7 +755,7 @@ class FrameDecoder:
         at = pos + _PREFIX_SIZE + header_len
         fields = self._read_header(view[pos + _PREFIX_SIZE:at], stop - at)
         bufs = []
-        for n in fields[10]:
+        for n in fields[11]:
             bufs.append(_copy_out(view[at:at + n]))
             at += n
         out.append(_envelope(fields, bufs))
@@ -780,7 +780,7 @@ class FrameDecoder:
         else:
             fields = self._read_header(self._head, self._rest - 4 - len(self._head))
             self._fields = fields
-            self._bufs = [_allocate(n) for n in fields[10]]
+            self._bufs = [_allocate(n) for n in fields[11]]
             self._index = 0
             self._fill = 0
             self._advance(out)
@@ -807,15 +807,16 @@ class FrameDecoder:
             fields = _unpackb(head, raw=False, strict_map_key=True, ext_hook=_no_ext)
         except Exception as exc:
             raise self._fail(f"malformed frame header ({type(exc).__name__}: {exc})") from None
-        if type(fields) is not list or len(fields) != 11:
-            raise self._fail("frame header is not an array of 11 fields")
-        kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, lengths = fields
+        if type(fields) is not list or len(fields) != 12:
+            raise self._fail("frame header is not an array of 12 fields")
+        kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, meta, lengths = fields
         if not (
             type(kind) is int and type(ctx) is int and type(src) is int and type(dst) is int
             and type(tag) is int and type(msg_id) is int and type(nbytes) is int
             and type(time) is float and type(sync) is bool and type(header) is bytes
+            and type(meta) is bytes
         ):
-            expected = (*[int] * 7, float, bool, bytes)
+            expected = (*[int] * 7, float, bool, bytes, bytes)
             name, got, want = next(
                 (n, type(v).__name__, e.__name__)
                 for n, v, e in zip(_FRAME_FIELDS, fields, expected) if type(v) is not e
@@ -848,5 +849,5 @@ def _copy_out(view: memoryview) -> memoryview:
 
 
 def _envelope(fields: list[Any], bufs: list[memoryview]) -> Envelope:
-    kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, _ = fields
-    return Envelope(kind, ctx, src, dst, tag, msg_id, nbytes, time, header, tuple(bufs), sync)
+    kind, ctx, src, dst, tag, msg_id, nbytes, time, sync, header, meta, _ = fields
+    return Envelope(kind, ctx, src, dst, tag, msg_id, nbytes, time, header, tuple(bufs), sync, meta)

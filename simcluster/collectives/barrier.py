@@ -5,7 +5,8 @@ Algorithms (``p`` ranks, AlphaBeta costs; every message is ``None``, 0 bytes):
 - ``dissemination``: ``ceil(log2 p)`` rounds, in round ``k`` each rank signals
   ``rank + 2**k`` and waits for ``rank - 2**k``; ``ceil(log2 p) * alpha``.
 - ``tree``: fan in to rank 0 along a binomial tree, then fan out along it;
-  ``2 * ceil(log2 p) * alpha``, but only ``2 * (p - 1)`` messages in all
+  ``2 * floor(log2 p) * alpha`` (the deepest rank, ``2**floor(log2 p) - 1``, is
+  that many hops from rank 0), but only ``2 * (p - 1)`` messages in all
   (dissemination sends ``p * ceil(log2 p)``).
 
 Default rule: ``dissemination`` at every size, as MPICH does; it has the
@@ -42,7 +43,7 @@ async def dissemination(c: CollContext) -> None:
 async def tree(c: CollContext) -> None:
     """Binomial fan-in to rank 0 followed by a binomial fan-out.
 
-    Costs ``2 * ceil(log2 p) * alpha``; ``2 * (p - 1)`` messages.
+    Costs ``2 * floor(log2 p) * alpha``; ``2 * (p - 1)`` messages.
     """
     kids = binomial_children(c.rank, c.size)
     await wait_all([c.irecv(kid) for kid in kids])

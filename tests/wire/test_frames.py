@@ -176,19 +176,21 @@ def test_array_buffers_are_written_as_views_never_copied() -> None:
 def test_frame_bytes_are_exactly() -> None:
     senv = Envelope(CTS, 7, 1, 2, 5, 42, 0, 0.5)
     assert frame_bytes(senv) == (
-        b"\x00\x00\x00\x19"  # length of the rest: 4 + 21
-        b"\x00\x00\x00\x15"  # length of the frame header: 21
-        b"\x9b\x02\x07\x01\x02\x05\x2a\x00\xcb\x3f\xe0\x00\x00\x00\x00\x00\x00\xc2\xc4\x00\x90"
+        b"\x00\x00\x00\x1b"  # length of the rest: 4 + 23
+        b"\x00\x00\x00\x17"  # length of the frame header: 23
+        b"\x9c\x02\x07\x01\x02\x05\x2a\x00\xcb\x3f\xe0\x00\x00\x00\x00\x00\x00\xc2\xc4\x00\xc4\x00\x90"
     )
 
 
 def test_frame_with_a_buffer_is_exactly() -> None:
     packed = pack([np.arange(2, dtype="<i2")])
-    senv = Envelope(EAGER, 0, 0, 1, 3, 1, packed.nbytes, 1.0, packed.header, packed.buffers, True)
+    senv = Envelope(EAGER, 0, 0, 1, 3, 1, packed.nbytes, 1.0, packed.header, packed.buffers, True,
+                    b"m")
     assert frame_bytes(senv) == (
-        b"\x00\x00\x00\x2b\x00\x00\x00\x23"
-        b"\x9b\x00\x00\x00\x01\x03\x01\x04\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\xc3"
+        b"\x00\x00\x00\x2e\x00\x00\x00\x26"
+        b"\x9c\x00\x00\x00\x01\x03\x01\x04\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\xc3"
         b"\xc4\x0d\x91\xc7\x09\x01\x94\x00\xa3<i2\x91\x02\xc2"  # payload header
+        b"\xc4\x01m"  # meta
         b"\x91\x04"  # buffer lengths
         b"\x00\x00\x01\x00"  # the raw buffer
     )
@@ -224,7 +226,7 @@ def _frame(fields: list[object], body: bytes = b"") -> bytes:
     return _prefix(4 + len(header) + len(body), len(header)) + header + body
 
 
-_GOOD = [EAGER, 0, 0, 1, 3, 1, 0, 0.0, False, b"\xc0", []]
+_GOOD = [EAGER, 0, 0, 1, 3, 1, 0, 0.0, False, b"\xc0", b"", []]
 
 
 def _with(index: int, value: object) -> list[object]:
@@ -269,9 +271,9 @@ def test_default_cap_is_one_gibibyte() -> None:
                      "frame header of 7 bytes does not fit a frame of 10",
                      id="header-past-frame"),
         pytest.param(_prefix(2, 1), "does not fit", id="rest-too-short"),
-        pytest.param(_frame(["not", "a", "frame"]), "not an array of 11 fields", id="short-array"),
+        pytest.param(_frame(["not", "a", "frame"]), "not an array of 12 fields", id="short-array"),
         pytest.param(_frame({"kind": 0}),  # type: ignore[arg-type]
-                     "not an array of 11 fields", id="map"),
+                     "not an array of 12 fields", id="map"),
         pytest.param(_prefix(6, 2) + b"\x92\xc1", r"malformed frame header \(", id="garbage"),
         pytest.param(_frame(_with(0, 9)), "frame kind 9 is not one of 0..4", id="bad-kind"),
         pytest.param(_frame(_with(2, "1")), "frame field src is str, expected int", id="str-src"),
@@ -282,11 +284,13 @@ def test_default_cap_is_one_gibibyte() -> None:
         pytest.param(_frame(_with(8, 1)), "frame field sync is int, expected bool", id="int-sync"),
         pytest.param(_frame(_with(9, "x")), "frame field header is str, expected bytes",
                      id="str-header"),
-        pytest.param(_frame(_with(10, [-1])), "not a list of non-negative ints", id="neg-length"),
-        pytest.param(_frame(_with(10, [4]), b"abc"),
+        pytest.param(_frame(_with(10, "m")), "frame field meta is str, expected bytes",
+                     id="str-meta"),
+        pytest.param(_frame(_with(11, [-1])), "not a list of non-negative ints", id="neg-length"),
+        pytest.param(_frame(_with(11, [4]), b"abc"),
                      "buffer lengths add up to 4 bytes but 3 follow the frame header",
                      id="lengths-too-long"),
-        pytest.param(_frame(_with(10, [1]), b"abc"), "add up to 1 bytes but 3 follow",
+        pytest.param(_frame(_with(11, [1]), b"abc"), "add up to 1 bytes but 3 follow",
                      id="lengths-too-short"),
         pytest.param(_prefix(7, 3) + msgpack.packb(msgpack.ExtType(1, b"")),
                      "has no place in a frame header", id="ext-in-header"),
@@ -329,11 +333,11 @@ def test_eof_mid_frame_raises_naming_the_peer() -> None:
     blob = frame_bytes(Envelope(CTS, 7, 1, 2, 5, 42, 0, 0.5))
     decoder.feed(blob[:-3])
     assert repr(decoder) == (
-        "<FrameDecoder peer='rank 3' max_frame=1073741824 26 bytes into a frame>"
+        "<FrameDecoder peer='rank 3' max_frame=1073741824 28 bytes into a frame>"
     )
     with pytest.raises(
         TransportError,
-        match=r"^recv frame: from peer 'rank 3': the stream ended 26 bytes into a frame of 29 "
+        match=r"^recv frame: from peer 'rank 3': the stream ended 28 bytes into a frame of 31 "
         r"bytes; the peer closed its connection mid-send; look for its own error$",
     ):
         decoder.feed_eof()

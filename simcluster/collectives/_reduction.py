@@ -1,0 +1,282 @@
+"""Steps the reduction collectives share: flat views, ordered combines, folds, halving.
+
+The chunking algorithms (ring, Rabenseifner, recursive halving) work on a
+*flat* value: a 1-D copy of an array for elementwise ops, or a list of whole
+items otherwise (``[obj]`` for one Python object, the caller's list for
+reduce_scatter). Slicing a flat value with chunk bounds gives a *segment*;
+``combine_flat`` reduces two segments item by item, so one code path serves
+arrays, numbers and arbitrary objects.
+
+Non-power-of-two sizes use MPICH's fold: with ``pof2`` the largest power of
+two ``<= size`` and ``rem = size - pof2``, each even rank below ``2*rem``
+hands its data to the odd rank above it and sits out; the others renumber
+to ``vrank`` in ``range(pof2)`` (``r // 2`` below ``2*rem``, ``r - rem``
+above), run the power-of-two algorithm, and the odd ranks hand results back.
+
+Rule 1: rank order is kept everywhere: the operand that holds lower ranks goes
+on the left (``vrank`` order is rank order, and each vrank holds a contiguous
+block of ranks), so non-commutative ops give ``x0 op x1 op ... op x(p-1)``.
+Rule 2: nothing here writes into the caller's arrays: ``flatten`` copies, and
+``ReduceOp.apply`` returns new values. Writes go only into our own flat copy,
+and only after the sends that read it have completed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+
+from ..request import wait_all
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+
+Flat = Union["NDArray[Any]", list[Any]]
+"""A 1-D array (elementwise op on an array) or a list of whole items."""
+
+# ---- values ----
+
+
+def flatten(obj: Any, op: ReduceOp) -> Flat:
+    """Return ``obj`` as a flat value: a 1-D copy of an array when ``op`` is elementwise, else ``[obj]``."""
+    if isinstance(obj, np.ndarray) and op.elementwise:
+        return np.array(obj, order="C").reshape(-1)
+    return [obj]
+
+
+def unflatten(flat: Flat, like: Any) -> Any:
+    """Undo :func:`flatten` for a payload shaped like ``like``."""
+    if isinstance(flat, np.ndarray):
+        return flat.reshape(like.shape)
+    return flat[0]
+
+
+def segment(flat: Flat, bounds: Sequence[int], first: int, end: int | None = None) -> Flat:
+    """Return chunks ``[first, end)`` of ``flat`` (just chunk ``first`` when ``end`` is None)."""
+    return flat[bounds[first]:bounds[first + 1 if end is None else end]]
+
+
+def nbytes_of(value: object) -> int:
+    """Return the bytes a reduction of ``value`` touches (arrays: ``nbytes``; numbers: their width)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return int(value.nbytes)
+    if isinstance(value, list):
+        return sum(nbytes_of(item) for item in value)
+    if isinstance(value, bool):
+        return 1
+    return 16 if isinstance(value, complex) else 8 if isinstance(value, (int, float)) else 0
+
+
+def finish(op: ReduceOp, value: Any, count: int, obj: Any) -> Any:
+    """Finalize ``value`` (AVG divides by ``count``); never hand back the caller's array ``obj``."""
+    if value is obj and isinstance(value, np.ndarray):
+        value = value.copy()
+    return op.finalize(value, count)
+
+
+# ---- combining, with the gamma charge ----
+
+
+async def _charge(c: CollContext, value: object) -> None:
+    seconds = c.latency.reduce_time(nbytes_of(value))
+    if seconds > 0:
+        await c.sleep(seconds)
+
+
+async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:
+    """Return ``left op right`` (``left`` holds the lower ranks), charging ``reduce_time``."""
+    value = op.apply(left, right)
+    await _charge(c, value)
+    return value
+
+
+async def combine_flat(c: CollContext, op: ReduceOp, left: Flat, right: Flat) -> Flat:
+    """Return ``left op right`` item by item for two segments, charging ``reduce_time``."""
+    if isinstance(left, np.ndarray):
+        value: Flat = op.apply(left, right)
+    else:
+        value = [op.apply(a, b) for a, b in zip(left, right, strict=True)]
+    await _charge(c, value)
+    return value
+
+
+async def ordered(c: CollContext, op: ReduceOp, mine: Flat, got: Flat, got_first: bool) -> Flat:
+    """Combine my segment with a peer's, the lower ranks' operand first."""
+    return await combine_flat(c, op, got, mine) if got_first else await combine_flat(c, op, mine, got)
+
+
+async def fold_values(c: CollContext, op: ReduceOp, values: Sequence[Any], *, flat: bool = False) -> Any:
+    """Return ``values[0] op values[1] op ...`` in order (item by item when ``flat``)."""
+    step = combine_flat if flat else combine
+    value = values[0]
+    for item in values[1:]:
+        value = await step(c, op, value, item)
+    return value
+
+
+async def linear_fold(c: CollContext, obj: Any, op: ReduceOp, root: int, *, flat: bool = False) -> Any:
+    """Every rank sends ``obj`` to ``root``, which reduces them in rank order; others get None.
+
+    Costs ``alpha + (p-1)*n*beta`` (the root's port takes the ``p - 1`` messages
+    one after another) plus ``p - 1`` local reductions at the root.
+    """
+    if c.rank != root:
+        await c.send(obj, root)
+        return None
+    reqs = {src: c.irecv(src) for src in range(c.size) if src != root}
+    value = obj if root == 0 else await reqs[0]
+    step = combine_flat if flat else combine
+    for src in range(1, c.size):
+        value = await step(c, op, value, obj if src == root else await reqs[src])
+    return value
+
+
+# ---- folding a non-power-of-two size ----
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """MPICH's renumbering of ``size`` ranks onto ``pof2`` virtual ranks (see the module docstring)."""
+
+    size: int
+    pof2: int
+    rem: int
+
+    @classmethod
+    def of(cls, size: int) -> Fold:
+        """Return the fold for ``size`` ranks."""
+        pof2 = 1 << (size.bit_length() - 1)
+        return cls(size, pof2, size - pof2)
+
+    def vrank(self, rank: int) -> int | None:
+        """Return ``rank``'s virtual rank, or None for an even rank that sits out."""
+        if rank >= 2 * self.rem:
+            return rank - self.rem
+        return None if rank % 2 == 0 else rank // 2
+
+    def rank(self, vrank: int) -> int:
+        """Return the real rank that plays virtual rank ``vrank``."""
+        return 2 * vrank + 1 if vrank < self.rem else vrank + self.rem
+
+    def members(self, vrank: int) -> range:
+        """Return the real ranks whose data virtual rank ``vrank`` holds after the fold."""
+        return range(2 * vrank, 2 * vrank + 2) if vrank < self.rem else range(vrank + self.rem,
+                                                                              vrank + self.rem + 1)
+
+
+async def fold_in(c: CollContext, fold: Fold, flat: Flat, op: ReduceOp) -> Flat:
+    """Even ranks below ``2*rem`` send their flat value up; the odd ranks fold it in (one step)."""
+    r = c.rank
+    if r >= 2 * fold.rem:
+        return flat
+    if r % 2 == 0:
+        await c.send(flat, r + 1)
+        return flat
+    return await combine_flat(c, op, await c.recv(r - 1), flat)
+
+
+async def fold_out(c: CollContext, fold: Fold, flat: Flat) -> Flat:
+    """Odd ranks below ``2*rem`` send the result down to the even rank that sat out."""
+    r = c.rank
+    if r >= 2 * fold.rem:
+        return flat
+    if r % 2:
+        await c.send(flat, r - 1)
+        return flat
+    received: Flat = await c.recv(r + 1)
+    return received
+
+
+# ---- recursive halving and its reverse ----
+
+
+async def halving(c: CollContext, fold: Fold, vrank: int, flat: Flat, bounds: Sequence[int],
+                  op: ReduceOp) -> list[tuple[int, int]]:
+    """Reduce-scatter ``pof2`` chunks of ``flat`` among the virtual ranks by recursive halving.
+
+    Step ``i`` pairs ``vrank`` with ``vrank ^ 2**i``: each keeps half of its
+    current window of chunks and sends the other half, so the steps move
+    ``n/2, n/4, ..., n/pof2`` bytes: ``log2(pof2) * alpha + (pof2-1)/pof2 * n*beta``.
+    Distances grow (1, 2, 4, ...) so each partial covers a contiguous block of
+    ranks and order is kept. ``flat`` is updated in place; the result is the
+    stack of windows, one per step, the last entry being this rank's final chunk.
+    """
+    lo, hi = 0, len(bounds) - 1
+    windows = [(lo, hi)]
+    mask = 1
+    while mask < fold.pof2:
+        peer = vrank ^ mask
+        mid = (lo + hi) // 2
+        (lo, hi), give = ((mid, hi), (lo, mid)) if vrank & mask else ((lo, mid), (mid, hi))
+        got = await c.sendrecv(segment(flat, bounds, *give), fold.rank(peer), fold.rank(peer))
+        flat[bounds[lo]:bounds[hi]] = await ordered(c, op, segment(flat, bounds, lo, hi), got, peer < vrank)
+        windows.append((lo, hi))
+        mask <<= 1
+    return windows
+
+
+async def doubling_gather(c: CollContext, fold: Fold, vrank: int, flat: Flat, bounds: Sequence[int],
+                          windows: list[tuple[int, int]], vroot: int | None = None) -> bool:
+    """Undo :func:`halving`: put the reduced chunks back together in ``flat``.
+
+    With ``vroot`` None every virtual rank ends with every chunk (recursive
+    doubling all_gather, ``n/pof2, ..., n/2`` bytes per step); otherwise the
+    chunks flow to ``vroot`` only (binomial gather) and the ranks that handed
+    theirs on return early. Returns whether this rank now holds the whole value.
+    """
+    for depth in range(len(windows) - 1, 0, -1):
+        mask = 1 << (depth - 1)  # the step that made windows[depth] paired vranks this far apart
+        (lo, hi), (plo, phi) = windows[depth], windows[depth - 1]
+        other = (plo, lo) if lo > plo else (hi, phi)
+        peer = fold.rank(vrank ^ mask)
+        mine = segment(flat, bounds, lo, hi)
+        if vroot is None:
+            flat[bounds[other[0]]:bounds[other[1]]] = await c.sendrecv(mine, peer, peer)
+        elif (vrank ^ vroot) & mask:
+            await c.send(mine, peer)
+            return False
+        else:
+            flat[bounds[other[0]]:bounds[other[1]]] = await c.recv(peer)
+    return True
+
+
+# ---- the ring reduce-scatter ----
+
+
+async def ring_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int], op: ReduceOp) -> Flat:
+    """Reduce ``size`` chunks around the ring; return chunk ``c.rank`` reduced over all ranks.
+
+    At step ``s`` rank ``r`` sends its partial of chunk ``r-s-1`` right and
+    receives chunk ``r-s-2`` from the left, a simultaneous exchange costing
+    ``alpha + n/p*beta``: ``(p-1) * (alpha + n/p*beta)`` in all. Chunk ``k``'s
+    partial travels ``k+1, ..., p-1, 0, ..., k``; for a non-commutative op the
+    part gathered after the wrap at rank 0 travels as a separate head (the
+    message carries ``[tail, head]``, ``head`` None until then, 0 bytes), and
+    rank ``k`` returns ``head op tail``, keeping rank order.
+    """
+    p, r = c.size, c.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    msg: list[Any] = [segment(flat, bounds, (r - 1) % p), None]
+    for step in range(p - 1):
+        tail, head = await c.sendrecv(msg, right, left)
+        mine = segment(flat, bounds, (r - step - 2) % p)
+        if r == 0 and not op.commutative:
+            head = mine
+        elif head is None:
+            tail = await combine_flat(c, op, tail, mine)
+        else:
+            head = await combine_flat(c, op, head, mine)
+        msg = [tail, head]
+    tail, head = msg
+    return tail if head is None else await combine_flat(c, op, head, tail)
+
+
+async def send_all(c: CollContext, items: Sequence[tuple[Any, int]]) -> None:
+    """Send each ``(obj, dst)`` at once and wait for them all."""
+    await wait_all([c.isend(obj, dst) for obj, dst in items])

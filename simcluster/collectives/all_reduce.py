@@ -1,0 +1,156 @@
+"""All-reduce: every rank gets ``x0 op x1 op ... op x(p-1)``.
+
+Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs with ``gamma = 0``;
+``pof2`` is the largest power of two ``<= p``, and on other sizes MPICH's fold
+adds one step before and one after, each ``alpha + n*beta``):
+
+- ``recursive_doubling``: ``log2 pof2`` exchanges of the whole value with the
+  rank ``2**i`` away: ``k * (alpha + n*beta)`` on ``p = 2**k`` exactly.
+- ``rabenseifner``: recursive-halving reduce-scatter, then recursive-doubling
+  all_gather: ``2*log2(p)*alpha + 2*(p-1)/p * n*beta`` on ``p = 2**k``.
+- ``ring``: ring reduce-scatter, then ring all_gather, each step one
+  simultaneous exchange with both neighbours: ``2*(p-1)*(alpha + n/p*beta)``
+  exactly when ``p`` divides the array into equal pieces; no fold needed.
+- ``reduce_broadcast``: binomial reduce to rank 0, then binomial broadcast:
+  ``2*log2(p)*(alpha + n*beta)`` on ``p = 2**k``.
+- ``linear``: every rank sends to rank 0, which reduces in rank order and
+  sends the result to each rank: ``2*(alpha + (p-1)*n*beta)``.
+
+Every algorithm keeps rank order, so non-commutative ops are correct with any
+of them; ``ring`` and ``rabenseifner`` split arrays into ``p`` (``pof2``)
+pieces by ``numpy.array_split`` bounds and treat other payloads, and arrays
+under non-elementwise user ops, as one piece.
+
+Default rule (MPICH's ``MPIR_Allreduce_intra_auto``, plus the ring for large
+arrays on sizes that are not powers of two, where the fold's two full-size
+steps cost more than the ring's extra latency): ``recursive_doubling`` for
+payloads that are not arrays, for non-commutative ops, for arrays up to 2048
+bytes and for arrays too small to give each of ``pof2`` ranks 8 bytes;
+otherwise ``ring`` when ``p`` is not a power of two and the array holds at
+least 1 MiB, else ``rabenseifner``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from . import broadcast as _broadcast
+from . import reduce as _reduce
+from ._chunks import split_bounds
+from ._reduction import (
+    Fold,
+    doubling_gather,
+    finish,
+    flatten,
+    fold_in,
+    fold_out,
+    halving,
+    ordered,
+    ring_reduce_scatter,
+    segment,
+    unflatten,
+)
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+
+AllReduceAlgo = Callable[["CollContext", Any, "ReduceOp"], Awaitable[Any]]
+
+SHORT_MSG: Final = 2048
+"""Bytes up to which all_reduce uses recursive doubling (MPICH's ``ALLREDUCE_SHORT_MSG_SIZE``)."""
+
+RING_MSG: Final = 1 << 20
+"""Bytes from which sizes that are not powers of two use the ring."""
+
+
+async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Exchange the whole partial result with the rank ``2**i`` away, for each bit ``i``.
+
+    Costs ``k * (alpha + n*beta)`` on ``p = 2**k`` ranks, two more such steps
+    otherwise (MPICH's fold). Works on any payload.
+    """
+    fold = Fold.of(c.size)
+    flat = await fold_in(c, fold, flatten(obj, op), op)
+    vrank = fold.vrank(c.rank)
+    if vrank is not None:
+        mask = 1
+        while mask < fold.pof2:
+            peer = vrank ^ mask
+            got = await c.sendrecv(flat, fold.rank(peer), fold.rank(peer))
+            flat = await ordered(c, op, flat, got, peer < vrank)
+            mask <<= 1
+    return finish(op, unflatten(await fold_out(c, fold, flat), obj), c.size, obj)
+
+
+async def rabenseifner(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Recursive-halving reduce-scatter, then recursive-doubling all_gather (Rabenseifner).
+
+    Costs ``2*log2(p)*alpha + 2*(p-1)/p * n*beta`` on ``p = 2**k`` ranks, plus
+    ``2*(alpha + n*beta)`` for the fold on other sizes.
+    """
+    fold = Fold.of(c.size)
+    flat = await fold_in(c, fold, flatten(obj, op), op)
+    vrank = fold.vrank(c.rank)
+    if vrank is not None:
+        bounds = split_bounds(len(flat), fold.pof2)
+        windows = await halving(c, fold, vrank, flat, bounds, op)
+        await doubling_gather(c, fold, vrank, flat, bounds, windows)
+    return finish(op, unflatten(await fold_out(c, fold, flat), obj), c.size, obj)
+
+
+async def ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Ring reduce-scatter of ``p`` pieces, then a ring all_gather of the reduced pieces.
+
+    Every step is a simultaneous send right / receive left of one piece:
+    ``2*(p-1)*(alpha + n/p*beta)`` in all, bandwidth-optimal on any size.
+    """
+    p, r = c.size, c.rank
+    flat = flatten(obj, op)
+    bounds = split_bounds(len(flat), p)
+    flat[bounds[r]:bounds[r + 1]] = await ring_reduce_scatter(c, flat, bounds, op)
+    right, left = (r + 1) % p, (r - 1) % p
+    for step in range(p - 1):
+        got = await c.sendrecv(segment(flat, bounds, (r - step) % p), right, left)
+        k = (r - step - 1) % p
+        flat[bounds[k]:bounds[k + 1]] = got
+    return finish(op, unflatten(flat, obj), p, obj)
+
+
+async def reduce_broadcast(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Binomial reduce to rank 0, then binomial broadcast from it.
+
+    Costs ``2*log2(p)*(alpha + n*beta)`` on ``p = 2**k`` ranks.
+    """
+    value = await _reduce.binomial(c, obj, op, 0)
+    return await _broadcast.binomial(c, value if c.rank == 0 else obj, 0)
+
+
+async def linear(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Every rank sends to rank 0, which reduces in rank order and sends the result to each.
+
+    Costs ``2*(alpha + (p-1)*n*beta)``: rank 0's port takes ``p - 1`` messages in, then sends as many out.
+    """
+    value = await _reduce.linear(c, obj, op, 0)
+    return await _broadcast.linear(c, value if c.rank == 0 else obj, 0)
+
+
+ALGORITHMS: Final[Mapping[str, AllReduceAlgo]] = {
+    "ring": ring,
+    "recursive_doubling": recursive_doubling,
+    "rabenseifner": rabenseifner,
+    "reduce_broadcast": reduce_broadcast,
+    "linear": linear,
+}
+"""All-reduce algorithms by name."""
+
+
+def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
+    """Return the all_reduce algorithm MPICH would pick (see the module docstring)."""
+    pof2 = 1 << (size.bit_length() - 1)
+    if not arrays or not commutative or nbytes <= SHORT_MSG or nbytes < 8 * pof2:
+        return "recursive_doubling"
+    if size != pof2 and nbytes >= RING_MSG:
+        return "ring"
+    return "rabenseifner"

@@ -1,0 +1,117 @@
+"""Reduce: the root gets ``x0 op x1 op ... op x(p-1)``; the other ranks get nothing.
+
+Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs with ``gamma = 0``):
+
+- ``binomial``: each rank reduces its children's partials (nearest child
+  first) and sends the result to its parent: ``ceil(log2 p)`` rounds,
+  ``log2(p) * (alpha + n*beta)`` on ``p = 2**k``. The tree is rooted at the
+  root for commutative ops; for non-commutative ones it is rooted at rank 0,
+  where every partial covers a contiguous run of ranks, and rank 0 then sends
+  the result to the root (one more ``alpha + n*beta``), as MPICH does.
+- ``rabenseifner``: recursive-halving reduce-scatter, then a binomial gather
+  of the reduced pieces to the root: ``2*log2(p)*alpha + 2*(p-1)/p * n*beta``
+  on ``p = 2**k``; other sizes add MPICH's fold, ``alpha + n*beta``, and one
+  more such step when the root is a rank that the fold sets aside.
+- ``linear``: every rank sends to the root, which reduces in rank order:
+  ``alpha + (p-1)*n*beta`` (the root's port takes the messages one by one).
+
+All three keep rank order, so non-commutative ops are correct with any of them.
+
+Default rule (MPICH's ``MPIR_Reduce_intra_auto``): ``rabenseifner`` for
+arrays over 2048 bytes with a commutative op on sizes where each of ``pof2``
+ranks gets at least 8 bytes; ``binomial`` otherwise (small arrays, other
+payloads, non-commutative ops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds
+from ._reduction import (
+    Fold,
+    combine,
+    doubling_gather,
+    finish,
+    flatten,
+    fold_in,
+    halving,
+    linear_fold,
+    unflatten,
+)
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+
+ReduceAlgo = Callable[["CollContext", Any, "ReduceOp", int], Awaitable[Any]]
+
+SHORT_MSG: Final = 2048
+"""Bytes up to which reduce stays binomial (MPICH's ``REDUCE_SHORT_MSG_SIZE``)."""
+
+
+async def binomial(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
+    """Reduce up a binomial tree: receive each child's partial, nearest first, then send to the parent.
+
+    Costs ``log2(p) * (alpha + n*beta)`` on ``p = 2**k`` (one more step for a
+    non-commutative op when ``root != 0``). Works on any payload.
+    """
+    tree = root if op.commutative else 0  # rooted at 0, partials cover runs of ranks in order
+    rel = relative(c.rank, tree, c.size)
+    value = obj
+    for kid in reversed(binomial_children(rel, c.size)):
+        value = await combine(c, op, value, await c.recv(absolute(kid, tree, c.size)))
+    if rel:
+        await c.send(value, absolute(binomial_parent(rel), tree, c.size))
+    if tree != root and c.rank == tree:
+        await c.send(value, root)
+    elif tree != root and c.rank == root:
+        value = await c.recv(tree)
+    return finish(op, value, c.size, obj) if c.rank == root else None
+
+
+async def rabenseifner(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
+    """Recursive-halving reduce-scatter, then a binomial gather of the pieces to the root.
+
+    Costs ``2*log2(p)*alpha + 2*(p-1)/p * n*beta`` on ``p = 2**k`` ranks, plus
+    MPICH's fold on other sizes.
+    """
+    fold = Fold.of(c.size)
+    flat = await fold_in(c, fold, flatten(obj, op), op)
+    vrank = fold.vrank(c.rank)
+    holder = root if fold.vrank(root) is not None else root + 1  # who collects for a set-aside root
+    if vrank is not None:
+        bounds = split_bounds(len(flat), fold.pof2)
+        windows = await halving(c, fold, vrank, flat, bounds, op)
+        await doubling_gather(c, fold, vrank, flat, bounds, windows, fold.vrank(holder))
+    if holder != root and c.rank == holder:
+        await c.send(flat, root)
+    elif holder != root and c.rank == root:
+        flat = await c.recv(holder)
+    return finish(op, unflatten(flat, obj), c.size, obj) if c.rank == root else None
+
+
+async def linear(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
+    """Every rank sends to the root, which reduces in rank order as the messages come in.
+
+    Costs ``alpha + (p-1)*n*beta``; ``p - 1`` messages, all into the root's port.
+    """
+    value = await linear_fold(c, obj, op, root)
+    return finish(op, value, c.size, obj) if c.rank == root else None
+
+
+ALGORITHMS: Final[Mapping[str, ReduceAlgo]] = {
+    "binomial": binomial,
+    "rabenseifner": rabenseifner,
+    "linear": linear,
+}
+"""Reduce algorithms by name."""
+
+
+def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
+    """Return the reduce algorithm MPICH would pick (see the module docstring)."""
+    pof2 = 1 << (size.bit_length() - 1)
+    if arrays and commutative and nbytes > SHORT_MSG and nbytes >= 8 * pof2:
+        return "rabenseifner"
+    return "binomial"

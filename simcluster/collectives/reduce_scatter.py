@@ -1,0 +1,133 @@
+"""Reduce-scatter: rank ``r`` gets item ``r`` of the item-by-item reduction of every rank's list.
+
+Each rank passes a list of ``p`` items (arrays or any objects); item ``j`` of
+the result is ``objs0[j] op objs1[j] op ... op objs(p-1)[j]`` and goes to rank
+``j``. Algorithms (``p`` ranks, ``n`` bytes in each list, so ``n/p`` per item,
+AlphaBeta costs with ``gamma = 0``):
+
+- ``recursive_halving``: MPICH's fold of the extra ranks, then recursive
+  halving over the lists: ``log2(p)*alpha + (p-1)/p * n*beta`` on
+  ``p = 2**k``; other sizes add one step of ``alpha + n*beta`` before and a
+  step of ``alpha + n/p*beta`` after.
+- ``pairwise``: at step ``i`` rank ``r`` sends item ``r+i`` to rank ``r+i``
+  and receives its own item from rank ``r-i``: ``(p-1)*(alpha + n/p*beta)``;
+  the items are reduced in rank order once all have come.
+- ``ring``: partials of each item travel around the ring, one simultaneous
+  exchange with both neighbours per step: ``(p-1)*(alpha + n/p*beta)``.
+- ``linear``: every rank sends its whole list to rank 0, which reduces in
+  rank order and sends item ``j`` to rank ``j``:
+  ``alpha + (p-1)*n*beta + alpha + (p-1)/p * n*beta``.
+
+Items are reduced whole (an array item is never split), so every algorithm
+works on any payload, and every algorithm keeps rank order, so non-commutative
+ops are correct with any of them.
+
+Default rule (MPICH's ``MPIR_Reduce_scatter_intra_auto`` for commutative
+ops, which here serves every op since all algorithms keep order):
+``recursive_halving`` when the list holds less than 512 KiB, else ``pairwise``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any, Final
+
+from ._reduction import (
+    Fold,
+    finish,
+    fold_in,
+    fold_values,
+    halving,
+    linear_fold,
+    ring_reduce_scatter,
+    segment,
+    send_all,
+)
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+
+ReduceScatterAlgo = Callable[["CollContext", list[Any], "ReduceOp"], Awaitable[Any]]
+
+LONG_MSG: Final = 512 * 1024
+"""Bytes from which reduce_scatter goes pairwise (MPICH's ``REDSCAT_COMMUTATIVE_LONG_MSG_SIZE``)."""
+
+
+def _bit_reverse(value: int, bits: int) -> int:
+    return int(f"{value:0{bits}b}"[::-1], 2) if bits else 0
+
+
+async def recursive_halving(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """Fold to a power of two, then halve the list of items between partners ``1, 2, 4, ...`` apart.
+
+    Costs ``log2(p)*alpha + (p-1)/p * n*beta`` on ``p = 2**k`` ranks. The items
+    are laid out so that the piece each virtual rank ends with holds the items
+    of the real ranks it stands for.
+    """
+    fold, r = Fold.of(c.size), c.rank
+    units = await fold_in(c, fold, list(objs), op)
+    vrank = fold.vrank(r)
+    mine: list[Any] = []
+    if vrank is not None:
+        bits = fold.pof2.bit_length() - 1
+        owners = [_bit_reverse(pos, bits) for pos in range(fold.pof2)]  # halving ends vrank at bitrev(vrank)
+        flat = [units[i] for owner in owners for i in fold.members(owner)]
+        bounds = list(accumulate((len(fold.members(owner)) for owner in owners), initial=0))
+        windows = await halving(c, fold, vrank, flat, bounds, op)
+        mine = list(segment(flat, bounds, *windows[-1]))
+    if r < 2 * fold.rem and r % 2:
+        await c.send(mine[0], r - 1)
+    value = (await c.recv(r + 1)) if r < 2 * fold.rem and r % 2 == 0 else mine[-1]
+    return finish(op, value, c.size, objs[r])
+
+
+async def pairwise(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """Exchange with ranks ``i`` away in both directions, then reduce the ``p`` items in rank order.
+
+    Costs ``(p-1)*(alpha + n/p*beta)``: each step is a permutation, so no port is shared.
+    """
+    p, r = c.size, c.rank
+    parts: list[Any] = list(objs)  # parts[src] ends as src's item for me; only parts[r] is mine
+    for step in range(1, p):
+        dst, src = (r + step) % p, (r - step) % p
+        parts[src] = await c.sendrecv(objs[dst], dst, src)
+    return finish(op, await fold_values(c, op, parts), p, objs[r])
+
+
+async def ring(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """Pass partials of each item around the ring (the first half of the ring all_reduce).
+
+    Costs ``(p-1)*(alpha + n/p*beta)``.
+    """
+    mine = await ring_reduce_scatter(c, list(objs), range(c.size + 1), op)
+    return finish(op, mine[0], c.size, objs[c.rank])
+
+
+async def linear(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """Reduce the whole lists at rank 0 in rank order, then send item ``j`` to rank ``j``.
+
+    Costs ``2*alpha + (p-1)*n*beta + (p-1)/p * n*beta``.
+    """
+    total = await linear_fold(c, list(objs), op, 0, flat=True)
+    if c.rank == 0:
+        await send_all(c, [(total[dst], dst) for dst in range(1, c.size)])
+        value = total[0]
+    else:
+        value = await c.recv(0)
+    return finish(op, value, c.size, objs[c.rank])
+
+
+ALGORITHMS: Final[Mapping[str, ReduceScatterAlgo]] = {
+    "recursive_halving": recursive_halving,
+    "pairwise": pairwise,
+    "ring": ring,
+    "linear": linear,
+}
+"""Reduce-scatter algorithms by name."""
+
+
+def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
+    """Return the reduce_scatter algorithm MPICH would pick (see the module docstring)."""
+    return "recursive_halving" if nbytes < LONG_MSG else "pairwise"

@@ -1,0 +1,195 @@
+"""Broadcast: every algorithm, every root, arrays in place, objects by value, exact virtual time."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simcluster as sc
+from simcluster.collectives import broadcast
+
+WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
+ALGORITHMS = sorted(broadcast.ALGORITHMS)
+ALPHA = 2.0**-20
+BETA = 2.0**-30
+
+MESSAGES: list[Any] = [
+    None, True, -7, 2**100, 3.5, 1 + 2j, "héllo", b"\x00\xff", [1, [2, "x"]], (1, (2.5, None)),
+    {"a": 1, "b": [1, 2]}, np.float32(1.5), [np.arange(3), "mixed"],
+]
+
+ARRAYS = [
+    np.arange(6, dtype=np.float64),
+    np.arange(12, dtype=np.int32).reshape(3, 4),
+    np.array(5.0),
+    np.zeros(0, dtype=np.float32),
+    np.arange(60, dtype=np.int16)[::3],
+    (np.arange(40) + 1j).astype(np.complex128).reshape(5, 8),
+    np.arange(20_000, dtype=np.float64).reshape(100, 200),  # 160 kB: rendezvous, and split in pieces
+]
+
+
+def _root_value(smsg: np.ndarray, root: int) -> np.ndarray:
+    return smsg * (root + 1)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_broadcast_fills_every_ranks_array_from_every_root(transport: str, algorithm: str,
+                                                           world_size: int) -> None:
+    async def main(comm: sc.Comm) -> list[np.ndarray]:
+        got = []
+        for root in range(comm.size):
+            for smsg in ARRAYS:
+                rmsg = _root_value(smsg, root) if comm.rank == root else np.zeros_like(smsg)
+                out = await comm.broadcast(rmsg, src=root, algorithm=algorithm)
+                assert out is rmsg  # in place, and the same object returned
+                got.append(out.copy())
+        return got
+
+    result = sc.run(main, world_size=world_size, transport=transport)
+    for rank_got in result:
+        expected = [_root_value(smsg, root) for root in range(world_size) for smsg in ARRAYS]
+        for rmsg, smsg in zip(rank_got, expected):
+            assert rmsg.dtype == smsg.dtype and rmsg.shape == smsg.shape
+            np.testing.assert_array_equal(rmsg, smsg)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_broadcast_returns_the_roots_object_from_every_root(transport: str, algorithm: str,
+                                                            world_size: int) -> None:
+    async def main(comm: sc.Comm) -> list[Any]:
+        got = []
+        for root in range(comm.size):
+            for smsg in MESSAGES:
+                placeholder = smsg if comm.rank == root else "placeholder"
+                got.append(await comm.broadcast(placeholder, src=root, algorithm=algorithm))
+        return got
+
+    for rank_got in sc.run(main, world_size=world_size, transport=transport):
+        for rmsg, smsg in zip(rank_got, MESSAGES * world_size):
+            assert type(rmsg) is type(smsg)
+            assert repr(rmsg) == repr(smsg)  # repr: compares the array inside a list too
+
+
+def test_broadcast_leaves_the_roots_array_untouched_and_fresh_elsewhere(transport: str) -> None:
+    async def main(comm: sc.Comm) -> bool:
+        smsg = np.arange(8.0)
+        if comm.rank == 0:
+            before = smsg.copy()
+            await comm.broadcast(smsg, src=0, algorithm="scatter_allgather")
+            return bool(np.array_equal(smsg, before))
+        value = await comm.broadcast(None, src=0)
+        value[0] = -1.0  # an owned copy: changing it touches nothing else
+        return bool(value.flags.writeable)
+
+    assert list(sc.run(main, world_size=3, transport=transport)) == [True, True, True]
+
+
+def test_broadcast_of_a_large_array_with_the_default_on_many_ranks(transport: str) -> None:
+    smsg = np.arange(50_000, dtype=np.int64)
+
+    async def main(comm: sc.Comm) -> int:
+        buf = smsg.copy() if comm.rank == 3 else np.empty_like(smsg)
+        await comm.broadcast(buf, src=3)
+        return int(buf.sum())
+
+    assert broadcast.default(9, smsg.nbytes) == "scatter_allgather"
+    assert list(sc.run(main, world_size=9, transport=transport)) == [int(smsg.sum())] * 9
+
+
+def test_default_broadcast_depends_on_size_only_for_arrays() -> None:
+    assert broadcast.default(8, 12288) == "scatter_allgather"
+    assert broadcast.default(8, 12287) == "binomial"
+    assert broadcast.default(7, 1 << 30) == "binomial"
+    assert broadcast.default(8, 1 << 30, arrays=False) == "binomial"
+    assert broadcast.default(8, 0, arrays=False) == "binomial"
+
+
+@pytest.mark.parametrize("nbytes", [4096, 1 << 17], ids=["eager", "rendezvous"])
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4])
+def test_binomial_broadcast_on_2_to_the_k_ranks_costs_k_alpha_plus_n_beta(transport: str, k: int,
+                                                                        nbytes: int) -> None:
+    world_size = 2**k
+    root = world_size // 2  # any root: ranks are renumbered from it
+
+    async def main(comm: sc.Comm) -> None:
+        await comm.broadcast(np.ones(nbytes // 8), src=root, algorithm="binomial")
+
+    result = sc.run(main, world_size=world_size, transport=transport,
+                    latency=sc.latency.AlphaBeta(ALPHA, BETA))
+    assert math.isclose(result.elapsed, k * (ALPHA + nbytes * BETA), rel_tol=1e-9, abs_tol=0.0)
+    if nbytes <= 65536:  # eager: a rank is done when its copy arrives (the root at once)
+        for rank, t in enumerate(result.times):
+            rel = (rank - root) % world_size
+            hops = bin(rel).count("1")  # the path from the root adds one bit per hop
+            trailing = (rel & -rel).bit_length() - 1 if rel else k
+            expected = hops * ALPHA + (k - trailing) * nbytes * BETA
+            assert math.isclose(t, expected, rel_tol=1e-9, abs_tol=0.0), rank
+
+
+def test_linear_broadcast_serializes_on_the_roots_port(transport: str) -> None:
+    nbytes = 4096
+
+    async def main(comm: sc.Comm) -> None:
+        await comm.broadcast(np.ones(nbytes // 8), src=2, algorithm="linear")
+
+    result = sc.run(main, world_size=5, transport=transport, latency=sc.latency.AlphaBeta(ALPHA, BETA))
+    assert math.isclose(result.elapsed, ALPHA + 4 * nbytes * BETA, rel_tol=1e-9, abs_tol=0.0)
+
+
+def test_two_ibroadcasts_outstanding_at_once(transport: str) -> None:
+    async def main(comm: sc.Comm) -> tuple[list[int], str]:
+        buf = np.arange(4) if comm.rank == 0 else np.zeros(4, dtype=np.int64)
+        first = comm.ibroadcast(buf, src=0)
+        second = comm.ibroadcast(f"from {comm.rank}", src=comm.size - 1, algorithm="linear")
+        word = await second
+        assert await first is buf
+        return buf.tolist(), word
+
+    assert list(sc.run(main, world_size=4, transport=transport)) == [([0, 1, 2, 3], "from 3")] * 4
+
+
+def test_broadcast_src_out_of_range_names_rank_and_call(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        expected = (f"rank {comm.rank}: broadcast(src=3): src must be in range(3) for this comm; "
+                    "pass the rank that holds the data")
+        with pytest.raises(ValueError, match="^" + re.escape(expected) + "$"):
+            await comm.broadcast(1, src=3)
+        with pytest.raises(ValueError, match="^" + re.escape(expected.replace("3)", "-1)", 1)
+                                                               .replace("src=3", "src=-1")) + "$"):
+            comm.ibroadcast(1, src=-1)
+
+    sc.run(main, world_size=3, transport=transport)
+
+
+def test_broadcast_with_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        with pytest.raises(ValueError, match=r"^broadcast\(algorithm='nope'\): unknown algorithm; "
+                                             r"valid: binomial, linear, scatter_allgather$"):
+            await comm.broadcast(1, algorithm="nope")
+
+    sc.run(main, world_size=2, transport=transport)
+    with pytest.raises(ValueError, match=r"^broadcast\(algorithm='nope'\): unknown algorithm"):
+        sc.run(main, world_size=2, transport=transport, algorithms={"broadcast": "nope"})
+
+
+def test_broadcast_against_all_gather_is_a_collective_mismatch(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.broadcast("x", src=0)
+        else:
+            await comm.all_gather("y")
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2, transport=transport)
+    error = info.value.__cause__
+    assert isinstance(error, sc.CollectiveMismatchError)
+    assert info.value.rank == error.rank == 1
+    assert str(error) == ("rank 1: all_gather(): this is collective #1 on comm 'world', but rank 0 "
+                          "called broadcast(src=0); every rank must call collectives in the same order")

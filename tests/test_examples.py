@@ -1,0 +1,57 @@
+"""Every script under examples/ runs and prints exactly its checked-in ``.out``.
+
+Examples are found by walking the folder, so a new example without an
+``.out`` file next to it fails here instead of being skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.parts)
+SGD = EXAMPLES / "seeds" / "torch_p2p_and_sgd" / "sync_sgd.py"
+
+
+def run_example(script: Path) -> str:
+    """Run ``script`` in a fresh interpreter where any warning is an error; return stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        capture_output=True, text=True, timeout=60, cwd=script.parent,
+    )
+    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stderr}"
+    assert proc.stderr == "", f"{script.name} wrote to stderr:\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_examples_were_found() -> None:
+    assert len(SCRIPTS) >= 20
+    assert SGD in SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_example_prints_its_expected_output(script: Path) -> None:
+    expected = script.with_suffix(".out")
+    assert expected.is_file(), f"{script.relative_to(EXAMPLES)} has no {expected.name} next to it"
+    assert script.read_text(encoding="utf-8").lstrip().startswith('"""'), "needs a module docstring"
+    assert run_example(script) == expected.read_text(encoding="utf-8")
+
+
+def test_sgd_loss_falls_every_epoch_on_every_rank() -> None:
+    losses: dict[int, list[float]] = {}
+    for line in run_example(SGD).splitlines():
+        match = re.fullmatch(r"Rank (\d+), epoch (\d+): (\d+\.\d+)", line)
+        assert match, f"unexpected line {line!r}"
+        rank, epoch, loss = int(match[1]), int(match[2]), float(match[3])
+        assert epoch == len(losses.setdefault(rank, []))
+        losses[rank].append(loss)
+    assert sorted(losses) == [0, 1]
+    for rank, series in losses.items():
+        assert len(series) == 10
+        assert all(b < a for a, b in zip(series, series[1:])), f"rank {rank}: {series}"
+        assert series[-1] < 0.8 * series[0]

@@ -1,0 +1,119 @@
+"""The public surface of DESIGN.md exists, errors form one family, and __init__ only re-exports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import simcluster as sc
+
+PUBLIC_NAMES = [
+    "run", "launch", "RunResult", "Comm", "Request", "Status", "ANY_SOURCE", "ANY_TAG",
+    "wait_all", "wait_any", "wait_some", "test_all", "test_any", "ReduceOp", "latency",
+    "DeadlockError", "RankError", "TruncationError", "BufferHazardError",
+    "CollectiveMismatchError", "TransportError", "SimclusterError",
+]
+
+LATENCY_MODELS = ["Zero", "Constant", "AlphaBeta", "LogGP", "Hierarchical", "Jitter"]
+
+ERRORS = ["DeadlockError", "RankError", "TruncationError", "BufferHazardError",
+          "CollectiveMismatchError", "TransportError", "RunTimeoutError"]
+
+INIT = Path(sc.__file__)
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_public_name_exists(name: str) -> None:
+    assert hasattr(sc, name), f"simcluster.{name} is missing"
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_public_name_is_in_all(name: str) -> None:
+    assert name in sc.__all__
+
+
+def test_all_lists_only_names_that_exist() -> None:
+    missing = [name for name in sc.__all__ if not hasattr(sc, name)]
+    assert missing == []
+    assert len(set(sc.__all__)) == len(sc.__all__)
+
+
+@pytest.mark.parametrize("name", LATENCY_MODELS)
+def test_latency_model_exists_and_is_a_model(name: str) -> None:
+    model = getattr(sc.latency, name)
+    assert issubclass(model, sc.latency.LatencyModel)
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_every_error_derives_from_simcluster_error(name: str) -> None:
+    cls = getattr(sc, name)
+    assert issubclass(cls, sc.SimclusterError)
+    assert issubclass(cls, Exception)
+
+
+def test_transport_error_is_the_one_from_transports_base() -> None:
+    from transports import base
+
+    assert sc.TransportError is base.TransportError
+    assert sc.SimclusterError is base.SimclusterError
+
+
+def test_simcluster_error_message_shape_and_attributes() -> None:
+    err = sc.TruncationError(1, "recv(src=0, tag=7)", "too big", "pass a larger buf")
+    assert str(err) == "rank 1: recv(src=0, tag=7): too big; pass a larger buf"
+    assert (err.rank, err.op) == (1, "recv(src=0, tag=7)")
+    anonymous = sc.SimclusterError(None, "run", "stopped", "try again")
+    assert str(anonymous) == "run: stopped; try again"
+    assert anonymous.rank is None
+
+
+def test_wildcards_have_readable_reprs() -> None:
+    assert repr(sc.ANY_SOURCE) == "ANY_SOURCE"
+    assert repr(sc.ANY_TAG) == "ANY_TAG"
+
+
+def test_reduce_op_has_the_documented_members() -> None:
+    ops = sc.ReduceOp
+    for name in ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "AVG"]:
+        assert hasattr(ops, name), name
+    assert callable(ops.custom)
+
+
+def test_status_is_a_frozen_record() -> None:
+    status = sc.Status(source=1, tag=2, nbytes=3)
+    assert (status.source, status.tag, status.nbytes) == (1, 2, 3)
+    with pytest.raises(AttributeError):
+        status.tag = 5  # type: ignore[misc]
+
+
+def test_init_only_re_exports() -> None:
+    tree = ast.parse(INIT.read_text(encoding="utf-8"))
+    body = tree.body
+    assert ast.get_docstring(tree), "simcluster/__init__.py needs a module docstring"
+    offenders = []
+    for i, node in enumerate(body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Import):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if names and set(names) <= {"__all__", "__version__"} and len(names) == len(targets):
+                continue
+        offenders.append(f"line {node.lineno}: {ast.dump(node)[:80]}")
+    assert offenders == [], "simcluster/__init__.py must hold only imports, __all__ and __version__"
+
+
+def test_init_imports_are_relative_re_exports() -> None:
+    tree = ast.parse(INIT.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            assert node.level == 1, f"line {node.lineno}: import from the package's own modules"
+            for alias in node.names:
+                assert alias.asname == alias.name, (
+                    f"line {node.lineno}: re-export as `{alias.name} as {alias.name}`")
