@@ -108,15 +108,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["_progress"] = progress
     try:
         result = runner.run(fn, args.world_size, **kwargs)
-    except errors.SimclusterError as exc:
-        if progress is not None:
-            progress.close()
+    except (errors.SimclusterError, TypeError, ValueError) as exc:
+        # a rank's failure, a deadlock, a timeout; or run() refusing its arguments
         if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
+        elif not isinstance(exc, errors.SimclusterError) and not str(exc).startswith("run"):
+            raise  # not a message written for users: keep the traceback
         print(f"simcluster run: {exc}", file=sys.stderr)
         return 1
-    if progress is not None:
-        progress.close()
+    finally:
+        if progress is not None:
+            progress.close()
     for rank, value in enumerate(result):
         if value is not None:
             print(f"rank {rank}: {value!r}")

@@ -483,8 +483,11 @@ class CollContext:
 
     def isend(self, obj: object, dst: int) -> Request[None]:
         """Start sending ``obj`` to member ``dst`` (same completion rules as ``Comm.isend``)."""
-        return self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                      op=f"isend(dst={dst})", nonblocking=False, meta=self._meta)
+        req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+                                     op=f"isend(dst={dst})", nonblocking=False, meta=self._meta,
+                                     need_request=True)
+        assert req is not None
+        return req
 
     def irecv(self, src: int, buf: Any = None) -> Request[Any]:
         """Post a receive from member ``src``; ``buf`` is filled in place when given."""
@@ -493,18 +496,24 @@ class CollContext:
 
     async def send(self, obj: object, dst: int) -> None:
         """Send ``obj`` to member ``dst``."""
-        await self.isend(obj, dst)
+        req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+                                     op=f"send(dst={dst})", nonblocking=False, meta=self._meta)
+        if req is not None:
+            await req
 
     async def recv(self, src: int, buf: Any = None) -> Any:
         """Receive from member ``src``."""
-        return await self.irecv(src, buf)
+        req = self.irecv(src, buf)
+        return req._take_result() if req._state else await req
 
     async def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Any:
         """Send to ``dst`` and receive from ``src`` at once; return what was received."""
         rreq = self.irecv(src, buf)
-        sreq = self.isend(obj, dst)
-        value = await rreq
-        await sreq
+        sreq = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+                                      op=f"sendrecv(dst={dst})", nonblocking=False, meta=self._meta)
+        value = rreq._take_result() if rreq._state else await rreq
+        if sreq is not None:
+            await sreq
         return value
 
     async def sleep(self, seconds: float) -> None:

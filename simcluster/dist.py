@@ -103,8 +103,8 @@ def _member(comm: Comm, name: str, what: str, rank: int) -> int:
 
 def _local(comm: Comm, name: str, what: str, rank: int) -> int:
     """Translate a world rank into ``comm``'s numbering (torch's src/dst convention)."""
-    if comm.world_ranks == list(range(comm.size)):
-        return rank  # the world, or a group numbered like it: Comm checks the range itself
+    if comm.name == "world":
+        return rank  # the same numbering: Comm checks the range itself
     return _member(comm, name, what, rank)
 
 
@@ -223,6 +223,8 @@ def new_group(ranks: Sequence[int] | None = None) -> Coroutine[Any, Any, Comm | 
 def barrier(group: Comm | None = None, async_op: Literal[False] = False) -> Coroutine[Any, Any, None]: ...
 @overload
 def barrier(group: Comm | None = None, *, async_op: Literal[True]) -> Request[None]: ...
+@overload
+def barrier(group: Comm | None = None, async_op: bool = False) -> Coroutine[Any, Any, None] | Request[None]: ...
 
 
 def barrier(group: Comm | None = None, async_op: bool = False) -> Any:
@@ -243,6 +245,9 @@ def all_reduce(tensor: A, op: Op = ..., group: Comm | None = None,
 @overload
 def all_reduce(tensor: A, op: Op = ..., group: Comm | None = None, *,
                async_op: Literal[True]) -> Request[A]: ...
+@overload
+def all_reduce(tensor: A, op: Op = ..., group: Comm | None = None,
+               async_op: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
 
 
 def all_reduce(tensor: Any, op: Op = ReduceOp.SUM, group: Comm | None = None,
@@ -270,6 +275,9 @@ def broadcast(tensor: A, src: int = 0, group: Comm | None = None, async_op: Lite
 @overload
 def broadcast(tensor: A, src: int = 0, group: Comm | None = None, *, async_op: Literal[True],
               safe_mode: bool = False) -> Request[A]: ...
+@overload
+def broadcast(tensor: A, src: int = 0, group: Comm | None = None, async_op: bool = False,
+              *, safe_mode: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
 
 
 def broadcast(tensor: Any, src: int = 0, group: Comm | None = None, async_op: bool = False,
@@ -300,6 +308,9 @@ def reduce(tensor: A, dst: int = 0, op: Op = ..., group: Comm | None = None,
 @overload
 def reduce(tensor: A, dst: int = 0, op: Op = ..., group: Comm | None = None, *,
            async_op: Literal[True]) -> Request[A | None]: ...
+@overload
+def reduce(tensor: A, dst: int = 0, op: Op = ..., group: Comm | None = None,
+           async_op: bool = False) -> Coroutine[Any, Any, A | None] | Request[A | None]: ...
 
 
 def reduce(tensor: Any, dst: int = 0, op: Op = ReduceOp.SUM, group: Comm | None = None,
@@ -327,6 +338,9 @@ def all_gather(tensor_list_or_obj: MutableSequence[Any], tensor: object, group: 
 @overload
 def all_gather(tensor_list_or_obj: MutableSequence[Any], tensor: object, group: Comm | None = None,
                *, async_op: Literal[True]) -> Request[list[Any]]: ...
+@overload
+def all_gather(tensor_list_or_obj: Any, tensor: object = None, group: Comm | None = None,
+               async_op: bool = False) -> Coroutine[Any, Any, list[Any]] | Request[list[Any]]: ...
 
 
 def all_gather(tensor_list_or_obj: Any, tensor: object = None, group: Comm | None = None,
@@ -364,6 +378,10 @@ def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst:
 @overload
 def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst: int = 0,
            group: Comm | None = None, *, async_op: Literal[True]) -> Request[list[Any] | None]: ...
+@overload
+def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst: int = 0,
+           group: Comm | None = None, async_op: bool = False
+           ) -> Coroutine[Any, Any, list[Any] | None] | Request[list[Any] | None]: ...
 
 
 def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst: int = 0,
@@ -396,6 +414,9 @@ def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
 @overload
 def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
             group: Comm | None = None, *, async_op: Literal[True]) -> Request[A]: ...
+@overload
+def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
+            group: Comm | None = None, async_op: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
 
 
 def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0,
@@ -421,6 +442,9 @@ def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Co
 @overload
 def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
                    *, async_op: Literal[True]) -> Request[A]: ...
+@overload
+def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
+                   async_op: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
 
 
 def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ReduceOp.SUM,
@@ -447,6 +471,10 @@ def all_to_all(output_list: MutableSequence[Any] | None, input_list: Sequence[An
 @overload
 def all_to_all(output_list: MutableSequence[Any] | None, input_list: Sequence[Any],
                group: Comm | None = None, *, async_op: Literal[True]) -> Request[list[Any]]: ...
+@overload
+def all_to_all(output_list: MutableSequence[Any] | None, input_list: Sequence[Any],
+               group: Comm | None = None, async_op: bool = False
+               ) -> Coroutine[Any, Any, list[Any]] | Request[list[Any]]: ...
 
 
 def all_to_all(output_list: MutableSequence[Any] | None, input_list: Sequence[Any],

@@ -26,6 +26,7 @@ wait-for cycle.
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import itertools
 import random
@@ -138,6 +139,8 @@ class Engine:
         self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
         self._tracked: dict[int, Request[Any]] = {}
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
+        self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
+        self.fidelity = "message"  # or "analytic": collectives resolve in one step (meet)
         self._current: Task | None = None
         self._foreign = 0
         self._wake_future: asyncio.Future[None] | None = None
@@ -290,7 +293,22 @@ class Engine:
         self._events += _BREATHE_EVERY - budget
 
     async def run(self) -> None:
-        """Run every rank to completion, or raise what stopped the run."""
+        """Run every rank to completion, or raise what stopped the run.
+
+        Python's cyclic garbage collector is paused while the simulation runs:
+        a large world keeps millions of live objects (frames, requests), and
+        each full collection walks all of them, which made big runs grow worse
+        than linearly. It is restored at the end.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            await self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    async def _run(self) -> None:
         started = _time.monotonic()
         deadline = None if self.timeout is None else started + self.timeout
         while True:
@@ -334,11 +352,13 @@ class Engine:
     # ---- point-to-point: posting ----
 
     def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
-                  op: str | tuple[Any, ...], nonblocking: bool, meta: bytes = b"") -> Request[None] | None:
+                  op: str | tuple[Any, ...], nonblocking: bool, meta: bytes = b"",
+                  need_request: bool = False) -> Request[None] | None:
         """Start a send from ``comm``'s rank.
 
         Returns its request, or None for a blocking standard send that
-        completed at once (eager), which needs no request at all.
+        completed at once (eager), which needs no request at all, unless
+        ``need_request``.
         """
         if self._current is None or self._current.rank != comm._world_rank:
             raise self._outside(comm, op)
@@ -358,7 +378,7 @@ class Engine:
         buffers = packed.buffers
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
-        if nonblocking or sync or not eager:
+        if nonblocking or sync or not eager or need_request:
             req = Request(self, self._current, op, dst_w)
             req._nb = nonblocking
             if self.strict and nonblocking:
@@ -437,6 +457,29 @@ class Engine:
         """Return a request that completes ``seconds`` of virtual time from now."""
         req: Request[None] = Request(self, self._current, op)
         self._push(self.now + seconds, _finish_request, req)
+        return req
+
+    def meet(self, key: Any, size: int, rank: int, value: Any, op: str,
+             resolve: Callable[[list[Any], list[float]], tuple[list[Any], float]]) -> Request[Any]:
+        """Join a meeting of ``size`` members (an analytic collective); return a request.
+
+        Each member deposits ``value`` at its current time. When the last one
+        arrives, ``resolve(values, times)`` returns every member's result and
+        the virtual time at which all of them complete; each member's request
+        then completes at that time with its result.
+        """
+        req: Request[Any] = Request(self, self._current, op)
+        meeting = self._meetings.get(key)
+        if meeting is None:
+            meeting = self._meetings[key] = ([None] * size, [0.0] * size, [None] * size, [0])
+        values, times, reqs, count = meeting
+        values[rank], times[rank], reqs[rank] = value, self.now, req
+        count[0] += 1
+        if count[0] == size:
+            del self._meetings[key]
+            results, done_at = resolve(values, times)
+            for member, result in zip(reqs, results):
+                self._push(max(done_at, self.now), _finish_with, (member, result))
         return req
 
     def post_local(self, op: str) -> Request[Any]:
@@ -718,6 +761,10 @@ def _collective_mismatch(blocked: list[Task]) -> CollectiveMismatchError | None:
 
 def _finish_request(req: Request[Any]) -> None:
     req._finish()
+
+
+def _finish_with(pair: tuple[Request[Any], Any]) -> None:
+    pair[0]._finish(pair[1])
 
 
 def _checksum(a: Any) -> int:

@@ -171,7 +171,10 @@ class ReduceOp:
     def apply(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` as a new value (the inputs are never modified)."""
         if self._fn is not None:
-            return self._fn(a, b)
+            value = self._fn(a, b)
+            if isinstance(a, np.ndarray) and isinstance(value, np.generic):
+                value = np.asarray(value)  # numpy turns 0-d results into scalars; keep the array
+            return value
         ufunc = self._ufunc
         assert ufunc is not None and self._py is not None
         if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):

@@ -112,11 +112,22 @@ class Trace:
 
     def dumps(self) -> str:
         """Return the Chrome trace as JSON text (byte-identical for the same run and seed)."""
-        return json.dumps(self.to_chrome(), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_chrome(), sort_keys=True, separators=(",", ":"),
+                          default=_jsonable)
 
     def save(self, path: str | Path) -> None:
         """Write the Chrome trace JSON to ``path``."""
         Path(path).write_text(self.dumps() + "\n", encoding="utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    """Turn a span argument JSON cannot hold (numpy scalars, arrays, objects) into one it can."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        return item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    return repr(value)
 
 
 # ---- reading a trace file back ----
@@ -165,7 +176,7 @@ def show(path: str | Path, *, width: int = 12) -> str:
     size = world_size_of(doc)
     msgs = messages_of(doc)
     col = max(width, 6)
-    head = " " * 24 + "".join(f"rank {r}".ljust(col) for r in range(size))
+    head = " " * 25 + "".join(f"rank {r}".ljust(col) for r in range(size))
     lines = [head.rstrip()]
     for m in msgs:
         cells = ["|".ljust(col) for _ in range(size)]
@@ -181,12 +192,15 @@ def show(path: str | Path, *, width: int = 12) -> str:
                 row[i] = "-"
             text = f" {label} "
             mid = start + max(1, (end - start - len(text)) // 2)
-            if end - start > len(text) + 2:
+            inline = end - start > len(text) + 2
+            if inline:
                 row[mid:mid + len(text)] = list(text)
             if src < dst:
                 row[end - 1] = ">"
             else:
                 row[start + 1] = "<"
+            if not inline:  # too short an arrow for its label: write it after the columns
+                row = list("".join(row).rstrip().ljust(size * col) + label)
         times = f"{m['sent']:10.3f} -> {m['recv']:10.3f} "
         lines.append(times + "".join(row).rstrip())
     lines.append(f"{len(msgs)} messages; times in virtual microseconds (send -> receive)")

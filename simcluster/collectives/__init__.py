@@ -16,6 +16,7 @@ two), any root, empty arrays and one rank.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -30,11 +31,13 @@ FAMILIES: tuple[str, ...] = (
 _MODULES = {"exscan": "scan"}  # exscan's algorithms live beside scan's
 
 
+@functools.cache
 def family(name: str) -> ModuleType:
     """Return the module that implements collective ``name``."""
     return importlib.import_module(f"{__name__}.{_MODULES.get(name, name)}")
 
 
+@functools.cache
 def algorithms(name: str) -> Mapping[str, Callable[..., Any]]:
     """Return ``{algorithm name: function}`` for collective ``name``."""
     module = family(name)
