@@ -8,6 +8,8 @@ message plus 1 ns per byte (1 GB/s).
 You will see each rank's return value (the sum [16, 20] and the four names,
 the same on every rank) and the virtual time the run took: what these two
 collectives would cost on that network, not how long your computer took.
+On four ranks each collective takes two rounds of pairwise exchanges, about
+1 us apiece, so the run takes a little over 4 us.
 """
 
 from __future__ import annotations

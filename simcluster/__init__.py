@@ -17,6 +17,7 @@ from .errors import TransportError as TransportError
 from .errors import TruncationError as TruncationError
 from .matching import ANY_SOURCE as ANY_SOURCE
 from .matching import ANY_TAG as ANY_TAG
+from .ops import ReduceOp as ReduceOp
 from .request import Request as Request
 from .request import Status as Status
 from .request import test_all as test_all
@@ -33,7 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
-    "DeadlockError", "RankError", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
+    "DeadlockError", "RankError", "ReduceOp", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
     "launch", "run", "test_all", "test_any", "wait_all", "wait_any", "wait_some",
 ]

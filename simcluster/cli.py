@@ -110,6 +110,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = runner.run(fn, args.world_size, **kwargs)
     except (errors.SimclusterError, TypeError, ValueError) as exc:
         # a rank's failure, a deadlock, a timeout; or run() refusing its arguments
+        if progress is not None:
+            progress.close()  # erase the status line before the report
         if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
         elif not isinstance(exc, errors.SimclusterError) and not str(exc).startswith("run"):

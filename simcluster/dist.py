@@ -35,14 +35,17 @@ value (ignite concatenates tensors instead), ``broadcast(obj, src)`` returns
 
 Rule 1: this module only translates arguments and copies results into the
 caller's containers; every message goes through the rank's ``Comm``.
-Rule 2: everything that can fail (outside a rank, a bad group or root, a list
-of the wrong length) fails at the call, not when the awaitable is awaited.
+Rule 2: this module's own checks (outside a rank, a bad group, a src/dst
+outside the group, a list of the wrong length) fail at the call, even when the
+awaitable is never awaited; the ``Comm`` checks the rest where it always does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, MutableSequence, Sequence
 from typing import Any, Literal, TypeVar, overload
+
+import numpy as np
 
 from .comm import Comm
 from .engine import current_task
@@ -110,7 +113,7 @@ def _local(comm: Comm, name: str, what: str, rank: int) -> int:
 
 def _check_list(comm: Comm, name: str, what: str, items: object) -> MutableSequence[Any]:
     if not isinstance(items, MutableSequence) or len(items) != comm.size:
-        got = f"{len(items)} items" if isinstance(items, Sequence) else f"a {type(items).__name__}"
+        got = f"{len(items)} items" if isinstance(items, MutableSequence) else f"a {type(items).__name__}"
         raise ValueError(f"rank {comm.world_rank}: {name}: {what} must be a list with one item per "
                          f"rank of the group ({comm.size}), got {got}")
     return items
@@ -131,7 +134,10 @@ def _fill(target: Any, value: Any, name: str, rank: int) -> Any:
             raise ValueError(f"rank {rank}: {name}: received shape {tuple(value.shape)} does not fit "
                              f"the output array of shape {tuple(target.shape)}; allocate outputs of "
                              "the sender's shape")
-        target[...] = value
+        if isinstance(target, np.ndarray):
+            np.copyto(target, value, casting="same_kind")  # refuse float -> int, as torch does
+        else:
+            target[...] = value  # another array library: its own assignment rules
         return target
     return value
 
@@ -224,7 +230,8 @@ def barrier(group: Comm | None = None, async_op: Literal[False] = False) -> Coro
 @overload
 def barrier(group: Comm | None = None, *, async_op: Literal[True]) -> Request[None]: ...
 @overload
-def barrier(group: Comm | None = None, async_op: bool = False) -> Coroutine[Any, Any, None] | Request[None]: ...
+def barrier(group: Comm | None = None,
+            async_op: bool = False) -> Coroutine[Any, Any, None] | Request[None]: ...
 
 
 def barrier(group: Comm | None = None, async_op: bool = False) -> Any:
@@ -409,14 +416,14 @@ def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst:
 
 
 @overload
-def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
-            group: Comm | None = None, async_op: Literal[False] = False) -> Coroutine[Any, Any, A]: ...
+def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0,
+            group: Comm | None = None, async_op: Literal[False] = False) -> Coroutine[Any, Any, Any]: ...
 @overload
-def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
-            group: Comm | None = None, *, async_op: Literal[True]) -> Request[A]: ...
+def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0,
+            group: Comm | None = None, *, async_op: Literal[True]) -> Request[Any]: ...
 @overload
-def scatter(tensor: A, scatter_list: Sequence[Any] | None = None, src: int = 0,
-            group: Comm | None = None, async_op: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
+def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0,
+            group: Comm | None = None, async_op: bool = False) -> Coroutine[Any, Any, Any] | Request[Any]: ...
 
 
 def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0,
@@ -437,14 +444,14 @@ def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0
 
 
 @overload
-def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
-                   async_op: Literal[False] = False) -> Coroutine[Any, Any, A]: ...
+def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
+                   async_op: Literal[False] = False) -> Coroutine[Any, Any, Any]: ...
 @overload
-def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
-                   *, async_op: Literal[True]) -> Request[A]: ...
+def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
+                   *, async_op: Literal[True]) -> Request[Any]: ...
 @overload
-def reduce_scatter(output: A, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
-                   async_op: bool = False) -> Coroutine[Any, Any, A] | Request[A]: ...
+def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ..., group: Comm | None = None,
+                   async_op: bool = False) -> Coroutine[Any, Any, Any] | Request[Any]: ...
 
 
 def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ReduceOp.SUM,

@@ -103,11 +103,18 @@ class ReduceOp:
     name: str
     commutative: bool
     elementwise: bool
+    _py: Callable[[Any, Any], Any] | None  # built-ins: on Python numbers
+    _ufunc: np.ufunc | None  # built-ins: on numpy values
+    _kinds: frozenset[str]  # numpy dtype kinds the op is defined for
+    _fix: str  # what to do when the dtype does not fit
+    _logical: bool  # result is a truth value, cast back to the input dtype
+    _fn: Callable[[Any, Any], Any] | None  # user ops
 
     def __init__(self, name: str, *, commutative: bool = True, elementwise: bool = True,
                  py: Callable[[Any, Any], Any] | None = None, ufunc: np.ufunc | None = None,
                  kinds: frozenset[str] = _ANY_NUMBER, fix: str = "", logical: bool = False,
                  fn: Callable[[Any, Any], Any] | None = None) -> None:
+        """Build an op; use the members or :meth:`custom` rather than calling this."""
         set_ = object.__setattr__
         for slot, value in (("name", name), ("commutative", commutative), ("elementwise", elementwise),
                             ("_py", py), ("_ufunc", ufunc), ("_kinds", kinds), ("_fix", fix),

@@ -36,14 +36,16 @@ __all__ = ["ExploreFailure", "distributed", "explore"]
 # ---- distributed: one test, every rank ----
 
 
-def distributed(world_size: int = 4, **run_kwargs: Any) -> Callable[[Callable[..., Awaitable[Any]]],
-                                                                    Callable[..., None]]:
+def distributed(world_size: int | None = None, **run_kwargs: Any) -> Callable[
+        [Callable[..., Awaitable[Any]]], Callable[..., None]]:
     """Turn ``async def test_x(comm, ...)`` into a pytest test that runs on every rank.
 
     The decorated function is synchronous, so pytest runs it without an
-    asyncio plugin. Parameters after ``comm`` are left in its signature, so
-    they are filled by pytest fixtures and ``@pytest.mark.parametrize`` as
-    usual and passed to every rank.
+    asyncio plugin. Parameters after ``comm`` stay in its signature, so pytest
+    fills them from fixtures and ``@pytest.mark.parametrize`` as usual, and
+    every rank gets them. Two names are special: a ``world_size`` parameter
+    sets the number of ranks and a ``seed`` parameter the run's seed (the
+    plugin's fixtures give 4 and 0; parametrize them to cover several).
 
     Example::
 
@@ -52,8 +54,14 @@ def distributed(world_size: int = 4, **run_kwargs: Any) -> Callable[[Callable[..
             right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
             assert await comm.sendrecv(comm.rank, right, src=left) == left
 
+        @pytest.mark.parametrize("world_size", [1, 2, 7])
+        @sc.testing.distributed()
+        async def test_sum(comm, world_size):
+            assert await comm.all_reduce(1) == world_size
+
     Args:
-        world_size: number of ranks.
+        world_size: number of ranks (4 when neither this nor a ``world_size``
+            parameter says otherwise).
         **run_kwargs: keywords for ``sc.run`` (``latency``, ``seed``,
             ``eager_limit``, ``checks``, ``timeout``, ...).
 
@@ -66,7 +74,8 @@ def distributed(world_size: int = 4, **run_kwargs: Any) -> Callable[[Callable[..
             ``__cause__`` is the rank's AssertionError with its traceback.
         RankError / DeadlockError / ...: (from the test) anything else that
             stops the run, unchanged.
-        TypeError: (at decoration) the function is not ``async def f(comm, ...)``.
+        TypeError: (at decoration) the function is not ``async def f(comm, ...)``,
+            or ``world_size``/``seed`` is given both ways.
     """
     for bad in ("args", "kwargs"):
         if bad in run_kwargs:
@@ -78,17 +87,28 @@ def distributed(world_size: int = 4, **run_kwargs: Any) -> Callable[[Callable[..
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"distributed({name}): expected an async function "
                             f"(async def {name}(comm): ...), got {type(fn).__name__}")
-        params = list(inspect.signature(fn).parameters.values())
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
         if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD):
             raise TypeError(f"distributed({name}): the test must take comm as its first "
                             f"parameter: async def {name}(comm): ...")
+        exposed = signature.replace(parameters=params[1:])
+        for special, given in (("world_size", world_size), ("seed", run_kwargs.get("seed"))):
+            if special in exposed.parameters and given is not None:
+                raise TypeError(f"distributed({special}={given!r}): {name} also takes a {special} "
+                                f"parameter; set {special} in one place only")
 
         @functools.wraps(fn)
         def test(*args: Any, **kwargs: Any) -> None:
             __tracebackhide__ = True  # pytest: show the rank's frames, not ours
+            bound = exposed.bind(*args, **kwargs)
+            size = bound.arguments.get("world_size", 4 if world_size is None else world_size)
+            keywords = dict(run_kwargs)
+            if "seed" in bound.arguments:
+                keywords["seed"] = bound.arguments["seed"]
             try:
-                run(fn, world_size, args=args, kwargs=kwargs, **run_kwargs)
+                run(fn, size, args=bound.args, kwargs=bound.kwargs, **keywords)
             except RankError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, AssertionError):
@@ -96,7 +116,7 @@ def distributed(world_size: int = 4, **run_kwargs: Any) -> Callable[[Callable[..
                 raise
 
         # pytest reads the signature to find fixtures: hide comm, keep the rest
-        test.__signature__ = inspect.signature(fn).replace(parameters=params[1:])  # type: ignore[attr-defined]
+        test.__signature__ = exposed  # type: ignore[attr-defined]
         return test
 
     return decorate
@@ -183,9 +203,11 @@ def explore(
 
     Raises:
         ExploreFailure: the first failing seed, with ``.seed`` and
-            ``.reproduction``; ``__cause__`` is the run's exception.
+            ``.reproduction``; its message gives the first line of what went
+            wrong, and ``__cause__`` is the run's whole exception.
         TypeError / ValueError: bad keywords (raised at once, not as a failure).
     """
+    __tracebackhide__ = True  # pytest: show the failure, not this loop
     if "seed" in run_kwargs:
         raise TypeError("explore(seed=...): explore picks the seeds; pass seeds=[...] instead")
     model = run_kwargs.pop("latency", None)
@@ -229,12 +251,16 @@ def _is_usage_error(exc: Exception) -> bool:
 
 def _failure(name: str, world_size: int, seed: int, repro: str, exc: Exception, passed: list[int],
              lead: str = "") -> ExploreFailure:
+    # only the first line of what went wrong, so the message stays short and the
+    # reproduction stays in view; the whole error (a deadlock report, pytest's
+    # assertion details) is the failure's __cause__
     rank = getattr(exc, "rank", None)
     cause = exc.__cause__ if isinstance(exc, RankError) and exc.__cause__ is not None else exc
+    text = (str(cause).splitlines() or [""])[0]
     if isinstance(exc, RankError):
-        problem = f"rank {exc.rank} raised {type(cause).__name__}: {cause}"
+        problem = f"rank {exc.rank} raised {type(cause).__name__}: {text}"
     else:
-        problem = f"{type(exc).__name__}: {exc}"
+        problem = f"{type(exc).__name__}: {text}"
     return ExploreFailure(name, world_size, seed, repro, lead + problem, rank, passed)
 
 

@@ -21,6 +21,7 @@ complete events (``ph: "X"``) and messages as flow events (``ph: "s"``/``"f"``).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ class Trace:
         return json.dumps(self.to_chrome(), sort_keys=True, separators=(",", ":"),
                           default=_jsonable)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the Chrome trace JSON to ``path``."""
         Path(path).write_text(self.dumps() + "\n", encoding="utf-8")
 
@@ -217,6 +218,7 @@ def plot(path: str | Path, output: str | Path = "timeline.png") -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
     except ImportError:
         raise ImportError("trace plot needs matplotlib; install it with "
                           "python -m pip install 'simcluster[plot]'") from None
@@ -238,7 +240,7 @@ def plot(path: str | Path, output: str | Path = "timeline.png") -> None:
     ax.invert_yaxis()
     ax.set_xlabel("virtual time (microseconds)")
     ax.set_title("simcluster timeline")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names[:20]]
+    handles = [Rectangle((0, 0), 1, 1, color=colors[n]) for n in names[:20]]
     if handles:
         ax.legend(handles, names[:20], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()

@@ -186,7 +186,7 @@ def test_reduce_onto_dst_only(size: int) -> None:
         out = await dist.reduce(t, dst=dst, op=dist.ReduceOp.SUM)
         return (out is t) if comm.rank == dst else out, t.tolist()
 
-    expected = [(None, start(r).tolist()) for r in range(size)]
+    expected: list[Any] = [(None, start(r).tolist()) for r in range(size)]
     expected[dst] = (True, pair_sum(size))
     assert list(sc.run(main, world_size=size)) == expected
 

@@ -172,9 +172,9 @@ def test_same_seed_gives_a_byte_identical_trace_file(tmp_path: Path) -> None:
 def test_trace_file_accepts_numpy_scalar_arguments(tmp_path: Path) -> None:
     async def main(comm: sc.Comm) -> None:
         if comm.rank == 0:
-            await comm.send(1, np.int64(1), tag=np.int32(2))
+            await comm.send(1, np.int64(1), tag=np.int32(2))  # type: ignore[arg-type]
         else:
-            await comm.recv(src=np.int64(0))
+            await comm.recv(src=np.int64(0))  # type: ignore[call-overload]
 
     path = tmp_path / "np.json"
     sc.run(main, world_size=2, trace=path)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from ..request import wait_all
+from ._chunks import fresh
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -74,9 +75,9 @@ def nbytes_of(value: object) -> int:
 
 
 def finish(op: ReduceOp, value: Any, count: int, obj: Any) -> Any:
-    """Finalize ``value`` (AVG divides by ``count``); never hand back the caller's array ``obj``."""
-    if value is obj and isinstance(value, np.ndarray):
-        value = value.copy()
+    """Finalize ``value`` (AVG divides by ``count``); never hand back the caller's own ``obj``."""
+    if value is obj:  # one rank, or nothing to reduce with: a copy, as if it had come over the wire
+        value = fresh(value)
     return op.finalize(value, count)
 
 

@@ -7,15 +7,19 @@ Algorithms (``p`` ranks, ``n`` bytes per item, AlphaBeta costs):
   with at most one send and one receive outstanding per rank.
 - ``linear``: every rank posts all its receives and sends at once (MPICH's
   "scattered" algorithm, destinations staggered so no rank is hit by all at
-  once); ``alpha + (p-1) * n*beta`` since each port just streams its
-  ``p - 1`` items, but ``2 * (p-1)`` requests outstanding per rank.
+  once); ``2 * (p-1)`` requests outstanding per rank. Each port streams its
+  ``p - 1`` items, but AlphaBeta books a receiving port in the order the
+  messages were posted, so the last item lands between
+  ``alpha + (p-1) * n*beta`` and ``alpha + (2p-3) * n*beta``: best for tiny
+  items, up to twice ``pairwise``'s bandwidth time for large ones.
 
-Default rule: ``linear`` up to 32 ranks, ``pairwise`` above. MPICH chooses by
-item size (scattered for short, pairwise for long items); here items may
-differ per rank (an alltoallv), so a size threshold could split ranks between
-algorithms, and the rule looks only at ``p``. 32 is MPICH's throttle on
-outstanding requests (``MPIR_CVAR_ALLTOALL_THROTTLE``); above it, pairwise keeps
-the simulator's memory at ``O(p)`` pending messages instead of ``O(p**2)``.
+Default rule: ``pairwise`` at every size. MPICH takes ``linear`` (scattered)
+for short items and ``pairwise`` for long ones, by item size; here items may
+differ per rank (an alltoallv), so a size threshold could send ranks into
+different algorithms, and the rule must not look at ``nbytes``. ``pairwise``
+is the one that is never worse than twice the other, costs exactly its
+textbook formula, and keeps the simulator at ``O(p)`` pending messages instead
+of ``O(p**2)``; pass ``algorithm="linear"`` for many tiny items.
 """
 
 from __future__ import annotations
@@ -30,10 +34,6 @@ if TYPE_CHECKING:
     from ..comm import CollContext
 
 AllToAllAlgo = Callable[["CollContext", "list[Any]"], Awaitable["list[Any]"]]
-
-THROTTLE: Final = 32
-"""Ranks up to which ``linear`` is the default (MPICH's alltoall throttle)."""
-
 
 async def pairwise(c: CollContext, objs: list[Any]) -> list[Any]:
     """Pairwise exchange: in step ``s`` send ``objs[rank + s]`` and receive from ``rank - s``.
@@ -52,7 +52,8 @@ async def pairwise(c: CollContext, objs: list[Any]) -> list[Any]:
 async def linear(c: CollContext, objs: list[Any]) -> list[Any]:
     """Post every receive, then every send (to ``rank + 1``, ``rank + 2``, ...), and wait for all.
 
-    Costs ``alpha + (p-1) * n*beta``; ``p * (p-1)`` messages.
+    Costs ``alpha + (p-1) * n*beta`` to ``alpha + (2p-3) * n*beta`` (see the
+    module docstring); ``p * (p-1)`` messages.
     """
     size, rank = c.size, c.rank
     srcs = [(rank - step) % size for step in range(1, size)]
@@ -74,5 +75,5 @@ ALGORITHMS: Final[Mapping[str, AllToAllAlgo]] = {
 
 
 def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = True) -> str:
-    """Return ``linear`` up to ``THROTTLE`` ranks, ``pairwise`` above (see the module docstring)."""
-    return "linear" if size <= THROTTLE else "pairwise"
+    """Return ``pairwise``, whatever the sizes (see the module docstring)."""
+    return "pairwise"

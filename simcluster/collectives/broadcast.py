@@ -8,10 +8,9 @@ Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs; ranks numbered from the r
 - ``scatter_allgather`` (van de Geijn): the root scatters ``p`` pieces of the
   array along a binomial tree, then a ring all_gather puts them back
   together; about ``(ceil(log2 p) + p - 1) * alpha + 2 * (p-1)/p * n*beta``,
-  which wins for large arrays on many ranks. Non-array payloads (and arrays
-  with fewer elements than ranks) fall back to ``binomial`` with the whole
-  object; every rank decides from its own ``obj``, so all ranks must pass an
-  array of the root's shape and dtype to take the array path.
+  which wins for large arrays on many ranks. The root decides: a payload that
+  is not an array, or an array with fewer elements than ranks, goes down the
+  binomial tree whole instead (in a 1-tuple, so that the others can tell).
 - ``linear``: the root sends to every rank in turn; ``alpha + (p-1)*n*beta``
   for the last one.
 
@@ -23,6 +22,7 @@ choice must not depend on it: always ``binomial``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,48 +46,51 @@ MIN_PROCS: Final = 8
 async def binomial(c: CollContext, obj: Any, root: int) -> Any:
     """Binomial-tree broadcast: receive from the parent, then send to each child, farthest first.
 
-    Costs ``log2(p) * (alpha + n*beta)`` on ``p = 2**k`` ranks (rank ``root - 1``
-    is last); ``p - 1`` messages. Works on any payload.
+    The sends go one after another, as in MPICH (a rendezvous send waits for its
+    transfer before the next starts). Costs ``log2(p) * (alpha + n*beta)`` on
+    ``p = 2**k`` ranks (rank ``root - 1`` is last); ``p - 1`` messages. Works on
+    any payload.
     """
     rel = relative(c.rank, root, c.size)
     value = obj if rel == 0 else await c.recv(absolute(binomial_parent(rel), root, c.size))
-    kids = binomial_children(rel, c.size)
-    await wait_all([c.isend(value, absolute(kid, root, c.size)) for kid in kids])
+    for kid in binomial_children(rel, c.size):
+        await c.send(value, absolute(kid, root, c.size))
     return value
 
 
 async def scatter_allgather(c: CollContext, obj: Any, root: int) -> Any:
     """Van de Geijn broadcast: binomial scatter of ``p`` pieces, then a ring all_gather of them.
 
-    Costs about ``(log2 p + p - 1) * alpha + 2 * (p-1)/p * n*beta``. Payloads that
-    are not arrays, or arrays with fewer elements than ranks, go by ``binomial``.
-
-    Raises:
-        ValueError: this rank passed an array but the root's is of another size.
+    Costs about ``(log2 p + p - 1) * alpha + 2 * (p-1)/p * n*beta``. Each scatter
+    message carries the array's shape beside its slice (headers are free), so
+    the other ranks' placeholders may be anything. A root payload that is not an
+    array, or has fewer elements than ranks, travels whole down the binomial
+    tree instead, wrapped in a 1-tuple (a few bytes more than ``binomial`` for objects).
     """
     size = c.size
-    if not isinstance(obj, np.ndarray) or obj.size < size:
-        return await binomial(c, obj, root)
     rel = relative(c.rank, root, size)
-    bounds = split_bounds(obj.size, size)  # piece j goes first to relative rank j
-    first, end = bounds[rel], bounds[subtree_end(rel, size)]
     if rel == 0:
-        mine = obj.reshape(-1)  # pieces [0, size); a view when it can be, never written
+        split = isinstance(obj, np.ndarray) and obj.size >= size
+        head = (obj.shape, obj.reshape(-1)) if split else (obj,)
     else:
-        mine = await c.recv(absolute(binomial_parent(rel), root, size))
-        if not isinstance(mine, np.ndarray) or mine.size != end - first:
-            raise ValueError(f"rank {c.rank}: {c.call}: the root's array is not the size of this "
-                             f"rank's ({obj.size} elements); pass a buffer of the root's shape on "
-                             "every rank, or algorithm='binomial'")
+        head = await c.recv(absolute(binomial_parent(rel), root, size))
     kids = binomial_children(rel, size)
-    await wait_all([c.isend(mine[bounds[kid] - first:bounds[subtree_end(kid, size)] - first],
-                            absolute(kid, root, size)) for kid in kids])
+    if len(head) == 1:
+        for kid in kids:
+            await c.send(head, absolute(kid, root, size))
+        return head[0]
+    shape, mine = head  # mine: pieces [rel, subtree_end(rel)), flat
+    bounds = split_bounds(math.prod(shape), size)  # piece j starts at relative rank j
+    first = bounds[rel]
+    for kid in kids:
+        await c.send((shape, mine[bounds[kid] - first:bounds[subtree_end(kid, size)] - first]),
+                     absolute(kid, root, size))
     pieces: list[Any] = [None] * size
     pieces[rel] = mine[:bounds[rel + 1] - first]
     right, left = absolute(rel + 1, root, size), absolute(rel - 1, root, size)
     for step in range(size - 1):
         pieces[(rel - step - 1) % size] = await c.sendrecv(pieces[(rel - step) % size], right, left)
-    return obj if rel == 0 else np.concatenate(pieces).reshape(obj.shape)
+    return obj if rel == 0 else np.concatenate(pieces).reshape(shape)
 
 
 async def linear(c: CollContext, obj: Any, root: int) -> Any:

@@ -31,8 +31,9 @@ ScatterAlgo = Callable[["CollContext", "Sequence[Any] | None", int], Awaitable[A
 async def binomial(c: CollContext, objs: Sequence[Any] | None, root: int) -> Any:
     """Binomial-tree scatter: each rank receives its subtree's elements, keeps its own, forwards the rest.
 
-    Costs about ``log2(p) * alpha + (p-1) * n*beta``; ``p - 1`` messages, each a
-    list of the elements for one subtree.
+    Sends go one after another, farthest child first, as in MPICH. Costs about
+    ``log2(p) * alpha + (p-1) * n*beta``; ``p - 1`` messages, each the list of
+    elements for one subtree.
     """
     size = c.size
     rel = relative(c.rank, root, size)
@@ -41,8 +42,8 @@ async def binomial(c: CollContext, objs: Sequence[Any] | None, root: int) -> Any
         items = [objs[absolute(j, root, size)] for j in range(size)]  # in relative order
     else:
         items = await c.recv(absolute(binomial_parent(rel), root, size))
-    await wait_all([c.isend(items[kid - rel:subtree_end(kid, size) - rel], absolute(kid, root, size))
-                    for kid in binomial_children(rel, size)])
+    for kid in binomial_children(rel, size):  # one after another, as in MPICH
+        await c.send(items[kid - rel:subtree_end(kid, size) - rel], absolute(kid, root, size))
     return fresh(items[0]) if rel == 0 else items[0]
 
 

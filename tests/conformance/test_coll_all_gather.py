@@ -169,3 +169,15 @@ def test_all_gather_against_broadcast_is_a_collective_mismatch(transport: str) -
     assert isinstance(error, sc.CollectiveMismatchError)
     assert str(error) == ("rank 0: all_gather(): this is collective #1 on comm 'world', but rank 1 "
                           "called broadcast(src=1); every rank must call collectives in the same order")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_all_gather_on_a_split_comm_stays_inside_it(transport: str, algorithm: str) -> None:
+    async def main(comm: sc.Comm) -> list[Any]:
+        sub = await comm.split(color=comm.rank % 2, key=-comm.rank)
+        assert sub is not None
+        return await sub.all_gather(comm.rank, algorithm=algorithm)
+
+    # evens are ordered 6, 4, 2, 0 and odds 5, 3, 1 (key=-rank)
+    assert list(sc.run(main, world_size=7, transport=transport)) == [
+        [6, 4, 2, 0] if rank % 2 == 0 else [5, 3, 1] for rank in range(7)]

@@ -192,3 +192,16 @@ def test_gather_against_scatter_is_a_collective_mismatch(transport: str) -> None
     assert isinstance(error, sc.CollectiveMismatchError)
     assert str(error) == ("rank 1: gather(dst=1): this is collective #1 on comm 'world', but rank 0 "
                           "called scatter(src=0); every rank must call collectives in the same order")
+
+
+def test_gather_against_scatter_found_at_deadlock_is_raised_directly(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.gather(1, dst=0, algorithm="linear")  # waits for rank 1
+        else:
+            await comm.scatter(None, src=0)  # waits for rank 0: nothing is in flight
+
+    with pytest.raises(sc.CollectiveMismatchError, match=(
+            r"^rank 1: scatter\(src=0\): this is collective #1 on comm 'world', but rank 0 called "
+            r"gather\(dst=0\); every rank must call collectives in the same order$")):
+        sc.run(main, world_size=2, transport=transport)

@@ -1,0 +1,248 @@
+"""The command line: simcluster run SCRIPT with each option, trace show / plot, progress."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simcluster as sc
+from simcluster import cli
+
+RING = """
+import asyncio
+
+async def main(comm):
+    if comm.rank == 0:
+        await asyncio.sleep(WAIT)  # real time, so that a progress display would tick
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    return await comm.sendrecv(comm.rank, right, src=left)
+
+WAIT = {wait}
+"""
+
+RACE = """
+import simcluster as sc
+
+async def main(comm):
+    if comm.rank == 0:
+        return [await comm.recv(src=sc.ANY_SOURCE) for _ in range(comm.size - 1)]
+    await comm.send(comm.rank, 0)
+"""
+
+
+@pytest.fixture
+def ring(tmp_path: Path) -> Path:
+    path = tmp_path / "ring.py"
+    path.write_text(RING.format(wait=0.0))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `simcluster run` puts the script's folder on sys.path, as `python SCRIPT` does
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---- simcluster run ----
+
+
+def test_run_end_to_end_in_a_subprocess_is_quiet_when_not_a_terminal(tmp_path: Path) -> None:
+    script = tmp_path / "slow_ring.py"
+    script.write_text(RING.format(wait=0.3))  # long enough for three progress ticks
+    out_json = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "simcluster", "run", str(script), "-n", "3", "--transport", "memory",
+         "--latency", "alphabeta:1us,10GB/s", "--seed", "0", "--trace", str(out_json)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == ["rank 0: 2", "rank 1: 0", "rank 2: 1"]
+    # one 1-byte message per rank, in parallel: 1 us + 1 byte at 10 GB/s
+    assert lines[3].startswith("elapsed 1.0001e-06 s virtual, ")
+    assert lines[3].endswith(" s wall, 3 messages, 3 bytes")
+    assert lines[4] == f"wrote {out_json}"
+    assert proc.stderr == ""  # no progress line: stderr is a pipe
+    doc = json.loads(out_json.read_text())
+    assert sum(e["ph"] == "s" for e in doc["traceEvents"]) == 3
+
+
+def test_run_world_size_option(capsys: pytest.CaptureFixture[str], ring: Path) -> None:
+    rc, out, _ = run_cli(capsys, "run", str(ring), "-n", "5")
+    assert rc == 0
+    assert out.splitlines()[:5] == ["rank 0: 4", "rank 1: 0", "rank 2: 1", "rank 3: 2", "rank 4: 3"]
+    assert "5 messages" in out
+    rc, out, _ = run_cli(capsys, "run", str(ring))  # 4 ranks by default
+    assert out.splitlines()[0] == "rank 0: 3"
+
+
+@pytest.mark.parametrize(("spec", "elapsed"), [
+    ("zero", "0"),
+    ("constant:5us", "5e-06"),
+    ("alphabeta:1us,10GB/s", "1.0001e-06"),
+    ("alphabeta:1e-6,1e-9", "1.001e-06"),
+])
+def test_run_latency_option(capsys: pytest.CaptureFixture[str], ring: Path, spec: str,
+                            elapsed: str) -> None:
+    rc, out, _ = run_cli(capsys, "run", str(ring), "-n", "3", "--latency", spec)
+    assert rc == 0
+    assert f"elapsed {elapsed} s virtual, " in out
+
+
+def test_run_seed_option_picks_the_schedule(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "race.py"
+    script.write_text(RACE)
+    namespace: dict[str, object] = {}
+    exec(RACE, namespace)
+    for seed in (0, 4):
+        expected = sc.run(namespace["main"], world_size=3, seed=seed)[0]  # type: ignore[arg-type]
+        rc, out, _ = run_cli(capsys, "run", str(script), "-n", "3", "--seed", str(seed))
+        assert rc == 0
+        assert out.splitlines()[0] == f"rank 0: {expected!r}"
+    outs = {run_cli(capsys, "run", str(script), "-n", "3", "--seed", str(s))[1].splitlines()[0]
+            for s in range(6)}
+    assert outs == {"rank 0: [1, 2]", "rank 0: [2, 1]"}  # both schedules occur
+
+
+def test_run_trace_option_writes_chrome_json(capsys: pytest.CaptureFixture[str], ring: Path,
+                                             tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    rc, out, _ = run_cli(capsys, "run", str(ring), "-n", "3", "--trace", str(path))
+    assert rc == 0
+    assert out.splitlines()[-1] == f"wrote {path}"
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sorted(e["args"]["name"] for e in events if e.get("name") == "thread_name") == [
+        "rank 0", "rank 1", "rank 2"]
+
+
+def test_run_reports_bad_options_and_scripts(capsys: pytest.CaptureFixture[str], ring: Path,
+                                             tmp_path: Path) -> None:
+    bad_latency = r"^simcluster run --latency: parse\('fast'\): unknown latency model"
+    with pytest.raises(SystemExit, match=bad_latency):
+        cli.main(["run", str(ring), "--latency", "fast"])
+    rc, _, err = run_cli(capsys, "run", str(ring), "--transport", "carrier-pigeon")
+    assert rc == 1
+    assert err.startswith("simcluster run: run(transport='carrier-pigeon'): unknown transport; valid: memory")
+    with pytest.raises(SystemExit, match="no such file"):
+        cli.main(["run", str(tmp_path / "missing.py")])
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(SystemExit, match=r"defines no main\(comm\)"):
+        cli.main(["run", str(empty)])
+
+
+def test_run_reports_a_deadlock_and_a_failing_rank(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    stuck = tmp_path / "stuck.py"
+    stuck.write_text("async def main(comm):\n    await comm.recv(src=(comm.rank + 1) % comm.size)\n")
+    rc, out, err = run_cli(capsys, "run", str(stuck), "-n", "2")
+    assert (rc, out) == (1, "")
+    assert err.startswith("simcluster run: deadlock: 2 ranks blocked")
+    assert "rank 0 waiting in recv(src=1, tag=ANY_TAG) at stuck.py:2" in err
+    assert "wait-for cycle: 0 -> 1 -> 0" in err
+
+    failing = tmp_path / "failing.py"
+    failing.write_text("async def main(comm):\n"
+                       "    if comm.rank == 1:\n"
+                       "        raise ValueError('bad input')\n")
+    rc, out, err = run_cli(capsys, "run", str(failing), "-n", "2")
+    assert rc == 1
+    assert 'failing.py", line 3, in main' in err  # the rank's own traceback
+    assert "simcluster run: rank 1: run: raised ValueError: bad input" in err
+
+
+# ---- progress ----
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_on_a_terminal_and_is_erased(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    script = tmp_path / "slow_ring.py"
+    script.write_text(RING.format(wait=0.35))
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["run", str(script), "-n", "3"]) == 0
+    shown = terminal.getvalue()
+    # rank 2 is done at once; rank 0 sleeps in real time, rank 1 waits for it
+    assert "\rsimcluster: 1/3 ranks finished, virtual time 0 s" in shown
+    assert 2 <= shown.count("\rsimcluster:") <= 4  # about ten a second, for 0.35 s
+    assert shown.endswith("\r")  # the line is erased before the results print
+    assert capsys.readouterr().out.startswith("rank 0: 2\n")
+
+
+def test_progress_is_quiet_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    script = tmp_path / "slow_ring.py"
+    script.write_text(RING.format(wait=0.25))
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    assert cli.main(["run", str(script), "-n", "3"]) == 0
+    assert pipe.getvalue() == ""
+
+
+def test_progress_formats_virtual_time_with_a_unit() -> None:
+    stream = FakeTerminal()
+    progress = cli._Progress(stream)
+    progress(1, 4, 0.0123)
+    progress(4, 4, 2.5e-6)
+    progress.close()
+    assert stream.getvalue().split("\r")[1:3] == [
+        "simcluster: 1/4 ranks finished, virtual time 12.3 ms",
+        "simcluster: 4/4 ranks finished, virtual time 2.5 us ",  # padded over the longer line
+    ]
+
+
+# ---- simcluster trace show / plot ----
+
+
+@pytest.fixture
+def trace_file(ring: Path, tmp_path: Path) -> Path:
+    async def main(comm: sc.Comm) -> None:
+        right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+        await comm.sendrecv(comm.rank, right, src=left)
+
+    path = tmp_path / "ring.json"
+    sc.run(main, world_size=3, latency=sc.latency.Constant(2e-6), trace=path)
+    return path
+
+
+def test_trace_show_prints_the_message_sequence(capsys: pytest.CaptureFixture[str],
+                                               trace_file: Path) -> None:
+    rc, out, _ = run_cli(capsys, "trace", "show", str(trace_file))
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["rank", "0", "rank", "1", "rank", "2"]
+    assert [line.split()[:3] for line in lines[1:4]] == [["0.000", "->", "2.000"]] * 3
+    assert lines[4] == "3 messages; times in virtual microseconds (send -> receive)"
+
+
+def test_trace_plot_writes_a_png(capsys: pytest.CaptureFixture[str], trace_file: Path,
+                                 tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "timeline.png"
+    rc, out, _ = run_cli(capsys, "trace", "plot", str(trace_file), "-o", str(png))
+    assert (rc, out) == (0, f"wrote {png}\n")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_trace_commands_reject_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    with pytest.raises(SystemExit, match=r"^simcluster trace show: trace: cannot read"):
+        cli.main(["trace", "show", str(path)])
