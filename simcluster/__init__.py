@@ -5,6 +5,7 @@ virtual time. Start with ``sc.run(main, world_size=4)``.
 """
 
 from . import latency as latency
+from . import testing as testing
 from .comm import Comm as Comm
 from .errors import BufferHazardError as BufferHazardError
 from .errors import CollectiveMismatchError as CollectiveMismatchError
@@ -36,5 +37,5 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
     "DeadlockError", "RankError", "ReduceOp", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
-    "launch", "run", "test_all", "test_any", "wait_all", "wait_any", "wait_some",
+    "launch", "run", "test_all", "testing", "test_any", "wait_all", "wait_any", "wait_some",
 ]

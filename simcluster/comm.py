@@ -193,7 +193,7 @@ class Comm(CollectiveMethods):
         req = self._send(obj, dst, tag, "isend", False, True)
         assert req is not None
         if self._engine.trace is not None:
-            self._span("isend", self._engine.now, dst=dst, tag=tag)
+            self._span("isend", self._engine.now, dst=dst, tag=tag, nbytes=self._engine.last_nbytes)
         return req
 
     def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
@@ -201,7 +201,7 @@ class Comm(CollectiveMethods):
         req = self._send(obj, dst, tag, "issend", True, True)
         assert req is not None
         if self._engine.trace is not None:
-            self._span("issend", self._engine.now, dst=dst, tag=tag)
+            self._span("issend", self._engine.now, dst=dst, tag=tag, nbytes=self._engine.last_nbytes)
         return req
 
     async def send(self, obj: object, dst: int, tag: int = 0) -> None:
@@ -213,19 +213,21 @@ class Comm(CollectiveMethods):
         """
         start = self._engine.now
         req = self._send(obj, dst, tag, "send", False, False)
+        nbytes = self._engine.last_nbytes
         if req is not None:  # None: an eager send, already complete
             await req
         if self._engine.trace is not None:
-            self._span("send", start, dst=dst, tag=tag)
+            self._span("send", start, dst=dst, tag=tag, nbytes=nbytes)
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
         start = self._engine.now
         req = self._send(obj, dst, tag, "ssend", True, False)
+        nbytes = self._engine.last_nbytes
         if req is not None:
             await req
         if self._engine.trace is not None:
-            self._span("ssend", start, dst=dst, tag=tag)
+            self._span("ssend", start, dst=dst, tag=tag, nbytes=nbytes)
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
         if type(src) is not int or not 0 <= src < self.size:
@@ -276,7 +278,8 @@ class Comm(CollectiveMethods):
         req = self._recv(buf, src, tag, "recv", False)
         value = req._take_result() if req._state else await req  # _state: matched already
         if self._engine.trace is not None:
-            self._span("recv", start, src=src, tag=tag)
+            status = req.status
+            self._span("recv", start, src=src, tag=tag, nbytes=status.nbytes if status else 0)
         return value
 
     async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,

@@ -125,6 +125,9 @@ class Engine:
         self.timeout = timeout
         self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
         self.trace: Trace | None = None  # set by run(trace=...)
+        # run(serializer="pickle"): what msgpack cannot carry is pickled (wire.EXT_PICKLE)
+        self._dumps: Callable[[object], bytes] | None = None
+        self._loads: Callable[[bytes], object] | None = None
         self.now = 0.0
         self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count()
@@ -140,6 +143,7 @@ class Engine:
         self._tracked: dict[int, Request[Any]] = {}
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
         self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
+        self.last_nbytes = 0
         self.fidelity = "message"  # or "analytic": collectives resolve in one step (meet)
         self._current: Task | None = None
         self._foreign = 0
@@ -365,16 +369,17 @@ class Engine:
         try:
             packed = wire.pack(obj, copy=False)
         except wire.Unsendable as exc:
-            name = op if isinstance(op, str) else op[0]
-            raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
+            packed = self._pack_opaque(comm, obj, op, exc)
         nbytes = packed.nbytes
         src_w = comm._world_rank
         dst_w = comm._group.world_ranks[dst]
         msg_id = next(self._msg_ids)
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
+        self.last_nbytes = nbytes  # for the caller's trace span
         if self.trace is not None:
-            self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, comm._group.name)
+            name = comm._group.name if comm._ctx % 2 == 0 else f"{comm._group.name}:collective"
+            self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
         buffers = packed.buffers
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
@@ -404,6 +409,17 @@ class Engine:
             self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
         self.transport.send(env)
         return req
+
+    def _pack_opaque(self, comm: Comm, obj: object, op: str | tuple[Any, ...],
+                     exc: wire.Unsendable) -> wire.Packed:
+        """Pack what msgpack refused with pickle, in serializer="pickle" runs; else explain."""
+        if self._dumps is not None:
+            try:
+                return wire.pack(obj, copy=False, dumps=self._dumps)
+            except wire.Unsendable as again:
+                exc = again
+        name = op if isinstance(op, str) else op[0]
+        raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
 
     def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str | tuple[Any, ...],
                   nonblocking: bool, meta: bytes = b"") -> Request[Any]:
@@ -577,9 +593,9 @@ class Engine:
         buf = req.buf
         try:
             if buf is None:
-                req._finish(wire.unpack(env.header, env.buffers, copy=copy))
+                req._finish(wire.unpack(env.header, env.buffers, copy=copy, loads=self._loads))
             else:
-                value = wire.unpack(env.header, env.buffers, copy=False)
+                value = wire.unpack(env.header, env.buffers, copy=False, loads=self._loads)
                 _fill(buf, value, req, source)
                 req._finish(buf)
         except Exception as exc:
@@ -685,26 +701,17 @@ class Engine:
             inside = f" inside {call} (collective #{seq} on comm {name!r})"
         return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
 
+    def blocked_entries(self) -> list[BlockedEntry]:
+        """Describe every blocked rank and helper, ranks first: what ``deadlock_error`` reads."""
+        entries = []
+        for task in [*self.tasks, *self._helpers.values()]:
+            if task.state == BLOCKED:
+                line, peers = self._describe(task)
+                entries.append((task.rank, line, peers, task.collective))
+        return entries
+
     def _deadlock(self) -> SimclusterError:
-        blocked: dict[int, str] = {}
-        edges: dict[int, list[int]] = {}
-        lines = []
-        blocked_tasks = [t for t in [*self.tasks, *self._helpers.values()] if t.state == BLOCKED]
-        mismatch = _collective_mismatch(blocked_tasks)
-        if mismatch is not None:
-            return mismatch
-        for task in blocked_tasks:
-            line, peers = self._describe(task)
-            blocked[task.rank] = line
-            edges.setdefault(task.rank, []).extend(peers)
-            lines.append("  " + line)
-        cycle = _find_cycle(edges)
-        n = len(blocked)
-        head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
-                f"at virtual time {self.now:.9g}s")
-        tail = ("wait-for cycle: " + " -> ".join(map(str, cycle))) if cycle else \
-            "no wait-for cycle: some rank waits for a message nobody sends"
-        return DeadlockError("\n".join([head, *lines, tail]), blocked, cycle)
+        return deadlock_error(self.blocked_entries(), self.now)
 
     def _timeout_report(self) -> str:
         lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
@@ -716,6 +723,34 @@ class Engine:
                              f"{_frames.coroutine_line(task.coro)}")
         lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
         return "\n".join(lines)
+
+
+BlockedEntry = tuple[int, str, list[int], Any]
+"""(rank, "rank R waiting in ... at file:line", world ranks it waits on, Task.collective)."""
+
+
+def deadlock_error(entries: list[BlockedEntry], now: float) -> SimclusterError:
+    """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
+
+    A collective mismatch among them is reported instead when there is one.
+    """
+    mismatch = _collective_mismatch([entry[3] for entry in entries])
+    if mismatch is not None:
+        return mismatch
+    blocked: dict[int, str] = {}
+    edges: dict[int, list[int]] = {}
+    lines = []
+    for rank, line, peers, _ in entries:
+        blocked[rank] = line
+        edges.setdefault(rank, []).extend(peers)
+        lines.append("  " + line)
+    cycle = _find_cycle(edges)
+    n = len(blocked)
+    head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
+            f"at virtual time {now:.9g}s")
+    tail = ("wait-for cycle: " + " -> ".join(map(str, cycle))) if cycle else \
+        "no wait-for cycle: some rank waits for a message nobody sends"
+    return DeadlockError("\n".join([head, *lines, tail]), blocked, cycle)
 
 
 def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
@@ -742,15 +777,18 @@ def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
                                    "every rank must call collectives in the same order")
 
 
-def _collective_mismatch(blocked: list[Task]) -> CollectiveMismatchError | None:
-    """Among ranks stuck in collectives of one comm, find two that called different ones."""
-    first: dict[int, Task] = {}
-    for task in blocked:
-        if task.collective is None:
+def _collective_mismatch(blocked: list[Any]) -> CollectiveMismatchError | None:
+    """Among ranks stuck in collectives of one comm, find two that called different ones.
+
+    ``blocked`` holds the ``Task.collective`` of each blocked task (None outside collectives).
+    """
+    first: dict[int, Any] = {}
+    for collective in blocked:
+        if collective is None:
             continue
-        ctx, name, seq, call, rank = task.collective
-        other = first.setdefault(ctx, task)
-        _, _, oseq, ocall, orank = other.collective  # type: ignore[misc]
+        ctx, name, seq, call, rank = collective
+        other = first.setdefault(ctx, collective)
+        _, _, oseq, ocall, orank = other
         if (oseq, ocall) != (seq, call):
             where = f"called {ocall}" if oseq == seq else f"is in collective #{oseq}, {ocall}"
             return CollectiveMismatchError(

@@ -88,6 +88,33 @@ class Ports(ABC):
             and when the receiver has it; both are ``>= t``.
         """
 
+    # ---- the same charge split between two processes (shm/tcp hosting) ----
+    # When sender and receiver live in different OS processes, each process
+    # keeps only its own ranks' port timers: the sender charges its send port
+    # with ``send_side`` and puts the returned ``wire`` time on the envelope;
+    # the receiver charges its receive port with ``recv_side`` when the
+    # envelope reaches it. For one message, ``recv_side(send_side(...)[1])``
+    # equals ``transfer(...)[1]`` bit for bit, and both update the same timers.
+
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        """Charge the sender's half of a message; return ``(depart, wire)``.
+
+        ``wire`` is when the message would arrive at an idle receive port; the
+        receiver's process turns it into the arrival with :meth:`recv_side`.
+        The default charges the whole message here with :meth:`transfer` (so a
+        model without a split counts receive-port contention only among
+        messages sent from one process) and :meth:`recv_side` keeps the time.
+        """
+        return self.transfer(src, dst, nbytes, t)
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        """Charge the receiver's half of a message that left at ``wire``; return its arrival.
+
+        Called in the receiver's process, once per message, in the order
+        messages reach ``dst``; the default returns ``wire`` unchanged.
+        """
+        return wire
+
 
 class LatencyModel(ABC):
     """A cost model for messages.
@@ -287,6 +314,23 @@ class _AlphaBetaPorts(_BoundPorts):
         self._recv_free[dst] = arrive
         return depart, arrive
 
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        send_free = self._send_free
+        start = send_free[src]
+        if t > start:
+            start = t
+        busy = nbytes * self._beta
+        depart = send_free[src] = start + busy
+        return depart, start + self._alpha + busy
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        arrive = wire
+        queued = self._recv_free[dst] + nbytes * self._beta
+        if queued > arrive:
+            arrive = queued
+        self._recv_free[dst] = arrive
+        return arrive
+
 
 class AlphaBeta(_Model):
     """Hockney's alpha-beta model with one full-duplex port per rank.
@@ -373,6 +417,30 @@ class _LogGPPorts(_BoundPorts):
         self._recv_free[dst] = arrive
         return depart, arrive
 
+    def _busy(self, nbytes: int) -> float:
+        inject = self._o + (nbytes - 1) * self._G if nbytes > 1 else self._o
+        return inject if inject > self._g else self._g
+
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        o = self._o
+        send_free = self._send_free
+        start = send_free[src]
+        if t > start:
+            start = t
+        inject = o + (nbytes - 1) * self._G if nbytes > 1 else o
+        busy = inject if inject > self._g else self._g
+        send_free[src] = start + busy
+        depart = start + inject
+        return depart, depart + self._L + o
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        arrive = wire
+        queued = self._recv_free[dst] + self._busy(nbytes)
+        if queued > arrive:
+            arrive = queued
+        self._recv_free[dst] = arrive
+        return arrive
+
 
 class LogGP(_Model):
     """The LogGP model: overhead at both ends, a gap between messages, G per extra byte.
@@ -444,6 +512,16 @@ class _HierarchicalPorts(_BoundPorts):
         if src // per_node == dst // per_node:
             return self._intra(src, dst, nbytes, t)
         return self._inter(src, dst, nbytes, t)
+
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        per_node = self._ranks_per_node
+        ports = self.intra if src // per_node == dst // per_node else self.inter
+        return ports.send_side(src, dst, nbytes, t)
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        per_node = self._ranks_per_node
+        ports = self.intra if src // per_node == dst // per_node else self.inter
+        return ports.recv_side(src, dst, nbytes, wire)
 
 
 class Hierarchical(_Model):

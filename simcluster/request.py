@@ -191,6 +191,14 @@ def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
     return reqs
 
 
+def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> None:
+    """Record a span for a wait on several requests that took virtual time."""
+    engine = requests[0]._engine
+    task = requests[0]._task
+    if engine.trace is not None and task is not None and engine.now > start:
+        engine.trace.span(task.rank, name, start, engine.now, requests=len(requests))
+
+
 def _unwait(requests: Sequence[Request[Any]]) -> None:
     """Forget the rank parked on several requests, so the ones still pending cannot wake it later."""
     for r in requests:
@@ -229,9 +237,11 @@ async def wait_any(requests: Iterable[Request[Any]]) -> tuple[int, Any]:
     reqs = _as_list(requests)
     if not reqs:
         raise ValueError("wait_any([]): no requests to wait for; pass at least one request")
+    start = reqs[0]._engine.now
     while True:
         for i, r in enumerate(reqs):
             if r._state != PENDING:
+                _trace_wait(reqs, "wait_any", start)
                 return i, r._take_result()
         await _WaitAny(reqs)
         _unwait(reqs)
@@ -243,9 +253,11 @@ async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
     active = [r for r in reqs if not r._retrieved]
     if not active:
         return []
+    start = active[0]._engine.now
     while all(r._state == PENDING for r in active):
         await _WaitAny(active)
         _unwait(active)
+    _trace_wait(active, "wait_some", start)
     return [(i, r._take_result()) for i, r in enumerate(reqs)
             if r._state != PENDING and not r._retrieved]
 

@@ -155,6 +155,15 @@ def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: flo
                          "process; use procs=1, or transport='shm'/'tcp' for several processes")
 
 
+def _check_names(call: str, keywords: Mapping[str, Any]) -> None:
+    valid = [name for name in inspect.signature(_launch).parameters
+             if name not in ("fn", "world_size") and not name.startswith("_")]
+    for name in keywords:
+        if name not in valid and name != "_progress":
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}; valid: "
+                            f"{', '.join(valid)}")
+
+
 def _warn_leaks(result: RunResult) -> None:
     leaks = result.leaks
     if leaks:
@@ -175,6 +184,7 @@ async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords:
         DeadlockError: every rank blocked with nothing in flight.
         RunTimeoutError: ``timeout`` wall seconds passed.
     """
+    _check_names("launch", keywords)
     result = await _launch(fn, world_size, **keywords)
     _warn_leaks(result)
     return result
@@ -245,9 +255,9 @@ async def _launch(
             raise RankError(task.rank, exc) from exc
     finally:
         engine.close()
+        if engine.trace is not None and isinstance(trace, (str, os.PathLike)):
+            engine.trace.save(trace)  # also after a failure, when a trace helps most
     leaks = engine.leaks() if checks == "strict" else []
-    if engine.trace is not None and isinstance(trace, (str, os.PathLike)):
-        engine.trace.save(trace)
     stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
                   tuple(engine.msgs_recv), tuple(engine.bytes_recv))
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
@@ -268,6 +278,7 @@ def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> 
         pass
     else:
         raise RuntimeError("run(): called from a running event loop; use `await sc.launch(...)` there")
+    _check_names("run", keywords)
     result = asyncio.run(_launch(fn, world_size, **keywords))
     _warn_leaks(result)
     return result

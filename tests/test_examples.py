@@ -6,9 +6,11 @@ Examples are found by walking the folder, so a new example without an
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,23 @@ SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.par
 SGD = EXAMPLES / "seeds" / "torch_p2p_and_sgd" / "sync_sgd.py"
 
 
-def run_example(script: Path) -> str:
-    """Run ``script`` in a fresh interpreter where any warning is an error; return stdout."""
-    proc = subprocess.run(
+def run_example(script: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter where any warning is an error."""
+    return subprocess.run(
         [sys.executable, "-W", "error", str(script)],
         capture_output=True, text=True, timeout=60, cwd=script.parent,
     )
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[Path, subprocess.CompletedProcess[str]]:
+    """Run every example once, several at a time (each is its own process)."""
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        return dict(zip(SCRIPTS, pool.map(run_example, SCRIPTS)))
+
+
+def stdout_of(script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]]) -> str:
+    proc = outputs[script]
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stderr}"
     assert proc.stderr == "", f"{script.name} wrote to stderr:\n{proc.stderr}"
     return proc.stdout
@@ -35,16 +48,18 @@ def test_examples_were_found() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(EXAMPLES)))
-def test_example_prints_its_expected_output(script: Path) -> None:
+def test_example_prints_its_expected_output(
+        script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]]) -> None:
     expected = script.with_suffix(".out")
     assert expected.is_file(), f"{script.relative_to(EXAMPLES)} has no {expected.name} next to it"
     assert script.read_text(encoding="utf-8").lstrip().startswith('"""'), "needs a module docstring"
-    assert run_example(script) == expected.read_text(encoding="utf-8")
+    assert stdout_of(script, outputs) == expected.read_text(encoding="utf-8")
 
 
-def test_sgd_loss_falls_every_epoch_on_every_rank() -> None:
+def test_sgd_loss_falls_every_epoch_on_every_rank(
+        outputs: dict[Path, subprocess.CompletedProcess[str]]) -> None:
     losses: dict[int, list[float]] = {}
-    for line in run_example(SGD).splitlines():
+    for line in stdout_of(SGD, outputs).splitlines():
         match = re.fullmatch(r"Rank (\d+), epoch (\d+): (\d+\.\d+)", line)
         assert match, f"unexpected line {line!r}"
         rank, epoch, loss = int(match[1]), int(match[2]), float(match[3])

@@ -45,12 +45,12 @@ def test_trace_records_p2p_spans_with_alpha_beta_times() -> None:
     # the second message starts when the send port frees (8 us) and takes 1 + 4 us
     second = 8000 * BETA + ALPHA + 4000 * BETA  # 13 us
     assert spans_of(result, 0) == [
-        approx_span("send", 0.0, 0.0, dst=1, tag=3),
-        approx_span("isend", 0.0, 0.0, dst=1, tag=4),
+        approx_span("send", 0.0, 0.0, dst=1, tag=3, nbytes=8000),
+        approx_span("isend", 0.0, 0.0, dst=1, tag=4, nbytes=4000),
         approx_span("sleep", 0.0, 2e-6, seconds=2e-6),  # the isend had completed: no wait span
     ]
     assert spans_of(result, 1) == [
-        approx_span("recv", 0.0, first, src=0, tag=3),
+        approx_span("recv", 0.0, first, src=0, tag=3, nbytes=8000),
         approx_span("irecv", first, first, src=0, tag=4),
         approx_span("wait", first, second, op="irecv(src=0, tag=4)"),
     ]

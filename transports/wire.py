@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -52,6 +52,7 @@ __all__ = [
     "EXT_BIGINT",
     "EXT_COMPLEX",
     "EXT_DICT",
+    "EXT_PICKLE",
     "EXT_NDARRAY",
     "EXT_NPSCALAR",
     "EXT_TUPLE",
@@ -79,6 +80,11 @@ EXT_BIGINT: Final = 5
 """Int outside [-2**63, 2**64): big-endian two's complement bytes."""
 EXT_DICT: Final = 6
 """Dict with a key that is not a str: packed flat ``[k0, v0, k1, v1, ...]``."""
+EXT_PICKLE: Final = 7
+"""An object msgpack cannot carry, as the bytes of the caller's ``dumps`` (pickle, for runs
+with ``run(..., serializer="pickle")``). This module never pickles: ``pack(dumps=...)`` and
+``unpack(loads=...)`` are handed the functions, and without ``loads`` the code is refused,
+because unpickling runs code chosen by whoever wrote the bytes."""
 
 MAX_DEPTH: Final = 256
 """Deepest nesting of containers that ``pack`` accepts (msgpack stops at 511)."""
@@ -283,11 +289,13 @@ class _Encoder:
     OverflowError; ``pack`` then walks again with ``exact=True``.
     """
 
-    __slots__ = ("buffers", "copy", "depth", "nbytes", "plain")
+    __slots__ = ("buffers", "copy", "depth", "dumps", "nbytes", "plain")
 
-    def __init__(self, copy: bool, exact: bool = False) -> None:
+    def __init__(self, copy: bool, exact: bool = False,
+                 dumps: Callable[[object], bytes] | None = None) -> None:
         self.buffers: list[NDArray[Any]] = []
         self.copy = copy
+        self.dumps = dumps
         self.depth = 0
         self.nbytes = 0
         self.plain = _PLAIN_EXACT if exact else _PLAIN
@@ -386,7 +394,19 @@ class _Encoder:
         for base in _BASES:
             if isinstance(obj, base):
                 return self.lower(base(obj))
+        if self.dumps is not None:
+            return self.opaque(obj, self.dumps)
         raise Unsendable(type(obj).__name__)
+
+    def opaque(self, obj: object, dumps: Callable[[object], bytes]) -> ExtType:
+        try:
+            data = dumps(obj)
+        except Exception as exc:
+            name = type(obj).__name__
+            raise Unsendable(name, "make it picklable, or send a dict/list/array instead",
+                             f"{name} is not sendable even with pickle ({type(exc).__name__}: {exc})"
+                             ) from None
+        return _new_ext(ExtType, (EXT_PICKLE, bytes(data)))
 
 
 _BASES: Final[tuple[type[Any], ...]] = (
@@ -401,7 +421,8 @@ def _bigint(n: int) -> ExtType:
     return _new_ext(ExtType, (EXT_BIGINT, data))
 
 
-def pack(obj: object, *, copy: bool = True) -> Packed:
+def pack(obj: object, *, copy: bool = True,
+         dumps: Callable[[object], bytes] | None = None) -> Packed:
     """Encode a payload as a msgpack header plus one contiguous buffer per array.
 
     Args:
@@ -412,6 +433,10 @@ def pack(obj: object, *, copy: bool = True) -> Packed:
             order for an F-contiguous input), so the sender may change its own
             array afterwards. With ``copy=False`` contiguous arrays are
             referenced, not copied; strided views are still copied once.
+        dumps: turns what msgpack cannot carry (class instances, sets, ...)
+            into bytes sent as EXT_PICKLE, instead of raising ``Unsendable``
+            (``pickle.dumps`` for ``serializer="pickle"`` runs); only
+            ``unpack(loads=...)`` reads such a payload back.
 
     Returns:
         The header, the buffers, the counted size and whether the payload is
@@ -430,11 +455,11 @@ def pack(obj: object, *, copy: bool = True) -> Packed:
     ):
         header = _pack(obj)
         return _packed(header, (), len(header), False)
-    encoder = _Encoder(copy)
+    encoder = _Encoder(copy, dumps=dumps)
     try:
         header = _pack(encoder.lower(obj))
     except OverflowError:  # an int beyond 64 bits slipped through the fast walk
-        encoder = _Encoder(copy, exact=True)
+        encoder = _Encoder(copy, exact=True, dumps=dumps)
         header = _pack(encoder.lower(obj))
     if not encoder.buffers:
         return _packed(header, (), len(header), False)
@@ -453,11 +478,13 @@ def nbytes_of(obj: object) -> int:
 class _Decoder:
     """One read of a header: rebuilds ext types, hands out the buffers as arrays."""
 
-    __slots__ = ("buffers", "copy", "used")
+    __slots__ = ("buffers", "copy", "loads", "used")
 
-    def __init__(self, buffers: Sequence[object], copy: bool) -> None:
+    def __init__(self, buffers: Sequence[object], copy: bool,
+                 loads: Callable[[bytes], object] | None = None) -> None:
         self.buffers = buffers
         self.copy = copy
+        self.loads = loads
         self.used = 0
 
     def read(self, data: bytes | bytearray | memoryview) -> object:
@@ -489,6 +516,13 @@ class _Decoder:
                 raise _malformed(f"dict has {len(flat)} items, expected key/value pairs")
             pairs = iter(flat)
             return dict(zip(pairs, pairs))
+        if code == EXT_PICKLE:
+            if self.loads is None:
+                raise TransportError(
+                    None, "unpack", "the payload holds a pickled object and pickle is off",
+                    'pass serializer="pickle" to run() to accept pickled payloads (only from '
+                    "peers you trust: unpickling runs their code)")
+            return self.loads(data)
         raise TransportError(None, "unpack", f"unknown ext code {code}", _UNPACK_FIX)
 
     def scalar(self, data: bytes) -> object:
@@ -558,7 +592,7 @@ _NO_BUFFERS: Final = _Decoder((), False)  # stateless while it has no buffers to
 
 
 def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (),
-           *, copy: bool = False) -> object:
+           *, copy: bool = False, loads: Callable[[bytes], object] | None = None) -> object:
     """Rebuild a payload from its header and buffers.
 
     Arrays come back with their dtype, shape and memory order (C or F).
@@ -573,6 +607,9 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         buffers: the ndarrays from ``Packed.buffers``, or raw bytes, bytearray
             or memoryview objects as they come off a stream.
         copy: return arrays that own their data.
+        loads: rebuilds EXT_PICKLE objects (``pickle.loads`` for
+            ``serializer="pickle"`` runs); without it they are refused, because
+            unpickling runs code chosen by the sender.
 
     Returns:
         The payload: tuples, numpy scalars, big ints and non-str-keyed dicts
@@ -582,7 +619,10 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         TransportError: the header is not one ``pack`` produced, refers to
             missing buffers, or leaves some unused.
     """
-    decoder = _Decoder(buffers, copy) if buffers else _NO_BUFFERS
+    if loads is not None:
+        decoder = _Decoder(buffers, copy, loads)
+    else:
+        decoder = _Decoder(buffers, copy) if buffers else _NO_BUFFERS
     try:
         obj = decoder.read(header)
     except TransportError:

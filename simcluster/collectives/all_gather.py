@@ -37,7 +37,7 @@ AllGatherAlgo = Callable[["CollContext", Any], Awaitable["list[Any]"]]
 
 
 async def ring(c: CollContext, obj: Any) -> list[Any]:
-    """Ring all_gather: in step ``s`` send item ``rank - s`` right, receive item ``rank - s - 1`` from the left.
+    """Ring all_gather: in step ``s`` pass item ``rank - s`` right, take item ``rank - s - 1`` from the left.
 
     Costs ``(p-1) * (alpha + n*beta)``; ``p * (p-1)`` messages of one item each.
     """

@@ -14,10 +14,15 @@ Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs; ranks numbered from the r
 - ``linear``: the root sends to every rank in turn; ``alpha + (p-1)*n*beta``
   for the last one.
 
-Default rule (MPICH's ``MPIR_Bcast_intra_auto``): ``scatter_allgather`` for
-arrays of at least 12288 bytes on 8 ranks or more, ``binomial`` otherwise.
-When the payload is not an array, non-root ranks cannot know its size, so the
-choice must not depend on it: always ``binomial``.
+Default rule (MPICH's ``MPIR_Bcast_intra_auto``, with a floor on piece size):
+``scatter_allgather`` for arrays on 8 ranks or more whose size is at least
+12288 bytes and at least 8 KiB per rank; ``binomial`` otherwise. MPICH goes
+by the first two thresholds alone; the per-rank floor keeps the ring's
+``p - 1`` latencies from costing more than the ``log2 p`` copies they save
+(break-even under AlphaBeta with ``alpha/beta`` near 10 KB) and keeps the
+simulator from moving ``p**2`` tiny messages on large worlds. When the payload
+is not an array, non-root ranks cannot know its size, so the choice must not
+depend on it: always ``binomial``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ SHORT_MSG: Final = 12288
 
 MIN_PROCS: Final = 8
 """Ranks below which broadcast stays binomial (MPICH's ``BCAST_MIN_PROCS``)."""
+
+MIN_PIECE: Final = 8192
+"""Bytes per rank below which broadcast stays binomial (the ring would cost more than it saves)."""
 
 
 async def binomial(c: CollContext, obj: Any, root: int) -> Any:
@@ -118,6 +126,6 @@ def default(size: int, nbytes: int, *, commutative: bool = True, arrays: bool = 
     ``nbytes`` is used only when ``arrays`` is true: then every rank holds a
     buffer of the same size, so every rank makes the same choice.
     """
-    if arrays and nbytes >= SHORT_MSG and size >= MIN_PROCS:
+    if arrays and size >= MIN_PROCS and nbytes >= max(SHORT_MSG, MIN_PIECE * size):
         return "scatter_allgather"
     return "binomial"

@@ -94,9 +94,9 @@ def test_two_ibarriers_can_be_outstanding_at_once(transport: str) -> None:
         if comm.rank == 2:
             await comm.sleep(3.0)
         second = comm.ibarrier(algorithm="tree")
-        assert await second is None
+        await second
         first_done = first.done()  # every rank entered it at time 0
-        assert await first is None
+        await first
         return first_done, comm.now
 
     assert list(sc.run(main, world_size=5, transport=transport)) == [(True, 3.0)] * 5

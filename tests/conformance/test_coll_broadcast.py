@@ -22,12 +22,13 @@ MESSAGES: list[Any] = [
     {"a": 1, "b": [1, 2]}, np.float32(1.5), [np.arange(3), "mixed"],
 ]
 
-ARRAYS = [
+ARRAYS: list[np.ndarray] = [
     np.arange(6, dtype=np.float64),
     np.arange(12, dtype=np.int32).reshape(3, 4),
     np.array(5.0),
     np.zeros(0, dtype=np.float32),
     np.arange(60, dtype=np.int16)[::3],
+    np.asfortranarray(np.arange(24, dtype=np.float32).reshape(4, 6)),
     (np.arange(40) + 1j).astype(np.complex128).reshape(5, 8),
     np.arange(20_000, dtype=np.float64).reshape(100, 200),  # 160 kB: rendezvous, and split in pieces
 ]
@@ -103,8 +104,10 @@ def test_broadcast_of_a_large_array_with_the_default_on_many_ranks(transport: st
 
 
 def test_default_broadcast_depends_on_size_only_for_arrays() -> None:
-    assert broadcast.default(8, 12288) == "scatter_allgather"
-    assert broadcast.default(8, 12287) == "binomial"
+    assert broadcast.default(8, 65536) == "scatter_allgather"  # 8 KiB per rank
+    assert broadcast.default(8, 65535) == "binomial"
+    assert broadcast.default(1000, 8192 * 1000) == "scatter_allgather"
+    assert broadcast.default(1000, 8192 * 1000 - 1) == "binomial"
     assert broadcast.default(7, 1 << 30) == "binomial"
     assert broadcast.default(8, 1 << 30, arrays=False) == "binomial"
     assert broadcast.default(8, 0, arrays=False) == "binomial"
@@ -199,7 +202,7 @@ def test_broadcast_against_all_gather_is_a_collective_mismatch(transport: str) -
 
 def test_default_broadcast_with_a_large_array_against_none_says_how_to_fix_it(transport: str) -> None:
     async def main(comm: sc.Comm) -> None:
-        await comm.broadcast(np.zeros(4096) if comm.rank == 0 else None, src=0)
+        await comm.broadcast(np.zeros(8192) if comm.rank == 0 else None, src=0)
 
     with pytest.raises(sc.RankError) as info:
         sc.run(main, world_size=8, transport=transport)

@@ -66,7 +66,7 @@ def test_scatter_into_buf_fills_it_in_place(transport: str, algorithm: str) -> N
         buf = np.zeros(3)
         out = await comm.scatter(objs, src=1, buf=buf, algorithm=algorithm)
         assert out is buf
-        return buf.tolist()
+        return [float(x) for x in buf]
 
     assert list(sc.run(main, world_size=5, transport=transport)) == [[float(r)] * 3 for r in range(5)]
 

@@ -1,0 +1,469 @@
+"""The tcp transport: ranks in several OS processes, envelopes as frames over asyncio streams.
+
+Owns the byte streams between hosting processes and nothing else: who talks
+to whom, the secret proven at connect, and the loop that feeds bytes to
+``wire.FrameDecoder``. It knows nothing of virtual time or matching; the
+hosting loop (``simcluster._hosting``) decides when envelopes are delivered.
+
+Each pair of processes shares one stream (the lower process index connects
+to the higher one), so envelopes between two processes keep their order
+(Rule 1 of ``transports.base``). Envelopes whose receiver lives in this
+process are handed over at once, as the memory transport does.
+
+Rule 1: no bytes are trusted before the handshake: the acceptor sends a
+random nonce and the connector must answer ``HMAC-SHA256(secret, nonce)``
+(then proves itself back the same way). A connection that fails is logged on
+the ``simcluster.transports`` logger and closed; the run goes on.
+Rule 2: frames are parsed only by ``wire`` (sans-I/O), with a size cap;
+nothing read off a socket is ever unpickled here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from . import wire
+from .base import Deliver, Envelope, Transport, TransportError
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "Link",
+    "TcpTransport",
+    "accept_handshake",
+    "connect_handshake",
+    "open_link",
+]
+
+log: Final = logging.getLogger("simcluster.transports")
+
+DEFAULT_CONNECT_TIMEOUT: Final = 30.0
+"""Seconds a process waits for a peer to connect (or to answer) before giving up."""
+
+_MAGIC: Final = b"SIMCLUS1"  # protocol name and version, first bytes on every stream
+_NONCE: Final = 32
+_DIGEST: Final = 32
+_READ: Final = 1 << 20  # bytes asked of the stream per read
+_STREAM_LIMIT: Final = 1 << 22  # asyncio buffers this much before it stops reading
+
+SECRET_FIX: Final = ("only processes started by this run, or started with the same "
+                     "SIMCLUSTER_SECRET, may connect")
+
+
+def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret, role + nonce, hashlib.sha256).digest()
+
+
+# ---- the handshake ----
+
+
+async def accept_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           secret: bytes, timeout: float) -> None:
+    """Make the process that connected to us prove the run's secret, then prove it back.
+
+    Raises:
+        TransportError: the peer answered wrong, spoke another protocol, or
+            did not answer within ``timeout`` seconds.
+    """
+    peer = writer.get_extra_info("peername")
+    nonce = secrets.token_bytes(_NONCE)
+    writer.write(_MAGIC + nonce)
+    try:
+        answer = await asyncio.wait_for(reader.readexactly(len(_MAGIC) + _DIGEST + _NONCE), timeout)
+    except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
+        raise TransportError(None, "accept", f"connection from {peer} did not complete the "
+                             f"handshake ({type(exc).__name__})", SECRET_FIX, peer=peer) from None
+    magic, mac, theirs = answer[:8], answer[8:8 + _DIGEST], answer[8 + _DIGEST:]
+    if magic != _MAGIC or not hmac.compare_digest(mac, _mac(secret, b"connect", nonce)):
+        raise TransportError(None, "accept", f"connection from {peer} did not prove the run's "
+                             "secret", SECRET_FIX, peer=peer)
+    writer.write(_mac(secret, b"accept", theirs))
+    await writer.drain()
+
+
+async def connect_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            secret: bytes, timeout: float, peer: object) -> None:
+    """Prove the run's secret to the process we connected to, and make it prove it back.
+
+    Raises:
+        TransportError: the listener spoke another protocol, did not know the
+            secret, or did not answer within ``timeout`` seconds.
+    """
+    try:
+        hello = await asyncio.wait_for(reader.readexactly(len(_MAGIC) + _NONCE), timeout)
+        if hello[:8] != _MAGIC:
+            raise TransportError(None, "connect", f"{peer} does not speak simcluster's protocol",
+                                 "check the address and port", peer=peer)
+        mine = secrets.token_bytes(_NONCE)
+        writer.write(_MAGIC + _mac(secret, b"connect", hello[8:]) + mine)
+        proof = await asyncio.wait_for(reader.readexactly(_DIGEST), timeout)
+    except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
+        raise TransportError(None, "connect", f"{peer} refused the handshake "
+                             f"({type(exc).__name__})", SECRET_FIX, peer=peer) from None
+    if not hmac.compare_digest(proof, _mac(secret, b"accept", mine)):
+        raise TransportError(None, "connect", f"{peer} did not prove the run's secret",
+                             SECRET_FIX, peer=peer)
+
+
+# ---- one stream between two processes ----
+
+
+class Link:
+    """One authenticated stream to another process, carrying frames both ways.
+
+    ``send`` never blocks (asyncio buffers what the socket cannot take yet);
+    ``pump`` is the driver loop around ``wire.FrameDecoder`` (STYLE.md §1).
+    """
+
+    __slots__ = ("reader", "writer", "peer", "decoder", "closing")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 peer: object, max_frame: int) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.decoder = wire.FrameDecoder(max_frame=max_frame, peer=peer)
+        self.closing = False
+
+    def send(self, envelope: Envelope) -> None:
+        """Queue ``envelope`` on the stream; raises TransportError if it cannot be encoded."""
+        self.writer.writelines(wire.encode_frame(envelope))
+
+    async def drain(self) -> None:
+        """Wait until asyncio's write buffer is below its limit (empty for peer links)."""
+        await self.writer.drain()
+
+    async def pump(self, deliver: Callable[[Envelope], None]) -> None:
+        """Feed everything the peer sends to the decoder; hand out envelopes until EOF.
+
+        Raises:
+            TransportError: a malformed, oversized or truncated frame, or the
+                peer hung up while the run still needed it.
+        """
+        reader, decoder = self.reader, self.decoder
+        try:
+            while data := await reader.read(_READ):
+                for envelope in decoder.feed(data):
+                    deliver(envelope)
+        except (ConnectionError, OSError) as exc:
+            if self.closing:
+                return
+            raise TransportError(None, "recv", f"lost the connection to peer {self.peer!r} "
+                                 f"({type(exc).__name__}: {exc})",
+                                 "look for that process's own error; it may have crashed",
+                                 peer=self.peer) from None
+        decoder.feed_eof()
+        if not self.closing:
+            raise TransportError(None, "recv", f"peer {self.peer!r} closed its connection",
+                                 "look for that process's own error; it may have crashed",
+                                 peer=self.peer)
+
+    def close(self) -> None:
+        """Close the stream; EOF from the other side is expected from now on."""
+        self.closing = True
+        try:
+            self.writer.close()
+        except (OSError, RuntimeError):  # the loop is closing, or the socket is gone
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Link peer={self.peer!r}{' closing' if self.closing else ''}>"
+
+
+async def open_link(host: str, port: int, secret: bytes, *, peer: object, max_frame: int,
+                    timeout: float) -> Link:
+    """Connect to ``host:port``, prove the secret and return the link.
+
+    Retries refused connections until ``timeout`` (the listener may still be starting).
+
+    Raises:
+        TransportError: nobody accepted within ``timeout`` seconds, or the
+            handshake failed.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_STREAM_LIMIT),
+                max(0.01, deadline - loop.time()))
+            break
+        except (OSError, asyncio.TimeoutError) as exc:
+            if loop.time() >= deadline:
+                raise TransportError(
+                    None, "connect", f"could not connect to {peer} at {host}:{port} within "
+                    f"{timeout:g}s ({type(exc).__name__}: {exc})",
+                    "check that the peer was started with the same address and port, or raise "
+                    "connect_timeout", peer=peer) from None
+            await asyncio.sleep(0.05)
+    try:
+        await connect_handshake(reader, writer, secret, max(0.01, deadline - loop.time()), peer)
+    except BaseException:
+        writer.close()
+        raise
+    return Link(reader, writer, peer, max_frame)
+
+
+# ---- the transport ----
+
+OnError = Callable[[BaseException], None]
+
+
+class TcpTransport(Transport):
+    """Envelopes between processes as length-prefixed msgpack frames over TCP.
+
+    Made in the calling process as a description (picklable, nothing open);
+    each hosting process gets a copy and calls ``bind``, ``listen``,
+    ``connect`` and then serves the engine through ``open``/``send``/``close``.
+
+    Args:
+        host: address hosting processes listen on; ``127.0.0.1`` unless told
+            otherwise (other hosts need a reachable address).
+        max_frame: cap on one frame's declared length, in bytes; larger frames
+            end the run with a TransportError naming the peer.
+        connect_timeout: seconds to wait for a peer to connect and answer.
+    """
+
+    __slots__ = (
+        "host", "max_frame", "connect_timeout", "_proc", "_per", "_secret", "_deliver",
+        "_links", "_inbox", "_taken", "_arrived", "_sent", "_min_sent", "_server", "_pumps",
+        "_on_error", "_dirty", "_world_size", "_closed",
+    )
+
+    name = "tcp"
+    multiprocess: Final = True
+    """Hosted in several processes by ``simcluster._hosting`` (the memory transport is not)."""
+
+    def __init__(self, host: str = "127.0.0.1", *, max_frame: int = wire.DEFAULT_MAX_FRAME,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        if not isinstance(max_frame, int) or max_frame < 1024:
+            raise ValueError(f"{type(self).__name__}(max_frame={max_frame!r}): max_frame must be "
+                             "an int >= 1024 (bytes)")
+        if not connect_timeout > 0:
+            raise ValueError(f"{type(self).__name__}(connect_timeout={connect_timeout!r}): "
+                             "connect_timeout must be a positive number of seconds")
+        self.host = host
+        self.max_frame = max_frame
+        self.connect_timeout = float(connect_timeout)
+        self._proc = -1
+        self._per = 1
+        self._secret = b""
+        self._deliver: Deliver | None = None
+        self._links: dict[int, Link] = {}
+        self._inbox: list[deque[Envelope]] = []
+        self._taken: list[int] = []
+        self._arrived: asyncio.Event | None = None
+        self._sent: list[int] = []
+        self._min_sent: float | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._pumps: list[asyncio.Task[None]] = []
+        self._on_error: OnError | None = None
+        self._dirty: set[int] = set()
+        self._world_size = 0
+        self._closed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"host": self.host, "max_frame": self.max_frame,
+                "connect_timeout": self.connect_timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["host"], max_frame=state["max_frame"],  # type: ignore[misc]
+                      connect_timeout=state["connect_timeout"])
+
+    def __repr__(self) -> str:
+        where = "unbound" if self._proc < 0 else f"process {self._proc}, {len(self._links)} links"
+        return f"<{type(self).__name__} host={self.host!r} {where}>"
+
+    # ---- the engine's side (Transport) ----
+
+    def open(self, world_size: int, deliver: Deliver) -> None:
+        self._world_size = world_size
+        self._deliver = deliver
+
+    def send(self, envelope: Envelope) -> None:
+        proc = envelope.dst // self._per
+        if proc == self._proc:
+            deliver = self._deliver
+            if deliver is None:
+                raise TransportError(envelope.src, "send", f"the {self.name} transport is closed",
+                                     "open it before sending", peer=envelope.dst)
+            deliver(envelope)
+            return
+        link = self._links.get(proc)
+        if link is None:
+            raise TransportError(envelope.src, "send", f"no connection to process {proc} "
+                                 f"(rank {envelope.dst})", "the run has ended or that process "
+                                 "was lost", peer=proc)
+        link.send(self._outgoing(envelope, proc))
+        self._sent[proc] += 1
+        self._dirty.add(proc)
+        if self._min_sent is None or envelope.time < self._min_sent:
+            self._min_sent = envelope.time
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._deliver = None
+        for link in self._links.values():
+            link.close()
+        for task in self._pumps:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+
+    # ---- the hosting loop's side ----
+
+    def bind(self, proc: int, per: int, procs: int, secret: bytes, run_id: str,
+             on_error: OnError) -> None:
+        """Make this copy the transport of process ``proc`` of ``procs``.
+
+        Process ``p`` hosts world ranks ``[p*per, (p+1)*per)``. ``on_error``
+        is called with the TransportError of a link that fails.
+        """
+        self._proc = proc
+        self._per = per
+        self._secret = secret
+        self._on_error = on_error
+        self._inbox = [deque() for _ in range(procs)]
+        self._taken = [0] * procs
+        self._sent = [0] * procs
+
+    async def listen(self) -> tuple[str, int]:
+        """Start accepting peers on ``host`` (any free port); return the address to give them."""
+        self._server = await asyncio.start_server(self._accepted, self.host, 0,
+                                                  limit=_STREAM_LIMIT)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    async def connect(self, table: list[tuple[str, int]]) -> None:
+        """Connect to every higher process in ``table`` and wait for every lower one.
+
+        Raises:
+            TransportError: a peer did not connect or answer within ``connect_timeout``.
+        """
+        for proc in range(self._proc + 1, len(table)):
+            host, port = table[proc]
+            link = await open_link(host, port, self._secret, peer=f"process {proc}",
+                                   max_frame=self.max_frame, timeout=self.connect_timeout)
+            link.send(Envelope(0, 0, self._proc, proc, 0, 0, 0, 0.0))  # who I am
+            self._add_link(proc, link)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        while len(self._links) < len(table) - 1:
+            if loop.time() > deadline:
+                missing = [p for p in range(self._proc) if p not in self._links]
+                raise TransportError(
+                    None, "connect", f"process {self._proc}: processes {missing} never connected "
+                    f"within {self.connect_timeout:g}s", "look for their own errors, or raise "
+                    "connect_timeout", peer=missing[0] if missing else None)
+            await asyncio.sleep(0.005)
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            await accept_handshake(reader, writer, self._secret, self.connect_timeout)
+            link = Link(reader, writer, f"{peer}", self.max_frame)
+            first = await asyncio.wait_for(self._first_frame(link), self.connect_timeout)
+            proc = first.src
+            if not 0 <= proc < self._proc or proc in self._links:
+                raise TransportError(None, "accept", f"connection from {peer} claims to be "
+                                     f"process {proc}", SECRET_FIX, peer=peer)
+            link.peer = link.decoder._peer = f"process {proc}"
+            self._add_link(proc, link)
+        except (TransportError, asyncio.TimeoutError, OSError) as exc:
+            log.warning("simcluster: refused a connection from %s: %s", peer, exc)
+            writer.close()
+
+    async def _first_frame(self, link: Link) -> Envelope:
+        while data := await link.reader.read(_READ):
+            got = link.decoder.feed(data)
+            if got:
+                if len(got) > 1:
+                    raise TransportError(None, "accept", "peer sent frames before it was "
+                                         "introduced", SECRET_FIX, peer=link.peer)
+                return got[0]
+        raise TransportError(None, "accept", "peer hung up before introducing itself",
+                             SECRET_FIX, peer=link.peer)
+
+    def _add_link(self, proc: int, link: Link) -> None:
+        link.writer.transport.set_write_buffer_limits(high=0)  # drain() = all bytes handed to the OS
+        self._links[proc] = link
+        inbox = self._inbox[proc]
+
+        def arrived(envelope: Envelope) -> None:
+            inbox.append(self._incoming(envelope))
+            if self._arrived is not None:
+                self._arrived.set()
+
+        self._pumps.append(asyncio.ensure_future(self._pump(link, arrived)))
+
+    async def _pump(self, link: Link, arrived: Callable[[Envelope], None]) -> None:
+        try:
+            await link.pump(arrived)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if not self._closed and self._on_error is not None:
+                self._on_error(exc)
+
+    async def receive(self, counts: list[int]) -> None:
+        """Deliver, in a canonical order, the envelopes other processes sent us so far.
+
+        ``counts[p]`` is how many envelopes process ``p`` has sent to this one
+        in total (the hosting loop learns it from the coordinator). Waits until
+        that many have arrived from each, then hands the new ones to the
+        engine sorted by source rank (each source's own order kept), so the
+        batch does not depend on which stream the OS served first.
+        """
+        inbox, taken = self._inbox, self._taken
+        while any(len(inbox[p]) < counts[p] - taken[p] for p in range(len(counts))):
+            self._arrived = event = asyncio.Event()  # set by the pumps
+            try:
+                await event.wait()
+            finally:
+                self._arrived = None
+        batch: list[Envelope] = []
+        for p, count in enumerate(counts):
+            for _ in range(count - taken[p]):
+                batch.append(inbox[p].popleft())
+            taken[p] = count
+        if len(batch) > 1:
+            batch.sort(key=_by_src)
+        deliver = self._deliver
+        assert deliver is not None
+        for envelope in batch:
+            deliver(envelope)
+
+    def take_counts(self) -> tuple[list[int], float | None]:
+        """Return (envelopes sent to each process, earliest envelope time) since the last call."""
+        sent, earliest = self._sent, self._min_sent
+        self._sent = [0] * len(sent)
+        self._min_sent = None
+        return sent, earliest
+
+    async def flush(self) -> None:
+        """Wait until every frame written since the last flush has been handed to the OS."""
+        dirty, self._dirty = self._dirty, set()
+        for proc in sorted(dirty):
+            link = self._links.get(proc)
+            if link is not None:
+                await link.drain()
+
+    # ---- hooks for subclasses (shm moves big buffers another way) ----
+
+    def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
+        return envelope
+
+    def _incoming(self, envelope: Envelope) -> Envelope:
+        return envelope
+
+
+def _by_src(envelope: Envelope) -> int:
+    return envelope.src
