@@ -4,6 +4,7 @@ Virtual ranks are coroutines that exchange messages with MPI semantics in
 virtual time. Start with ``sc.run(main, world_size=4)``.
 """
 
+from . import dist as dist
 from . import latency as latency
 from . import testing as testing
 from .comm import Comm as Comm
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
-    "DeadlockError", "RankError", "ReduceOp", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
+    "DeadlockError", "RankError", "ReduceOp", "dist", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
     "launch", "run", "test_all", "testing", "test_any", "wait_all", "wait_any", "wait_some",
 ]
