@@ -230,10 +230,10 @@ class Comm(CollectiveMethods):
             self._span("ssend", start, dst=dst, tag=tag, nbytes=nbytes)
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
-        if type(src) is not int or not 0 <= src < self.size:
+        if (type(src) is not int or not 0 <= src < self.size) and src is not ANY_SOURCE:
             if not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
                 raise _bad_rank(self, self._op_error((name, buf, src, tag)), "src", src, True)
-        if type(tag) is not int or not 0 <= tag < TAG_UB:
+        if (type(tag) is not int or not 0 <= tag < TAG_UB) and tag is not ANY_TAG:
             if not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
                 raise _bad_tag(self, self._op_error((name, buf, src, tag)), True)
         if buf is not None:

@@ -100,6 +100,27 @@ class _RecvRequest(Request[Any]):
 
     __slots__ = ("comm", "src", "tag", "buf", "meta")
 
+    def __init__(self, engine: Engine, task: Task, op: str | tuple[Any, ...], peer: int | None,
+                 comm: Comm, src: int, tag: int, buf: Any, meta: bytes, nonblocking: bool) -> None:
+        # Every slot set once, here: one receive is built per message.
+        self._engine = engine
+        self._task = task
+        self._state = 0
+        self._value = None
+        self._error = None
+        self._waiter = None
+        self._op = op
+        self.status = None
+        self._guard = None
+        self._retrieved = False
+        self._peer = peer
+        self._nb = nonblocking
+        self.comm = comm
+        self.src = src
+        self.tag = tag
+        self.buf = buf
+        self.meta = meta
+
 
 class Engine:
     """Steps rank coroutines in virtual-time order and moves their messages."""
@@ -424,21 +445,17 @@ class Engine:
     def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str | tuple[Any, ...],
                   nonblocking: bool, meta: bytes = b"") -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
-        if self._current is None or self._current.rank != comm._world_rank:
+        task = self._current
+        if task is None or task.rank != comm._world_rank:
             raise self._outside(comm, op)
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
-        req = _RecvRequest(self, self._current, op, peer)
-        req.comm = comm
-        req.src = src
-        req.tag = tag
-        req.buf = buf
-        req.meta = meta
-        req._nb = nonblocking
-        if self.strict and nonblocking:
+        req = _RecvRequest(self, task, op, peer, comm, src, tag, buf, meta, nonblocking)
+        if nonblocking and self.strict:
             self._track(req)
-        env = comm._mq.take_unexpected(src, tag)
+        mq = comm._mq
+        env = mq.take_unexpected(src, tag) if mq._unexpected else None
         if env is None:
-            comm._mq.post(src, tag, req)
+            mq.post(src, tag, req)
         else:
             self._matched(req, env)
         return req
@@ -538,8 +555,12 @@ class Engine:
     def _arrived(self, env: Envelope) -> None:
         """Match an envelope that has reached its receiver, or queue it as unexpected."""
         group = self.groups[env.ctx]
-        comm = group.member(group.local_rank(env.dst))
-        src = group.local_rank(env.src)
+        local = group._local
+        if local is None:
+            dst, src = env.dst, env.src
+        else:
+            dst, src = local[env.dst], local[env.src]
+        comm = group.members[dst] or group.member(dst)
         mq = comm._mq
         req = mq.take_posted(src, env.tag)
         if req is not None:
@@ -583,8 +604,8 @@ class Engine:
         self._complete_recv(req, env, copy=True)
 
     def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
-        group = req.comm._group
-        source = group.local_rank(env.src)
+        local = req.comm._group._local
+        source = env.src if local is None else local[env.src]
         req.status = Status(source, env.tag, env.nbytes)
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes

@@ -84,7 +84,10 @@ class Request(Generic[T]):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._engine._wake(waiter)
+            if waiter.state == 2:  # BLOCKED: schedule it at the current time
+                engine = self._engine
+                waiter.state = 0  # READY
+                engine._push(engine.now, engine._resume, waiter)
 
     # ---- user side ----
 

@@ -1,0 +1,294 @@
+"""What crosses from the caller to hosting processes and back, besides envelopes.
+
+Two things need more than the payload codec:
+
+* the rank function, sent once to each local hosting process. Module-level
+  functions travel by reference (their module is imported by name in the
+  child, or by file path when the name is not importable, like ``__main__`` or
+  a script run by ``simcluster run``). Functions defined inside other functions
+  (closures, as in most tests) travel by value: their code object, their
+  closure cells and defaults (pickled the same way, recursively), with their
+  module's globals imported in the child. This is the pickle that
+  ``multiprocessing`` itself uses to start processes, sent parent -> child only,
+  over multiprocessing's own launch pipe, never read off a socket.
+* exceptions coming back from a rank. They are never pickled: the type is
+  found by name among modules the caller has already imported (nothing is
+  imported on the say-so of a remote process), rebuilt from its args and
+  attributes when those are plain data, and given a traceback rebuilt from the
+  remote frames' file names, line numbers and function names, so
+  ``traceback.print_exception`` shows the remote source lines. Anything else
+  becomes a ``RemoteError`` subclass carrying the same type name and text.
+
+Rule 1: nothing in this module unpickles data that came from a socket.
+Rule 2: a rebuilt exception has the same type, ``args`` and ``str`` as the
+original whenever its type is importable in the caller.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import io
+import marshal
+import pickle
+import sys
+import traceback
+import types
+from typing import Any, Final
+
+from transports import wire
+
+_EMPTY: Final = "__simcluster_empty_cell__"
+_SCRIPT_MODULES: Final = ("__main__", "__mp_main__", "__simcluster_script__")
+_MAX_FRAMES: Final = 64
+
+
+class RemoteError(Exception):
+    """An exception from a hosting process whose type could not be rebuilt here.
+
+    A subclass named like the original type is made on the fly, so
+    ``type(exc).__name__`` and ``str(exc)`` read as they did remotely;
+    ``remote_type`` holds the original ``module.qualname``.
+    """
+
+    remote_type: str = ""
+
+
+class RemoteTraceback(Exception):
+    """Holds the formatted traceback of a remote exception (set as its ``__cause__``-like note)."""
+
+
+# ---- the rank function: by reference, or by value for closures ----
+
+
+def _found_by_name(fn: types.FunctionType) -> bool:
+    """True when ``fn`` is reachable as ``module.qualname`` from an importable module."""
+    module = fn.__module__
+    if module in _SCRIPT_MODULES or "<locals>" in fn.__qualname__:
+        return False
+    mod = sys.modules.get(module)
+    if mod is None:
+        return False
+    obj: Any = mod
+    for part in fn.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn
+
+
+def _module_file(fn: types.FunctionType) -> str | None:
+    file = fn.__globals__.get("__file__")
+    return file if isinstance(file, str) else None
+
+
+class _Pickler(pickle.Pickler):
+    """A pickler that sends functions it cannot name by value (cloudpickle's idea, in small)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.FunctionType and not _found_by_name(obj):
+            cells = tuple(_cell_value(c) for c in obj.__closure__ or ())
+            return (_rebuild_function, (
+                marshal.dumps(obj.__code__), obj.__module__, _module_file(obj), obj.__name__,
+                obj.__qualname__, obj.__defaults__, obj.__kwdefaults__, cells,
+                dict(obj.__dict__) or None))
+        return NotImplemented
+
+
+def _cell_value(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell (a variable assigned later)
+        return _EMPTY
+
+
+def dumps(obj: object, what: str) -> bytes:
+    """Pickle ``obj`` for a local hosting process, closures by value.
+
+    Raises:
+        TypeError: something in it cannot be sent, with what to do instead.
+    """
+    out = io.BytesIO()
+    try:
+        _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except RecursionError:
+        raise TypeError(f"run({what}): the rank function refers to itself through a closure, "
+                        "which cannot be sent to hosting processes; define it at module level") from None
+    except Exception as exc:
+        raise TypeError(f"run({what}): cannot send the rank function and its arguments to the "
+                        f"hosting processes ({type(exc).__name__}: {exc}); define the function "
+                        "at module level and pass plain data in args/kwargs, or use "
+                        "transport='memory'") from None
+    return out.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """Unpickle what ``dumps`` made (only ever called on the launch pipe from our parent)."""
+    return pickle.loads(data)
+
+
+_loaded_scripts: dict[str, dict[str, Any]] = {}
+
+
+def _module_globals(module: str, file: str | None) -> dict[str, Any]:
+    """Return the globals of ``module`` in this process, importing it by name or by path."""
+    mod = sys.modules.get(module)
+    if mod is not None and (module != "__main__" or file is None
+                            or getattr(mod, "__file__", None) == file):
+        return mod.__dict__
+    if module not in _SCRIPT_MODULES:
+        try:
+            return importlib.import_module(module).__dict__
+        except ImportError:
+            if file is None:
+                raise
+    if file is None:
+        raise ImportError(f"cannot find module {module!r} in a hosting process; define the rank "
+                          "function in an importable module or a script file")
+    if file in _loaded_scripts:
+        return _loaded_scripts[file]
+    name = "__simcluster_script__"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {file!r} in a hosting process")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _loaded_scripts[file] = mod.__dict__
+    return mod.__dict__
+
+
+def _rebuild_function(code: bytes, module: str, file: str | None, name: str, qualname: str,
+                      defaults: tuple[Any, ...] | None, kwdefaults: dict[str, Any] | None,
+                      cells: tuple[Any, ...], attrs: dict[str, Any] | None) -> types.FunctionType:
+    closure = tuple(types.CellType() if isinstance(v, str) and v == _EMPTY else types.CellType(v)
+                    for v in cells) or None
+    fn = types.FunctionType(marshal.loads(code), _module_globals(module, file), name, defaults,
+                            closure)
+    fn.__kwdefaults__ = kwdefaults
+    fn.__qualname__ = qualname
+    if attrs:
+        fn.__dict__.update(attrs)
+    return fn
+
+
+# ---- exceptions: to plain data and back ----
+
+
+def _plain(value: object) -> object | None:
+    """Return ``value`` if the payload codec can carry it, else None."""
+    try:
+        wire.pack(value, copy=False)
+    except Exception:
+        return None
+    return value
+
+
+def encode_exception(exc: BaseException) -> dict[str, Any]:
+    """Describe ``exc`` as plain data: type name, args, attributes, frames and text."""
+    tb = traceback.extract_tb(exc.__traceback__)[-_MAX_FRAMES:]
+    state = {k: v for k, v in getattr(exc, "__dict__", {}).items()
+             if not k.startswith("__") and _plain(v) is not None and k != "remote_traceback"}
+    return {
+        "module": type(exc).__module__,
+        "qualname": type(exc).__qualname__,
+        "args": _plain(list(exc.args)),
+        "state": state,
+        "str": _safe_str(exc),
+        "frames": [[f.filename, f.lineno or 1, f.name] for f in tb],
+        "text": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
+def _find_type(module: str, qualname: str) -> type[BaseException] | None:
+    mod = builtins if module == "builtins" else sys.modules.get(module)
+    obj: Any = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        return obj
+    return None
+
+
+def decode_exception(data: dict[str, Any], where: str) -> BaseException:
+    """Rebuild an exception described by ``encode_exception``, traceback included.
+
+    ``where`` (e.g. ``"process 1 (pid 42)"``) is added as a note.
+    """
+    cls = _find_type(str(data.get("module")), str(data.get("qualname")))
+    args = data.get("args")
+    args = tuple(args) if isinstance(args, list) else None
+    state = data.get("state") if isinstance(data.get("state"), dict) else {}
+    text = str(data.get("str", ""))
+    exc = _rebuilt(cls, args, state, text) if cls is not None else None
+    if exc is None:
+        name = str(data.get("qualname", "Error")).rpartition(".")[2] or "Error"
+        remote = type(name, (RemoteError,), {"remote_type": f"{data.get('module')}.{data.get('qualname')}"})
+        exc = remote(text)
+    frames = data.get("frames")
+    if isinstance(frames, list):
+        tb = _fake_traceback(frames)
+        if tb is not None:
+            exc = exc.with_traceback(tb)
+    remote_text = str(data.get("text", ""))
+    try:
+        exc.remote_traceback = remote_text  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(raised in hosting {where})")
+    return exc
+
+
+def _rebuilt(cls: type[BaseException], args: tuple[Any, ...] | None, state: dict[str, Any],
+             text: str) -> BaseException | None:
+    """Try the constructor, then a bare instance with args and attributes; keep the first that
+    prints as the original did."""
+    if args is not None:
+        try:
+            exc = cls(*args)
+            if state:
+                exc.__dict__.update(state)
+            if _safe_str(exc) == text:
+                return exc
+        except Exception:
+            pass
+    try:
+        exc = cls.__new__(cls)
+        BaseException.__init__(exc, *(args if args is not None else (text,)))
+        if state:
+            exc.__dict__.update(state)
+    except Exception:
+        return None
+    return exc if _safe_str(exc) == text else None
+
+
+class _Raise(Exception):
+    pass
+
+
+def _fake_traceback(frames: list[Any]) -> types.TracebackType | None:
+    """Build a traceback whose entries point at the remote frames' files, lines and names."""
+    tb: types.TracebackType | None = None
+    for entry in reversed(frames):
+        try:
+            filename, lineno, name = str(entry[0]), int(entry[1]), str(entry[2])
+            code = compile("\n" * (max(lineno, 1) - 1) + "raise __exc__", filename, "exec")
+            code = code.replace(co_name=name)
+            try:
+                exec(code, {"__exc__": _Raise, "__name__": "__simcluster_remote__"})
+            except _Raise as caught:
+                inner = caught.__traceback__
+                assert inner is not None and inner.tb_next is not None
+                frame_tb = inner.tb_next
+            tb = types.TracebackType(tb, frame_tb.tb_frame, frame_tb.tb_lasti, frame_tb.tb_lineno)
+        except Exception:
+            continue
+    return tb
