@@ -30,6 +30,7 @@ import builtins
 import importlib
 import importlib.util
 import io
+import linecache
 import marshal
 import pickle
 import sys
@@ -242,8 +243,10 @@ def decode_exception(data: dict[str, Any], where: str) -> BaseException:
         exc.remote_traceback = remote_text  # type: ignore[attr-defined]
     except (AttributeError, TypeError):
         pass
-    if hasattr(exc, "add_note"):
-        exc.add_note(f"(raised in hosting {where})")
+    try:
+        exc.remote_where = where  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass
     return exc
 
 
@@ -274,13 +277,20 @@ class _Raise(Exception):
     pass
 
 
+def _statement(filename: str, lineno: int) -> str:
+    """A raise statement as wide as the real line, so tracebacks underline nothing."""
+    line = linecache.getline(filename, lineno).rstrip()
+    width = len(line.strip())
+    return "raise (__exc__" + " " * max(0, width - 15) + ")"
+
+
 def _fake_traceback(frames: list[Any]) -> types.TracebackType | None:
     """Build a traceback whose entries point at the remote frames' files, lines and names."""
     tb: types.TracebackType | None = None
     for entry in reversed(frames):
         try:
-            filename, lineno, name = str(entry[0]), int(entry[1]), str(entry[2])
-            code = compile("\n" * (max(lineno, 1) - 1) + "raise __exc__", filename, "exec")
+            filename, lineno, name = str(entry[0]), max(int(entry[1]), 1), str(entry[2])
+            code = compile("\n" * (lineno - 1) + _statement(filename, lineno), filename, "exec")
             code = code.replace(co_name=name)
             try:
                 exec(code, {"__exc__": _Raise, "__name__": "__simcluster_remote__"})
@@ -292,3 +302,72 @@ def _fake_traceback(frames: list[Any]) -> types.TracebackType | None:
         except Exception:
             continue
     return tb
+
+
+# ---- return values: what the codec would flatten ----
+
+_TAG: Final = "\x00simcluster"  # the one key of a dict standing for a richer value
+
+
+def lower_result(value: Any, depth: int = 0) -> Any:
+    """Spell namedtuples, sets and frozensets in a rank's return value as tagged dicts.
+
+    The payload codec sends a namedtuple as a plain tuple and refuses sets;
+    return values are not messages, so they keep their types as they do on
+    the memory transport (``raise_result`` undoes this in the caller).
+    """
+    if depth > 64:
+        return value
+    t = type(value)
+    if t is list:
+        return [lower_result(v, depth + 1) for v in value]
+    if t is dict:
+        return {k: lower_result(v, depth + 1) for k, v in value.items()}
+    if t is tuple:
+        return tuple(lower_result(v, depth + 1) for v in value)
+    if isinstance(value, tuple) and hasattr(t, "_fields"):
+        return {_TAG: ["namedtuple", t.__module__, t.__qualname__,
+                       [lower_result(v, depth + 1) for v in value]]}
+    if t is set or t is frozenset:
+        return {_TAG: [t.__name__, [lower_result(v, depth + 1) for v in value]]}
+    return value
+
+
+def raise_result(value: Any, depth: int = 0) -> Any:
+    """Undo ``lower_result``: rebuild namedtuples whose type this process knows, and sets."""
+    if depth > 64:
+        return value
+    t = type(value)
+    if t is list:
+        return [raise_result(v, depth + 1) for v in value]
+    if t is tuple:
+        return tuple(raise_result(v, depth + 1) for v in value)
+    if t is dict:
+        tagged = value.get(_TAG) if len(value) == 1 else None
+        if isinstance(tagged, list) and tagged:
+            return _untag(tagged, depth)
+        return {k: raise_result(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _untag(tagged: list[Any], depth: int) -> Any:
+    kind = tagged[0]
+    if kind == "namedtuple" and len(tagged) == 4:
+        items = [raise_result(v, depth + 1) for v in tagged[3]]
+        mod = sys.modules.get(str(tagged[1]))
+        cls: Any = mod
+        for part in str(tagged[2]).split("."):
+            cls = getattr(cls, part, None)
+        if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_make"):
+            try:
+                return cls._make(items)
+            except Exception:
+                pass
+        return tuple(items)
+    if kind in ("set", "frozenset") and len(tagged) == 2:
+        items = [raise_result(v, depth + 1) for v in tagged[1]]
+        try:
+            return set(items) if kind == "set" else frozenset(items)
+        except TypeError:
+            return items
+    return {_TAG: tagged}

@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
+from transports import wire
+
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .payload import check_buffer
@@ -474,7 +476,8 @@ class CollContext:
         self.call = call
         self.algorithm = algorithm
         self.info = (comm._ctx, comm._group.name, seq, call, comm.rank)
-        self._coll = comm._coll
+        # analytic collectives send nothing: no private-context Comm (and its queues) per rank
+        self._coll = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
         self._meta = f"{seq}\x00{call}\x00{algorithm}".encode()
         self._engine = comm._engine
@@ -523,6 +526,36 @@ class CollContext:
         """Charge ``seconds`` of virtual compute time (reductions) to this rank."""
         if seconds > 0:
             await self._engine.post_sleep(seconds, f"sleep({seconds!r})")
+
+    # ---- analytic fidelity (collectives/analytic.py) ----
+
+    def meet(self, value: object, resolve: Callable[[list[Any], list[float]], tuple[list[Any], float]]
+             ) -> Request[Any]:
+        """Deposit ``value`` in this call's meeting and return a request for this member's result.
+
+        Used instead of messages under ``run(fidelity="analytic")``: when the
+        last member arrives, ``resolve(values, times)`` computes every member's
+        result and the virtual time at which all complete (``Engine.meet``).
+        """
+        return self._engine.meet((self.comm._ctx, self.seq), self.size, self.rank, value,
+                                 "analytic meeting", resolve)
+
+    def payload_nbytes(self, obj: object) -> int:
+        """Return the bytes a message carrying ``obj`` counts (arrays: ``nbytes``; objects: encoded length).
+
+        Raises:
+            TypeError: ``obj`` cannot be sent, named as a send of this call would name it.
+        """
+        try:
+            return wire.pack(obj, copy=False, dumps=self._engine._dumps).nbytes
+        except wire.Unsendable as exc:
+            raise TypeError(f"rank {self.rank}: {self.call}: {exc}") from None
+
+    def payload_copy(self, obj: object) -> Any:
+        """Return ``obj`` as a receiver of a message carrying it would get it (a decoded copy)."""
+        engine = self._engine
+        packed = wire.pack(obj, copy=False, dumps=engine._dumps)
+        return wire.unpack(packed.header, packed.buffers, copy=True, loads=engine._loads)
 
     def __repr__(self) -> str:
         return f"<CollContext #{self.seq} {self.call} rank={self.rank} size={self.size}>"

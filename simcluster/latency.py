@@ -199,6 +199,11 @@ class _Model(LatencyModel):
     def _key(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self._fields)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # rebuilt through __init__ (which takes the fields in order), so models
+        # travel to shm/tcp hosting processes although they refuse setattr
+        return (type(self), self._key())
+
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented

@@ -23,6 +23,13 @@ payload's type: arrays keep dtype and shape (numpy's rules, so SUM of bool
 arrays is a logical or), logical ops on numpy values give 0/1 of the input
 dtype, on Python numbers a ``bool``; SUM of Python ints is an ``int``.
 
+Arrays of other libraries (torch, CuPy, array_api_strict) are reduced by their
+own array-API namespace (``xp.add``, ``xp.minimum``, ``xp.logical_and``, ...;
+AVG by ``xp.divide``), never through numpy, and keep their type, dtype and
+device. Their dtypes are checked by kind as above (bfloat16 counts as float).
+On bool arrays SUM, MAX and AVG are a logical or, PRODUCT and MIN a logical
+and, as numpy computes them.
+
 User ops (``ReduceOp.custom(fn)``) accept any payload and call ``fn(a, b)``.
 They are not split into pieces by the chunking algorithms unless created with
 ``elementwise=True`` (MPI user ops are elementwise; a Python function on whole
@@ -41,10 +48,16 @@ from typing import Any, ClassVar, Final
 
 import numpy as np
 
+from . import arrays as _arrays
+
 _ANY_NUMBER: Final = frozenset("biufc")
 _REAL: Final = frozenset("biuf")
 _INTEGER: Final = frozenset("biu")
 _NOT_NUMERIC_FIX: Final = "pass numbers or numeric arrays, or use ReduceOp.custom(fn)"
+_PY_NUMBERS: Final = frozenset({int, float, bool, complex})
+_ON_BOOL: Final = {"add": "logical_or", "maximum": "logical_or", "multiply": "logical_and",
+                   "minimum": "logical_and"}
+"""What numpy's ufuncs compute on bool arrays, in array-API names (which refuse bool there)."""
 
 ALIASES: Final = {"PROD": "PRODUCT", "AND": "BAND", "OR": "BOR", "MEAN": "AVG"}
 """Other names ``as_op`` accepts (mpi4py's PROD, ignite's AND/OR)."""
@@ -62,6 +75,8 @@ def _kind(obj: object) -> tuple[str | None, str]:
     """Return ``(numpy dtype kind or None, how to name the payload's type in errors)``."""
     if isinstance(obj, (np.ndarray, np.generic)):
         return obj.dtype.kind, f"dtype {obj.dtype}"
+    if _arrays.is_array(obj):  # torch, CuPy, ...: kinds by the array API's isdtype
+        return _arrays.kind(obj), f"dtype {_arrays.dtype_name(obj)}"
     for py, kind in ((bool, "b"), (int, "i"), (float, "f"), (complex, "c")):
         if isinstance(obj, py):
             return kind, py.__name__
@@ -86,7 +101,7 @@ class ReduceOp:
     """
 
     __slots__ = ("name", "commutative", "elementwise", "_py", "_ufunc", "_kinds", "_fix", "_logical",
-                 "_fn")
+                 "_fn", "_xp")
 
     SUM: ClassVar[ReduceOp]
     PRODUCT: ClassVar[ReduceOp]
@@ -109,6 +124,7 @@ class ReduceOp:
     _fix: str  # what to do when the dtype does not fit
     _logical: bool  # result is a truth value, cast back to the input dtype
     _fn: Callable[[Any, Any], Any] | None  # user ops
+    _xp: str  # built-ins: the array-API function, for arrays of other libraries
 
     def __init__(self, name: str, *, commutative: bool = True, elementwise: bool = True,
                  py: Callable[[Any, Any], Any] | None = None, ufunc: np.ufunc | None = None,
@@ -116,9 +132,10 @@ class ReduceOp:
                  fn: Callable[[Any, Any], Any] | None = None) -> None:
         """Build an op; use the members or :meth:`custom` rather than calling this."""
         set_ = object.__setattr__
+        xp = "" if ufunc is None else ufunc.__name__  # numpy's ufunc names are the array API's
         for slot, value in (("name", name), ("commutative", commutative), ("elementwise", elementwise),
                             ("_py", py), ("_ufunc", ufunc), ("_kinds", kinds), ("_fix", fix),
-                            ("_logical", logical), ("_fn", fn)):
+                            ("_logical", logical), ("_fn", fn), ("_xp", xp)):
             set_(self, slot, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -192,7 +209,28 @@ class ReduceOp:
             if isinstance(a, np.ndarray) and not isinstance(value, np.ndarray):
                 value = np.asarray(value)  # ufuncs turn 0-d arrays into scalars; keep the array
             return value
+        if type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
+            return self._py(a, b)
+        if _arrays.is_array(a) or _arrays.is_array(b):
+            return self._apply_xp(a, b)
         return self._py(a, b)
+
+    def _apply_xp(self, a: Any, b: Any) -> Any:
+        """Return ``a op b`` for arrays of another library, computed by its own namespace."""
+        like = a if _arrays.is_array(a) else b
+        xp = _arrays.namespace(like)
+        dtype = like.dtype
+        if not _arrays.is_array(a):
+            a = xp.asarray(a, dtype=dtype, device=_arrays.device(like))
+        if not _arrays.is_array(b):
+            b = xp.asarray(b, dtype=dtype, device=_arrays.device(like))
+        name = self._xp
+        if xp.isdtype(dtype, "bool"):
+            name = _ON_BOOL.get(name, name)
+        elif self._logical:  # numpy's logical ufuncs take numbers: nonzero is true
+            a, b = a != 0, b != 0
+        value = getattr(xp, name)(a, b)
+        return value if value.dtype == dtype else xp.astype(value, dtype)
 
     def finalize(self, value: Any, count: int) -> Any:
         """Return the reduction of ``count`` values: AVG divides by ``count``; others return ``value``."""
@@ -202,6 +240,8 @@ class ReduceOp:
             out = np.empty_like(value)
             np.true_divide(value, count, out=out)
             return out
+        if _arrays.is_array(value):
+            return _arrays.namespace(value).divide(value, count)
         return value / count
 
     # ---- protocol ----

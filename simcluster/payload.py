@@ -12,9 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from . import arrays
+
 
 def describe(buf: Any) -> str:
-    """Return a short description of an array such as ``float64[4]`` or ``float32[2, 3]``."""
+    """Return a short description of an array such as ``float64[4]`` or ``torch.float32[2, 3]``."""
+    if not isinstance(buf, np.ndarray) and arrays.is_array(buf):
+        return arrays.describe(buf)
     shape = getattr(buf, "shape", None)
     dtype = getattr(buf, "dtype", None)
     if shape is None or dtype is None:
@@ -23,9 +27,12 @@ def describe(buf: Any) -> str:
 
 
 def check_buffer(buf: Any, rank: int, op: str) -> None:
-    """Raise a clear error unless ``buf`` is an array a receive can fill."""
+    """Raise a clear error unless ``buf`` is an array a receive can fill (numpy, CuPy, torch, ...)."""
     if not isinstance(buf, np.ndarray):
+        if arrays.is_array(buf):
+            return  # their arrays are writeable; the copy runs in the buffer's own library
         raise TypeError(f"rank {rank}: {op}: buf must be a numpy array, not {type(buf).__name__}; "
-                        "pass an array to fill, or buf=None to get the payload")
+                        "pass an array to fill (numpy, CuPy, torch or array_api_strict), or "
+                        "buf=None to get the payload")
     if not buf.flags.writeable:
         raise ValueError(f"rank {rank}: {op}: buf is read-only; pass a writeable array")

@@ -21,6 +21,8 @@ from typing import Any, Literal, overload
 
 from transports.base import Transport
 from transports.memory import MemoryTransport
+from transports.shm import ShmTransport
+from transports.tcp import TcpTransport
 
 from . import latency as _latency
 from .collectives import check_algorithms
@@ -31,6 +33,8 @@ from .trace import Trace
 
 TransportName = Literal["memory", "shm", "tcp"]
 Checks = Literal["strict", "off"]
+Fidelity = Literal["message", "analytic"]
+Serializer = Literal["msgpack", "pickle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +113,9 @@ class RunResult(Sequence[Any]):
         return f"RunResult({shown!r}, elapsed={self.elapsed:.9g})"
 
 
-_TRANSPORTS: dict[str, Callable[[], Transport]] = {"memory": MemoryTransport}
+_TRANSPORTS: dict[str, Callable[[], Transport]] = {
+    "memory": MemoryTransport, "shm": ShmTransport, "tcp": TcpTransport,
+}
 
 
 def _make_transport(transport: str | Transport) -> Transport:
@@ -153,6 +159,23 @@ def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: flo
     if procs not in (None, 1) and transport == "memory":
         raise ValueError(f"run(procs={procs!r}): the memory transport hosts every rank in this "
                          "process; use procs=1, or transport='shm'/'tcp' for several processes")
+    if procs is not None and (isinstance(procs, bool) or not isinstance(procs, int) or procs < 1):
+        raise ValueError(f"run(procs={procs!r}): procs must be an int >= 1 (OS processes)")
+
+
+def _check_nodes(serializer: str, nnodes: int, node_rank: int, procs: int | None,
+                 multiprocess: bool) -> None:
+    if serializer not in ("msgpack", "pickle"):
+        raise ValueError(f"run(serializer={serializer!r}): serializer must be 'msgpack' or 'pickle'")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise ValueError(f"run(nnodes={nnodes!r}): nnodes must be an int >= 1")
+    if nnodes > 1 and not multiprocess:
+        raise ValueError(f"run(nnodes={nnodes}): several nodes need transport='tcp'")
+    if nnodes > 1 and procs is not None:
+        raise ValueError(f"run(procs={procs!r}, nnodes={nnodes}): with several nodes each node "
+                         "process hosts its own block of ranks; leave procs out")
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
+        raise ValueError(f"run(node_rank={node_rank!r}): node_rank must be in range({nnodes})")
 
 
 def _check_names(call: str, keywords: Mapping[str, Any]) -> None:
@@ -162,6 +185,13 @@ def _check_names(call: str, keywords: Mapping[str, Any]) -> None:
         if name not in valid and name != "_progress":
             raise TypeError(f"{call}() got an unexpected keyword argument {name!r}; valid: "
                             f"{', '.join(valid)}")
+
+
+def _check_fidelity(fidelity: object) -> None:
+    if fidelity not in ("message", "analytic"):
+        raise ValueError(f"run(fidelity={fidelity!r}): unknown fidelity; valid: 'analytic' (each "
+                         "collective resolves in one step from its algorithm's cost formula), "
+                         "'message' (every message simulated)")
 
 
 def _warn_leaks(result: RunResult) -> None:
@@ -205,6 +235,12 @@ async def _launch(
     checks: Checks = "strict",
     algorithms: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    fidelity: Fidelity = "message",
+    serializer: Serializer = "msgpack",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
     _progress: Callable[[int, int, float], None] | None = None,
 ) -> RunResult:
     # _progress (private, for the command line): called as
@@ -214,6 +250,7 @@ async def _launch(
     if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
         raise TypeError(f"run(trace={trace!r}): trace must be True, False, or a path to write "
                         "Chrome-trace JSON to")
+    _check_fidelity(fidelity)
     forced = check_algorithms(algorithms or {})
     model = _latency.Zero() if latency is None else latency
     if not isinstance(model, _latency.LatencyModel):
@@ -222,10 +259,29 @@ async def _launch(
     kwargs = dict(kwargs or {})
     wall_start = _time.perf_counter()
     tp = _make_transport(transport)
+    multiprocess = isinstance(tp, TcpTransport)
+    _check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
+    if multiprocess and fidelity == "analytic":
+        raise ValueError(f"run(transport={transport!r}, fidelity='analytic'): analytic collectives "
+                         "meet inside one process; use transport='memory', or fidelity='message'")
+    if multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
+        from . import _coordinator
+
+        return await _coordinator.launch(
+            fn, world_size, tp, procs=procs, args=args, kwargs=kwargs, latency=model, seed=seed,
+            eager_limit=eager_limit, trace=trace, checks=checks, algorithms=forced,
+            timeout=timeout, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
+            master_addr=master_addr, master_port=master_port, progress=_progress)
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
                     eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
     engine.latency_model = model  # type: ignore[attr-defined]
     engine.algorithms = forced
+    engine.fidelity = fidelity
+    if serializer == "pickle":
+        import pickle
+
+        engine._dumps = pickle.dumps
+        engine._loads = pickle.loads
     if trace:
         engine.trace = Trace(world_size)
     tasks: list[Task] = []
@@ -269,8 +325,12 @@ def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> 
 
     Keywords as in DESIGN.md: ``args``, ``kwargs``, ``transport``, ``procs``,
     ``latency``, ``seed``, ``eager_limit``, ``trace``, ``checks``,
-    ``algorithms``, ``timeout``. From code already inside an event loop, use
-    ``await sc.launch(...)`` instead.
+    ``algorithms``, ``timeout``; and ``serializer="pickle"`` to pickle what
+    msgpack cannot carry (only with peers you trust: unpickling runs their
+    code); for tcp on several hosts, ``nnodes``, ``node_rank``,
+    ``master_addr`` and ``master_port`` (default: ``MASTER_ADDR`` and
+    ``MASTER_PORT`` from the environment), as torchrun takes them. From code
+    already inside an event loop, use ``await sc.launch(...)`` instead.
     """
     try:
         asyncio.get_running_loop()

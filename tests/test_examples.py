@@ -53,7 +53,11 @@ def test_example_prints_its_expected_output(
     expected = script.with_suffix(".out")
     assert expected.is_file(), f"{script.relative_to(EXAMPLES)} has no {expected.name} next to it"
     assert script.read_text(encoding="utf-8").lstrip().startswith('"""'), "needs a module docstring"
-    assert stdout_of(script, outputs) == expected.read_text(encoding="utf-8")
+    output = stdout_of(script, outputs)
+    # NAME.<case>.out: what the script prints on other machines (gpu_all_reduce.gpu.out with a GPU)
+    others = [p.read_text(encoding="utf-8") for p in sorted(script.parent.glob(f"{script.stem}.*.out"))]
+    if output not in others:
+        assert output == expected.read_text(encoding="utf-8")
 
 
 def test_sgd_loss_falls_every_epoch_on_every_rank(

@@ -57,7 +57,7 @@ def _segment(name: str, size: int = 0) -> shared_memory.SharedMemory:
 
 
 def _unlink(name: str) -> None:
-    from multiprocessing import _posixshmem  # type: ignore[attr-defined]
+    import _posixshmem  # type: ignore[import-not-found]  # what SharedMemory.unlink calls
 
     try:
         _posixshmem.shm_unlink("/" + name)

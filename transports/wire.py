@@ -20,7 +20,11 @@ Payload header: one msgpack object (use_bin_type; str-keyed maps only, read
 back with strict_map_key). What msgpack cannot say exactly travels as an ext
 type from the table below, never renumbered: tuples, complex, ints outside
 64 bits, numpy scalars, dicts with any non-str key (a flat key/value list),
-and array refs. Exact builtin types go straight through; subclasses of them
+and array refs. Arrays of other libraries (torch, CuPy, array_api_strict) are
+EXT_ARRAY refs ``[buffer index, library, dtype name, shape, fortran, device]``:
+the dtype travels by *name* (``"bfloat16"`` too, which numpy lacks) and the
+``ArrayCodec`` the caller passes as ``arrays=`` knows the libraries; this
+module never imports one. Exact builtin types go straight through; subclasses of them
 are sent as the base type (IntEnum -> int, namedtuple -> tuple, OrderedDict ->
 dict), as json does; bytearray and memoryview are sent as bytes.
 
@@ -38,7 +42,7 @@ import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import msgpack  # type: ignore[import-untyped, unused-ignore]
 import numpy as np
@@ -49,6 +53,7 @@ from .base import KIND_NAMES, Envelope, TransportError
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "EXT_ARRAY",
     "EXT_BIGINT",
     "EXT_COMPLEX",
     "EXT_DICT",
@@ -57,8 +62,12 @@ __all__ = [
     "EXT_NPSCALAR",
     "EXT_TUPLE",
     "MAX_DEPTH",
+    "ArrayCodec",
+    "ArraySpec",
     "FrameDecoder",
+    "ObjectBuffer",
     "Packed",
+    "Unreadable",
     "Unsendable",
     "encode_frame",
     "nbytes_of",
@@ -85,6 +94,9 @@ EXT_PICKLE: Final = 7
 with ``run(..., serializer="pickle")``). This module never pickles: ``pack(dumps=...)`` and
 ``unpack(loads=...)`` are handed the functions, and without ``loads`` the code is refused,
 because unpickling runs code chosen by whoever wrote the bytes."""
+EXT_ARRAY: Final = 8
+"""Array of another library: packed ``[buffer index, library, dtype name, shape, fortran, device]``;
+its buffer is the raw bytes in that memory order, or an ``ObjectBuffer`` in process."""
 
 MAX_DEPTH: Final = 256
 """Deepest nesting of containers that ``pack`` accepts (msgpack stops at 511)."""
@@ -146,7 +158,8 @@ class Packed:
     Attributes:
         header: msgpack bytes of the object tree, every array replaced by an
             EXT_NDARRAY ref.
-        buffers: one contiguous ndarray per array in the payload, in ref order.
+        buffers: one contiguous ndarray per array in the payload, in ref order
+            (an ``ObjectBuffer`` for an array of another library kept as itself).
         nbytes: size the latency model counts: 0 for ``None``, the sum of the
             arrays' ``nbytes`` when the payload holds arrays (headers are free),
             otherwise ``len(header)``.
@@ -154,7 +167,7 @@ class Packed:
     """
 
     header: bytes
-    buffers: tuple[NDArray[Any], ...]
+    buffers: tuple[NDArray[Any] | ObjectBuffer, ...]
     nbytes: int
     single_array: bool
 
@@ -176,13 +189,93 @@ _set_nbytes = Packed.__dict__["nbytes"].__set__
 _set_single = Packed.__dict__["single_array"].__set__
 
 
-def _packed(header: bytes, buffers: tuple[NDArray[Any], ...], nbytes: int, single: bool) -> Packed:
+def _packed(header: bytes, buffers: tuple[NDArray[Any] | ObjectBuffer, ...], nbytes: int,
+            single: bool) -> Packed:
     packed = object.__new__(Packed)
     _set_header(packed, header)
     _set_buffers(packed, buffers)
     _set_nbytes(packed, nbytes)
     _set_single(packed, single)
     return packed
+
+
+# ---- arrays of other libraries ----
+
+
+class Unreadable(TypeError):
+    """Raised by an ``ArrayCodec`` for an array this process cannot hold.
+
+    The sender's library is not importable here, or the dtype has no type in
+    the library asked for (numpy has no bfloat16). ``unpack`` lets it through
+    unchanged (it is not a malformed payload); the message says what to do.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """What the wire says about an array of another library (an EXT_ARRAY ref).
+
+    Attributes:
+        library: the library's import name: ``"torch"``, ``"cupy"``, ``"array_api_strict"``.
+        dtype: the dtype's name in that library, e.g. ``"float32"``, ``"bfloat16"``.
+        shape: the array's shape.
+        fortran: the buffer holds the elements in Fortran (column-major) order.
+        device: the sender's device as text (``"cpu"``, ``"cuda:0"``, ...).
+    """
+
+    library: str
+    dtype: str
+    shape: tuple[int, ...]
+    fortran: bool
+    device: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ObjectBuffer:
+    """An array of another library carried as the object itself (in-process transports).
+
+    A CuPy array stays on its device this way: ``copy()`` copies it with its
+    own library, and ``unpack`` hands back ``array`` (or a copy) without
+    touching its bytes. Frames cannot carry it (``encode_frame`` refuses it):
+    pack with a codec that stages to host memory for byte transports.
+
+    Attributes:
+        array: the library's array, contiguous in the order its ref states.
+        nbytes: its size in bytes.
+        clone: returns a copy of an array of this library, on the same device.
+    """
+
+    array: Any
+    nbytes: int
+    clone: Callable[[Any], Any]
+
+    def copy(self) -> ObjectBuffer:
+        """Return a buffer holding a copy of ``array`` made by its own library."""
+        return ObjectBuffer(self.clone(self.array), self.nbytes, self.clone)
+
+
+class ArrayCodec(Protocol):
+    """Knows the array libraries other than numpy; passed to ``pack``/``unpack`` as ``arrays=``."""
+
+    def lower(self, obj: object, copy: bool) -> tuple[ArraySpec, Any, int] | None:
+        """Describe ``obj`` for the wire, or return None if it is not an array of another library.
+
+        Returns ``(spec, buffer, nbytes)``: the buffer is a contiguous host
+        ndarray of the raw bytes in the spec's order, or an ``ObjectBuffer``.
+        With ``copy`` the buffer must not share memory with ``obj``.
+
+        Raises:
+            Unsendable: ``obj`` is an array that cannot be sent (its library
+                or dtype is not supported).
+        """
+
+    def rebuild(self, spec: ArraySpec, raw: memoryview, copy: bool) -> object:
+        """Return the array that ``spec`` describes over the raw bytes ``raw``.
+
+        Raises:
+            Unreadable: the library or dtype cannot be held in this process.
+            ValueError: ``raw`` does not hold ``spec``'s bytes (a malformed payload).
+        """
 
 
 # ---- dtypes ----
@@ -289,13 +382,16 @@ class _Encoder:
     OverflowError; ``pack`` then walks again with ``exact=True``.
     """
 
-    __slots__ = ("buffers", "copy", "depth", "dumps", "nbytes", "plain")
+    __slots__ = ("arrays", "buffers", "copy", "depth", "dumps", "last", "nbytes", "plain")
 
     def __init__(self, copy: bool, exact: bool = False,
-                 dumps: Callable[[object], bytes] | None = None) -> None:
-        self.buffers: list[NDArray[Any]] = []
+                 dumps: Callable[[object], bytes] | None = None,
+                 arrays: ArrayCodec | None = None) -> None:
+        self.buffers: list[Any] = []
         self.copy = copy
         self.dumps = dumps
+        self.arrays = arrays
+        self.last: object = None  # the last array of another library, for Packed.single_array
         self.depth = 0
         self.nbytes = 0
         self.plain = _PLAIN_EXACT if exact else _PLAIN
@@ -387,6 +483,10 @@ class _Encoder:
             spec = _spec_of(obj.dtype, f"numpy.{type(obj).__name__}")
             raw = obj.tobytes() if obj.dtype.itemsize else b""  # np.str_("") has 4
             return _new_ext(ExtType, (EXT_NPSCALAR, _pack([spec, raw])))
+        if self.arrays is not None:
+            lowered = self.arrays.lower(obj, self.copy)
+            if lowered is not None:
+                return self.foreign(obj, *lowered)
         if type(obj) is bytearray:
             return obj  # the packer writes an exact bytearray as bin
         if isinstance(obj, memoryview):
@@ -397,6 +497,14 @@ class _Encoder:
         if self.dumps is not None:
             return self.opaque(obj, self.dumps)
         raise Unsendable(type(obj).__name__)
+
+    def foreign(self, obj: object, spec: ArraySpec, buf: Any, nbytes: int) -> ExtType:
+        index = len(self.buffers)
+        self.buffers.append(buf)
+        self.nbytes += nbytes
+        self.last = obj
+        ref = _pack([index, spec.library, spec.dtype, list(spec.shape), spec.fortran, spec.device])
+        return _new_ext(ExtType, (EXT_ARRAY, ref))
 
     def opaque(self, obj: object, dumps: Callable[[object], bytes]) -> ExtType:
         try:
@@ -422,7 +530,8 @@ def _bigint(n: int) -> ExtType:
 
 
 def pack(obj: object, *, copy: bool = True,
-         dumps: Callable[[object], bytes] | None = None) -> Packed:
+         dumps: Callable[[object], bytes] | None = None,
+         arrays: ArrayCodec | None = None) -> Packed:
     """Encode a payload as a msgpack header plus one contiguous buffer per array.
 
     Args:
@@ -437,6 +546,9 @@ def pack(obj: object, *, copy: bool = True,
             into bytes sent as EXT_PICKLE, instead of raising ``Unsendable``
             (``pickle.dumps`` for ``serializer="pickle"`` runs); only
             ``unpack(loads=...)`` reads such a payload back.
+        arrays: lowers arrays of other libraries (torch, CuPy, ...) to EXT_ARRAY
+            refs; without it they are not sendable. ``simcluster.arrays``
+            provides the codecs.
 
     Returns:
         The header, the buffers, the counted size and whether the payload is
@@ -455,15 +567,15 @@ def pack(obj: object, *, copy: bool = True,
     ):
         header = _pack(obj)
         return _packed(header, (), len(header), False)
-    encoder = _Encoder(copy, dumps=dumps)
+    encoder = _Encoder(copy, dumps=dumps, arrays=arrays)
     try:
         header = _pack(encoder.lower(obj))
     except OverflowError:  # an int beyond 64 bits slipped through the fast walk
-        encoder = _Encoder(copy, exact=True, dumps=dumps)
+        encoder = _Encoder(copy, exact=True, dumps=dumps, arrays=arrays)
         header = _pack(encoder.lower(obj))
     if not encoder.buffers:
         return _packed(header, (), len(header), False)
-    single = isinstance(obj, np.ndarray)
+    single = isinstance(obj, np.ndarray) or encoder.last is obj
     return _packed(header, tuple(encoder.buffers), encoder.nbytes, single)
 
 
@@ -478,13 +590,15 @@ def nbytes_of(obj: object) -> int:
 class _Decoder:
     """One read of a header: rebuilds ext types, hands out the buffers as arrays."""
 
-    __slots__ = ("buffers", "copy", "loads", "used")
+    __slots__ = ("arrays", "buffers", "copy", "loads", "used")
 
     def __init__(self, buffers: Sequence[object], copy: bool,
-                 loads: Callable[[bytes], object] | None = None) -> None:
+                 loads: Callable[[bytes], object] | None = None,
+                 arrays: ArrayCodec | None = None) -> None:
         self.buffers = buffers
         self.copy = copy
         self.loads = loads
+        self.arrays = arrays
         self.used = 0
 
     def read(self, data: bytes | bytearray | memoryview) -> object:
@@ -523,6 +637,8 @@ class _Decoder:
                     'pass serializer="pickle" to run() to accept pickled payloads (only from '
                     "peers you trust: unpickling runs their code)")
             return self.loads(data)
+        if code == EXT_ARRAY:
+            return self.foreign(data)
         raise TransportError(None, "unpack", f"unknown ext code {code}", _UNPACK_FIX)
 
     def scalar(self, data: bytes) -> object:
@@ -567,6 +683,29 @@ class _Decoder:
         return _copy(arr, order) if self.copy else arr
 
 
+    def foreign(self, data: bytes) -> object:
+        ref = self.read_list(data, "array ref")
+        if len(ref) != 6:
+            raise _malformed("array ref is not [index, library, dtype, shape, fortran, device]")
+        index, library, dtype, shape, fortran, device = ref
+        if type(index) is not int or not 0 <= index < len(self.buffers):
+            raise _malformed(f"array ref to buffer {index!r:.20} of {len(self.buffers)}")
+        if not (type(library) is str and type(dtype) is str and type(device) is str
+                and type(fortran) is bool):
+            raise _malformed("array ref needs str library, dtype and device and a bool order flag")
+        dims = tuple(_uints(shape, "array shape"))
+        buf = self.buffers[index]
+        self.used += 1
+        if type(buf) is ObjectBuffer:  # in process: the object itself, never its bytes
+            return buf.copy().array if self.copy else buf.array
+        spec = ArraySpec(library, dtype, dims, fortran, device)
+        if self.arrays is None:
+            raise Unreadable(
+                f"unpack: the payload holds a {library} array ({dtype}{list(dims)}) and no array "
+                "codec was given; pass unpack(..., arrays=) an ArrayCodec")
+        return self.arrays.rebuild(spec, _byte_view(buf), self.copy)
+
+
 def _copy(arr: NDArray[Any], order: Literal["C", "F"]) -> NDArray[Any]:
     """Copy ``arr`` into a fresh array in ``order``, bit for bit."""
     dt = arr.dtype
@@ -584,6 +723,9 @@ def _byte_view(buf: object) -> memoryview:
         if buf.nbytes == 0:
             return memoryview(b"")
         return buf.ravel(order="K").view(np.uint8).data
+    if type(buf) is ObjectBuffer:
+        raise TypeError(f"an in-process {type(buf.array).__name__} buffer has no bytes to frame; "
+                        "pack for byte transports with a codec that stages arrays to host memory")
     view = memoryview(buf)  # type: ignore[arg-type]  # a non-buffer raises TypeError
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
@@ -592,7 +734,8 @@ _NO_BUFFERS: Final = _Decoder((), False)  # stateless while it has no buffers to
 
 
 def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (),
-           *, copy: bool = False, loads: Callable[[bytes], object] | None = None) -> object:
+           *, copy: bool = False, loads: Callable[[bytes], object] | None = None,
+           arrays: ArrayCodec | None = None) -> object:
     """Rebuild a payload from its header and buffers.
 
     Arrays come back with their dtype, shape and memory order (C or F).
@@ -610,6 +753,8 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         loads: rebuilds EXT_PICKLE objects (``pickle.loads`` for
             ``serializer="pickle"`` runs); without it they are refused, because
             unpickling runs code chosen by the sender.
+        arrays: rebuilds EXT_ARRAY refs (arrays of other libraries) from their
+            bytes; an ``ObjectBuffer`` needs none (its array is handed back).
 
     Returns:
         The payload: tuples, numpy scalars, big ints and non-str-keyed dicts
@@ -618,14 +763,16 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
     Raises:
         TransportError: the header is not one ``pack`` produced, refers to
             missing buffers, or leaves some unused.
+        Unreadable: an array of another library cannot be held here (its
+            library is missing, or its dtype has no type here).
     """
-    if loads is not None:
-        decoder = _Decoder(buffers, copy, loads)
+    if loads is not None or arrays is not None:
+        decoder = _Decoder(buffers, copy, loads, arrays)
     else:
         decoder = _Decoder(buffers, copy) if buffers else _NO_BUFFERS
     try:
         obj = decoder.read(header)
-    except TransportError:
+    except (TransportError, Unreadable):
         raise
     except Exception as exc:  # msgpack, numpy and struct errors alike: garbage in
         raise _malformed(f"{type(exc).__name__}: {exc}") from exc

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import arrays
+
 # ---- ranks relative to a root ----
 
 
@@ -93,4 +95,6 @@ def fresh(obj: Any) -> Any:
     """
     if isinstance(obj, np.ndarray):
         return obj.copy()
+    if arrays.is_array(obj):
+        return arrays.clone(obj)  # its own library, on its own device
     return copy.deepcopy(obj)

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from .. import arrays
 from . import algorithms as _algorithms
 from . import check_algorithm, family
+from .analytic import twin as _twin
 
 if TYPE_CHECKING:
     from ..comm import CollContext, Comm
@@ -27,11 +29,13 @@ R = TypeVar("R")
 
 
 def _nbytes(obj: object) -> int:
-    return int(obj.nbytes) if isinstance(obj, np.ndarray) else 0
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    return arrays.nbytes(obj) if arrays.is_array(obj) else 0
 
 
 def _is_array(obj: object) -> bool:
-    return isinstance(obj, np.ndarray)
+    return arrays.is_array(obj)
 
 
 def _in_place(target: object, value: Any) -> Any:
@@ -43,7 +47,26 @@ def _in_place(target: object, value: Any) -> Any:
         else:
             np.copyto(target, value)
         return target
+    if arrays.is_array(target) and arrays.is_array(value):
+        return _in_place_any(target, value)
     return value
+
+
+_KIND_ORDER = "buifc"  # numpy's same_kind casting: along this order, never signed to unsigned
+
+
+def _in_place_any(target: Any, value: Any) -> Any:
+    """``_in_place`` where either side is another library's array (torch, CuPy, ...)."""
+    if tuple(value.shape) != tuple(target.shape):
+        value = arrays.reshape(value, tuple(target.shape))
+    have, want = arrays.kind(value), arrays.kind(target)
+    if have != want and (have not in _KIND_ORDER or want not in _KIND_ORDER
+                         or _KIND_ORDER.index(have) > _KIND_ORDER.index(want)
+                         or (have, want) == ("i", "u")):
+        raise TypeError(f"cannot copy a {arrays.describe(value)} result into "
+                        f"{arrays.describe(target)} in place (same_kind casting); pass an array "
+                        f"of dtype {arrays.dtype_name(value)}")
+    return arrays.copy_into(target, value)
 
 
 class CollectiveMethods:
@@ -83,6 +106,17 @@ class CollectiveMethods:
                              f"rank ({self.size}), got {got}")
         return objs
 
+    def _algorithm(self: Comm, name: str, algo: str) -> Callable[..., Any]:
+        """Return the function that runs ``algo``: the algorithm, or its analytic twin.
+
+        Under ``run(fidelity="analytic")`` the twin has the same signature but
+        resolves the whole call in one step (``analytic.py``); the body around
+        it (in-place copies, traces, nonblocking helpers) is the same.
+        """
+        if self._engine.fidelity == "analytic":
+            return _twin(name, algo)
+        return _algorithms(name)[algo]
+
     def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
             nonblocking: bool) -> Any:
         if nonblocking:
@@ -94,7 +128,7 @@ class CollectiveMethods:
     def _barrier(self: Comm, algorithm: str | None, nonblocking: bool) -> Any:
         call = "barrier()"
         algo = self._choose("barrier", algorithm, 0)
-        fn = _algorithms("barrier")[algo]
+        fn = self._algorithm("barrier", algo)
         return self._go(call, algo, lambda c: fn(c), nonblocking)
 
     async def barrier(self: Comm, *, algorithm: str | None = None) -> None:
@@ -116,7 +150,7 @@ class CollectiveMethods:
         call = f"broadcast(src={src})"
         self._root(call, "src", src)
         algo = self._choose("broadcast", algorithm, _nbytes(obj), arrays=_is_array(obj))
-        fn = _algorithms("broadcast")[algo]
+        fn = self._algorithm("broadcast", algo)
 
         async def body(c: CollContext) -> Any:
             value = await fn(c, obj, src)
@@ -145,7 +179,7 @@ class CollectiveMethods:
         if self.rank == src:
             objs = self._seq_arg(call, "objs", objs)
         algo = self._choose("scatter", algorithm, _nbytes(buf), arrays=_is_array(buf))
-        fn = _algorithms("scatter")[algo]
+        fn = self._algorithm("scatter", algo)
 
         async def body(c: CollContext) -> Any:
             mine = await fn(c, objs if c.rank == src else None, src)
@@ -170,7 +204,7 @@ class CollectiveMethods:
         call = f"gather(dst={dst})"
         self._root(call, "dst", dst)
         algo = self._choose("gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
-        fn = _algorithms("gather")[algo]
+        fn = self._algorithm("gather", algo)
         return self._go(call, algo, lambda c: fn(c, obj, dst), nonblocking)
 
     async def gather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> list[Any] | None:
@@ -192,7 +226,7 @@ class CollectiveMethods:
         self._root(call, "dst", dst)
         rop.check(obj, self.rank, call)
         algo = self._choose("reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
-        fn = _algorithms("reduce")[algo]
+        fn = self._algorithm("reduce", algo)
 
         async def body(c: CollContext) -> Any:
             value = await fn(c, obj, rop, dst)
@@ -219,7 +253,7 @@ class CollectiveMethods:
         call = f"all_reduce(op={rop.name})"
         rop.check(obj, self.rank, call)
         algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
-        fn = _algorithms("all_reduce")[algo]
+        fn = self._algorithm("all_reduce", algo)
 
         async def body(c: CollContext) -> Any:
             return _in_place(obj, await fn(c, obj, rop))
@@ -248,7 +282,7 @@ class CollectiveMethods:
         nbytes = sum(_nbytes(o) for o in objs)
         algo = self._choose("reduce_scatter", algorithm, nbytes, rop.commutative,
                             all(_is_array(o) for o in objs))
-        fn = _algorithms("reduce_scatter")[algo]
+        fn = self._algorithm("reduce_scatter", algo)
         return self._go(call, algo, lambda c: fn(c, list(objs), rop), nonblocking)
 
     async def reduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
@@ -268,7 +302,7 @@ class CollectiveMethods:
         call = f"{name}(op={rop.name})"
         rop.check(obj, self.rank, call)
         algo = self._choose(name, algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
-        fn = _algorithms(name)[algo]
+        fn = self._algorithm(name, algo)
         return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking)
 
     async def scan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
@@ -294,7 +328,7 @@ class CollectiveMethods:
     def _all_gather(self: Comm, obj: Any, algorithm: str | None, nonblocking: bool) -> Any:
         call = "all_gather()"
         algo = self._choose("all_gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
-        fn = _algorithms("all_gather")[algo]
+        fn = self._algorithm("all_gather", algo)
         return self._go(call, algo, lambda c: fn(c, obj), nonblocking)
 
     async def all_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> list[Any]:
@@ -312,7 +346,7 @@ class CollectiveMethods:
         objs = self._seq_arg(call, "objs", objs)
         algo = self._choose("all_to_all", algorithm, sum(_nbytes(o) for o in objs),
                             arrays=all(_is_array(o) for o in objs))
-        fn = _algorithms("all_to_all")[algo]
+        fn = self._algorithm("all_to_all", algo)
         return self._go(call, algo, lambda c: fn(c, list(objs)), nonblocking)
 
     async def all_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:

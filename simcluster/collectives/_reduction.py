@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from .. import arrays
 from ..request import wait_all
 from ._chunks import fresh
 
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
 
-Flat = Union["NDArray[Any]", list[Any]]
-"""A 1-D array (elementwise op on an array) or a list of whole items."""
+Flat = Union["NDArray[Any]", list[Any], Any]
+"""A 1-D array (elementwise op on an array, of any library) or a list of whole items."""
 
 # ---- values ----
 
@@ -48,6 +49,8 @@ def flatten(obj: Any, op: ReduceOp) -> Flat:
     """Return ``obj`` as a flat value: a 1-D copy of an array when ``op`` is elementwise, else ``[obj]``."""
     if isinstance(obj, np.ndarray) and op.elementwise:
         return np.array(obj, order="C").reshape(-1)
+    if op.elementwise and arrays.is_array(obj):
+        return arrays.flat_copy(obj)  # torch, CuPy, ...: copied by its own library
     return [obj]
 
 
@@ -55,7 +58,16 @@ def unflatten(flat: Flat, like: Any) -> Any:
     """Undo :func:`flatten` for a payload shaped like ``like``."""
     if isinstance(flat, np.ndarray):
         return flat.reshape(like.shape)
-    return flat[0]
+    if type(flat) is list:
+        return flat[0]
+    return arrays.reshape(flat, tuple(like.shape))
+
+
+def length(flat: Flat) -> int:
+    """Return the number of items of a flat value (a list, or a 1-D array of any library)."""
+    if type(flat) is list or type(flat) is np.ndarray:
+        return len(flat)
+    return int(getattr(flat, "shape")[0])
 
 
 def segment(flat: Flat, bounds: Sequence[int], first: int, end: int | None = None) -> Flat:
@@ -71,7 +83,9 @@ def nbytes_of(value: object) -> int:
         return sum(nbytes_of(item) for item in value)
     if isinstance(value, bool):
         return 1
-    return 16 if isinstance(value, complex) else 8 if isinstance(value, (int, float)) else 0
+    if isinstance(value, (int, float, complex)):
+        return 16 if isinstance(value, complex) else 8
+    return arrays.nbytes(value) if arrays.is_array(value) else 0
 
 
 def finish(op: ReduceOp, value: Any, count: int, obj: Any) -> Any:
@@ -99,7 +113,7 @@ async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:
 
 async def combine_flat(c: CollContext, op: ReduceOp, left: Flat, right: Flat) -> Flat:
     """Return ``left op right`` item by item for two segments, charging ``reduce_time``."""
-    if isinstance(left, np.ndarray):
+    if type(left) is not list:  # a 1-D array, of numpy or another library
         value: Flat = op.apply(left, right)
     else:
         value = [op.apply(a, b) for a, b in zip(left, right, strict=True)]

@@ -46,6 +46,7 @@ from ._reduction import (
     fold_in,
     fold_out,
     halving,
+    length,
     ordered,
     ring_reduce_scatter,
     segment,
@@ -94,7 +95,7 @@ async def rabenseifner(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     flat = await fold_in(c, fold, flatten(obj, op), op)
     vrank = fold.vrank(c.rank)
     if vrank is not None:
-        bounds = split_bounds(len(flat), fold.pof2)
+        bounds = split_bounds(length(flat), fold.pof2)
         windows = await halving(c, fold, vrank, flat, bounds, op)
         await doubling_gather(c, fold, vrank, flat, bounds, windows)
     return finish(op, unflatten(await fold_out(c, fold, flat), obj), c.size, obj)
@@ -108,7 +109,7 @@ async def ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     """
     p, r = c.size, c.rank
     flat = flatten(obj, op)
-    bounds = split_bounds(len(flat), p)
+    bounds = split_bounds(length(flat), p)
     flat[bounds[r]:bounds[r + 1]] = await ring_reduce_scatter(c, flat, bounds, op)
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):

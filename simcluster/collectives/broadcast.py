@@ -31,8 +31,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-
+from .. import arrays
 from ..request import wait_all
 from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds, subtree_end
 
@@ -78,8 +77,8 @@ async def scatter_allgather(c: CollContext, obj: Any, root: int) -> Any:
     size = c.size
     rel = relative(c.rank, root, size)
     if rel == 0:
-        split = isinstance(obj, np.ndarray) and obj.size >= size
-        head = (obj.shape, obj.reshape(-1)) if split else (obj,)
+        split = arrays.is_array(obj) and arrays.size(obj) >= size
+        head = (obj.shape, arrays.reshape(obj, (-1,))) if split else (obj,)
     else:
         head = await c.recv(absolute(binomial_parent(rel), root, size))
     kids = binomial_children(rel, size)
@@ -98,7 +97,7 @@ async def scatter_allgather(c: CollContext, obj: Any, root: int) -> Any:
     right, left = absolute(rel + 1, root, size), absolute(rel - 1, root, size)
     for step in range(size - 1):
         pieces[(rel - step - 1) % size] = await c.sendrecv(pieces[(rel - step) % size], right, left)
-    return obj if rel == 0 else np.concatenate(pieces).reshape(shape)
+    return obj if rel == 0 else arrays.reshape(arrays.concat(pieces), tuple(shape))
 
 
 async def linear(c: CollContext, obj: Any, root: int) -> Any:

@@ -37,6 +37,7 @@ from ._reduction import (
     flatten,
     fold_in,
     halving,
+    length,
     linear_fold,
     unflatten,
 )
@@ -82,7 +83,7 @@ async def rabenseifner(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any
     vrank = fold.vrank(c.rank)
     holder = root if fold.vrank(root) is not None else root + 1  # who collects for a set-aside root
     if vrank is not None:
-        bounds = split_bounds(len(flat), fold.pof2)
+        bounds = split_bounds(length(flat), fold.pof2)
         windows = await halving(c, fold, vrank, flat, bounds, op)
         await doubling_gather(c, fold, vrank, flat, bounds, windows, fold.vrank(holder))
     if holder != root and c.rank == holder:

@@ -7,6 +7,7 @@ import inspect
 import re
 import traceback
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,18 @@ def _line() -> int:
     frame = inspect.currentframe()
     assert frame is not None and frame.f_back is not None
     return frame.f_back.f_lineno
+
+
+def _marked(marker: str) -> int:
+    """Return the number of the line of this file that ends with ``# <- marker``.
+
+    Ranks may run in other processes (shm, tcp), so they cannot hand a line
+    number back through a list the test holds; the test finds it itself.
+    """
+    for number, line in enumerate(Path(__file__).read_text().splitlines(), 1):
+        if line.rstrip().endswith(f"# <- {marker}"):
+            return number
+    raise AssertionError(f"no line marked {marker!r}")
 
 
 def _rank_error(main: object, world_size: int, transport: str, **kw: object) -> sc.RankError:
@@ -251,8 +264,9 @@ def test_unsendable_payload_message_exact_text(transport: str) -> None:
 # ---- a rank that raises ----
 
 
-def test_rank_raising_stops_run_with_rank_error_and_cancels_the_others(transport: str) -> None:
-    cleaned: list[str] = []
+def test_rank_raising_stops_run_with_rank_error_and_cancels_the_others(transport: str,
+                                                                      tmp_path: Path) -> None:
+    cleaned = tmp_path / "cleaned.txt"  # ranks may live in other processes: they write a file
 
     async def main(comm: sc.Comm) -> None:
         if comm.rank == 1:
@@ -261,7 +275,8 @@ def test_rank_raising_stops_run_with_rank_error_and_cancels_the_others(transport
         try:
             await comm.recv(src=1)  # never satisfied
         finally:
-            cleaned.append(f"rank {comm.rank} cleaned up")
+            with open(cleaned, "a") as log:
+                log.write(f"rank {comm.rank} cleaned up\n")
 
     with pytest.raises(sc.RankError) as info:
         sc.run(main, world_size=3, transport=transport)
@@ -275,7 +290,7 @@ def test_rank_raising_stops_run_with_rank_error_and_cancels_the_others(transport
     frames = traceback.extract_tb(err.__cause__.__traceback__)
     assert frames[-1].name == "main"
     assert frames[-1].line == 'raise KeyError("boom")  # the original error'
-    assert sorted(cleaned) == ["rank 0 cleaned up", "rank 2 cleaned up"]
+    assert sorted(cleaned.read_text().splitlines()) == ["rank 0 cleaned up", "rank 2 cleaned up"]
 
 
 def test_first_failing_rank_is_reported(transport: str) -> None:
@@ -351,12 +366,10 @@ async def test_launch_works_inside_a_running_loop(transport: str) -> None:
 
 @pytest.mark.parametrize("n", [4, 1 << 14], ids=["eager", "rendezvous"])
 def test_changing_isend_buffer_before_wait_is_buffer_hazard(transport: str, n: int) -> None:
-    where: list[int] = []
-
     async def main(comm: sc.Comm) -> None:
         if comm.rank == 0:
             smsg = np.ones(n)
-            req = comm.isend(smsg, dst=1, tag=2); where.append(_line())  # noqa: E702
+            req = comm.isend(smsg, dst=1, tag=2)  # <- isend-hazard
             smsg[0] = 99.0  # too early: the request has not been waited
             await req
         else:
@@ -372,7 +385,7 @@ def test_changing_isend_buffer_before_wait_is_buffer_hazard(transport: str, n: i
         op += f" [rendezvous: {8 * n} bytes > eager_limit 65536]"
     assert str(hazard) == (
         f"rank 0: {op}: the send buffer changed before the request completed "
-        f"(posted at test_errors.py:{where[0]}); wait for the request before writing to the "
+        f"(posted at test_errors.py:{_marked('isend-hazard')}); wait for the request before writing to the "
         "buffer, or send a copy")
 
 

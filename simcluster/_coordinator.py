@@ -1,0 +1,704 @@
+"""The coordinator: starts the hosting processes, steps them in lockstep, gathers the result.
+
+Runs in the caller's event loop (``launch``). For a local run it starts
+``procs`` processes (``multiprocessing``, forkserver where the OS has it,
+else spawn), each running ``_hosting.child_main``; for a multi-node run every
+node process runs ``_hosting.Host`` itself and node 0 also runs this
+coordinator at ``master_addr:master_port``. Either way each hosting process
+connects back over an authenticated stream (the control link) and the
+protocol of ``_hosting`` takes over: HELLO, START, READY, then rounds of
+STEP/REPORT until every rank has finished (FINISH/RESULTS), a rank fails, or
+the run deadlocks.
+
+Rule 1: never a hang. Every wait here has a deadline or watches the
+processes: a control link that closes or a process that exits ends the run
+at once with an error naming the lost ranks; the run's ``timeout`` bounds the
+rest; whatever happens, every process is stopped, killed after a short grace
+period if it does not go, and every shared-memory segment of the run unlinked.
+Rule 2: errors keep the memory transport's shape: ``RankError`` with the
+rank's exception (rebuilt, traceback included) as ``__cause__``,
+``DeadlockError`` with the same report, built by ``engine.deadlock_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import pickle
+import secrets
+import signal
+import sys
+import time as _time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+from transports import shm as _shm
+from transports import wire
+from transports.base import Envelope, TransportError
+from transports.tcp import Link, TcpTransport, accept_handshake, log as _log
+
+from . import _hosting as H
+from . import _remote
+from .engine import deadlock_error
+from .errors import RankError, RunTimeoutError, SimclusterError
+from .trace import Message, Span, Trace
+
+_GRACE: Final = 2.0  # seconds a process gets to exit before it is killed
+_LOST_WAIT: Final = 1.0  # seconds to wait for a peer's own death notice after a link error
+_SECRET_ENV: Final = "SIMCLUSTER_SECRET"
+
+_LOST = object()
+
+
+class _Proc:
+    """One hosting process as the coordinator sees it."""
+
+    __slots__ = ("index", "lo", "hi", "process", "link", "pid", "addr", "next", "unfinished",
+                 "given", "dead", "errored")
+
+    def __init__(self, index: int, lo: int, hi: int) -> None:
+        self.index = index
+        self.lo = lo
+        self.hi = hi
+        self.process: Any = None  # multiprocessing.Process for local runs
+        self.link: Link | None = None
+        self.pid: int | None = None
+        self.addr: tuple[str, int] | None = None
+        self.next: float | None = 0.0  # every process starts with its ranks' first steps at 0
+        self.unfinished = hi - lo
+        self.given: list[int] = []
+        self.dead = asyncio.Event()
+        self.errored = False  # it reported an error of its own before going away
+
+    @property
+    def ranks(self) -> str:
+        return f"rank {self.lo}" if self.hi - self.lo == 1 else f"ranks {self.lo}-{self.hi - 1}"
+
+    def name(self) -> str:
+        pid = f", pid {self.pid}" if self.pid is not None else ""
+        return f"process {self.index} ({self.ranks}{pid})"
+
+
+class Coordinator:
+    """Drives one multi-process run; see the module docstring."""
+
+    def __init__(self, spec: H.RunSpec, secret: bytes, run_id: str, *,
+                 timeout: float | None, progress: Callable[[int, int, float], None] | None,
+                 check_digest: bool) -> None:
+        self.spec = spec
+        self.secret = secret
+        self.run_id = run_id
+        self.timeout = timeout
+        self.progress = progress
+        self.check_digest = check_digest
+        self.procs = [_Proc(p, p * spec.per, min(spec.world_size, (p + 1) * spec.per))
+                      for p in range(spec.procs)]
+        self.queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self.server: asyncio.AbstractServer | None = None
+        self.started = _time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.now = 0.0
+        self.finished = False
+        pickled = spec.serializer == "pickle"
+        self.dumps = pickle.dumps if pickled else None
+        self.loads = pickle.loads if pickled else None
+        self._pumps: list[asyncio.Task[None]] = []
+        self._last_progress = 0.0
+
+    # ---- connections ----
+
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        """Accept hosting processes on ``host:port`` (0: any free port); return the address."""
+        from transports.tcp import _STREAM_LIMIT
+
+        try:
+            self.server = await asyncio.start_server(self._accepted, host, port,
+                                                     limit=_STREAM_LIMIT)
+        except OSError as exc:
+            raise TransportError(None, "run", f"cannot listen on {host}:{port} ({exc})",
+                                 "pick another master port, or free this one",
+                                 peer=f"{host}:{port}") from None
+        got = self.server.sockets[0].getsockname()
+        return str(got[0]), int(got[1])
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        tp = self.spec.transport
+        try:
+            await accept_handshake(reader, writer, self.secret, tp.connect_timeout)
+            link = Link(reader, writer, f"{peer}", tp.max_frame)
+            first = await asyncio.wait_for(tp._first_frame(link), tp.connect_timeout)
+        except (TransportError, asyncio.TimeoutError, OSError) as exc:
+            _log.warning("simcluster: refused a connection from %s: %s", peer, exc)
+            writer.close()
+            return
+        index = first.src
+        if first.tag not in (H.HELLO, H.ERROR) or not 0 <= index < len(self.procs) \
+                or self.procs[index].link is not None:
+            _log.warning("simcluster: refused a connection from %s: it introduced itself as "
+                         "process %r, which is not expected", peer, index)
+            writer.close()
+            return
+        proc = self.procs[index]
+        link.peer = link.decoder._peer = proc.name()
+        proc.link = link
+        self.queue.put_nowait((index, first))
+        self._pumps.append(asyncio.ensure_future(self._pump(proc, link)))
+
+    async def _pump(self, proc: _Proc, link: Link) -> None:
+        def got(env: Envelope) -> None:
+            if env.tag == H.ERROR:
+                proc.errored = True
+            self.queue.put_nowait((proc.index, env))
+
+        try:
+            await link.pump(got)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if not link.closing:
+                self.queue.put_nowait((proc.index, exc))
+        proc.dead.set()
+        self.queue.put_nowait((proc.index, _LOST))
+
+    def send(self, proc: _Proc, op: int, payload: object = None, time: float = 0.0) -> None:
+        if proc.link is not None and not proc.link.closing:
+            try:
+                proc.link.send(H.control(op, proc.index, payload, time, self.dumps))
+            except (OSError, RuntimeError):
+                pass
+
+    # ---- waiting for messages ----
+
+    def _remaining(self, deadline: float | None) -> float | None:
+        if deadline is None:
+            return None
+        return max(0.0, deadline - _time.monotonic())
+
+    async def gather(self, op: int, waiting: set[int], deadline: float | None,
+                     what: str) -> dict[int, Any]:
+        """Wait for message ``op`` from each process in ``waiting``; return their payloads.
+
+        Raises:
+            the error a process reported, TransportError for a lost process,
+            RunTimeoutError (or TransportError while connecting) at ``deadline``.
+        """
+        got: dict[int, Any] = {}
+        while waiting:
+            try:
+                index, item = await asyncio.wait_for(self.queue.get(), self._remaining(deadline))
+            except asyncio.TimeoutError:
+                raise await self._timed_out(what, waiting) from None
+            proc = self.procs[index]
+            if item is _LOST or isinstance(item, BaseException):
+                if self.finished and op != H.RESULTS:
+                    continue
+                raise self._lost(proc, item if isinstance(item, BaseException) else None)
+            env: Envelope = item
+            if env.tag == H.ERROR:
+                raise await self._reported(proc, H.payload_of(env))
+            if env.tag != op or index not in waiting:
+                raise TransportError(None, "run", f"{proc.name()} sent {H.OP_NAMES.get(env.tag, env.tag)} "
+                                     f"while the coordinator waited for {H.OP_NAMES[op]}",
+                                     "every process must run the same simcluster version",
+                                     peer=proc.name())
+            waiting.discard(index)
+            got[index] = H.payload_of(env, self.loads) if op in (H.RESULTS,) else H.payload_of(env)
+            if op == H.REPORT or op == H.BLOCKED or op == H.LINES:
+                self.now = max(self.now, env.time)
+        return got
+
+    def _lost(self, proc: _Proc, exc: BaseException | None) -> SimclusterError:
+        """The error for a hosting process that went away."""
+        how = "closed its control connection"
+        process = proc.process
+        if process is not None:
+            process.join(0.5)
+            code = process.exitcode
+            if code is not None and code < 0:
+                try:
+                    how = f"was killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            elif code is not None:
+                how = f"exited with code {code}"
+        elif exc is not None:
+            how = f"failed ({exc})"
+        fix = "look for that process's own output (out of memory? killed?)"
+        if proc.link is None:
+            how += " before it connected"
+            fix = ("look for its own output above; a script that calls run() must do so under "
+                   "`if __name__ == \"__main__\":`, as with multiprocessing")
+        error = TransportError(None, "run", f"{proc.name()} {how}; {proc.ranks} lost", fix,
+                               peer=proc.name())
+        error.ranks = list(range(proc.lo, proc.hi))  # type: ignore[attr-defined]
+        return error
+
+    async def _reported(self, proc: _Proc, payload: Any) -> BaseException:
+        """Turn an ERROR from a process into the exception to raise (a lost peer wins)."""
+        exc = _remote.decode_exception(payload.get("exc", {}), proc.name())
+        if payload.get("transport") and isinstance(exc, TransportError):
+            # a broken link is most often a peer that died: wait for its own notice
+            end = _time.monotonic() + _LOST_WAIT
+            while True:
+                others = [p for p in self.procs if p is not proc and not p.errored]
+                done = [p for p in others if p.dead.is_set()]
+                if done:
+                    return self._lost(done[0], None)
+                left = end - _time.monotonic()
+                if not others or left <= 0:
+                    break
+                waits = [asyncio.ensure_future(p.dead.wait()) for p in others]
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
+        return exc
+
+    async def _timed_out(self, what: str, waiting: set[int]) -> SimclusterError:
+        if self.deadline is None or _time.monotonic() < self.deadline:  # connect deadline
+            names = ", ".join(self.procs[i].name() for i in sorted(waiting))
+            return TransportError(None, "run", f"{names} did not {what} within "
+                                  f"{self.spec.transport.connect_timeout:g}s",
+                                  "look for its own error output, or raise connect_timeout",
+                                  peer=names)
+        lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
+        live = [p for p in self.procs if p.link is not None and not p.dead.is_set()]
+        for p in live:
+            self.send(p, H.TIMEOUT)
+        answers: dict[int, Any] = {}
+        end = _time.monotonic() + 1.0
+        pending = {p.index for p in live}
+        while pending:
+            try:
+                index, item = await asyncio.wait_for(self.queue.get(), max(0.0, end - _time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            if isinstance(item, Envelope) and item.tag == H.LINES:
+                answers[index] = H.payload_of(item)
+                pending.discard(index)
+        for p in self.procs:
+            if p.index in answers:
+                lines += [str(line) for line in answers[p.index]]
+            elif p.unfinished:
+                lines.append(f"  {p.name()} did not answer: a rank there may loop without awaiting")
+        lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
+        return RunTimeoutError(None, "run", "\n".join(lines), "")
+
+    # ---- the run ----
+
+    async def connect(self) -> None:
+        """Wait for every process's HELLO, hand out the peer table, wait for READY."""
+        tp = self.spec.transport
+        deadline = _time.monotonic() + tp.connect_timeout
+        hello = await self.gather(H.HELLO, {p.index for p in self.procs}, deadline, "connect")
+        for index, payload in hello.items():
+            proc = self.procs[index]
+            proc.pid = payload.get("pid")
+            host, port = payload["addr"]
+            proc.addr = (str(host), int(port))
+            if proc.link is not None:
+                proc.link.peer = proc.link.decoder._peer = proc.name()
+            if self.check_digest and payload.get("digest") != self.spec.digest():
+                raise ValueError(
+                    f"run: node {index} was started with other settings than node 0:\n"
+                    f"  node 0: {self.spec.digest()}\n  node {index}: {payload.get('digest')}\n"
+                    "start every node with the same script, world size and options")
+        table = [list(p.addr) for p in self.procs]  # type: ignore[arg-type]
+        for proc in self.procs:
+            self.send(proc, H.START, {"table": table})
+        deadline = _time.monotonic() + tp.connect_timeout
+        await self.gather(H.READY, {p.index for p in self.procs}, deadline, "connect to its peers")
+
+    async def step(self) -> None:
+        """Run rounds until no process has an event and nothing is in flight."""
+        procs = self.procs
+        n = len(procs)
+        counts = [[0] * n for _ in range(n)]  # counts[q][p]: envelopes p sent to q so far
+        for proc in procs:
+            proc.given = [0] * n
+        now = 0.0
+        while True:
+            targets = [p for p in procs
+                       if counts[p.index] != p.given or (p.next is not None and p.next <= now)]
+            for proc in targets:
+                proc.given = list(counts[proc.index])
+                self.send(proc, H.STEP, proc.given, now)
+            reports = await self.gather(H.REPORT, {p.index for p in targets}, self.deadline,
+                                        "answer")
+            earliest: float | None = None
+            failures = []
+            for index, report in reports.items():
+                proc = procs[index]
+                proc.next = report["next"]
+                proc.unfinished = report["unfinished"]
+                for q, sent in enumerate(report["sent"]):
+                    counts[q][index] += sent
+                if report["min"] is not None and (earliest is None or report["min"] < earliest):
+                    earliest = report["min"]
+                if report["failure"] is not None:
+                    failures.append((report["failure"]["rank"], proc, report["failure"]))
+            if failures:
+                rank, proc, failure = min(failures, key=lambda f: f[0])
+                exc = _remote.decode_exception(failure["exc"], proc.name())
+                if not isinstance(exc, Exception):
+                    raise exc
+                raise RankError(rank, exc) from exc
+            times = [p.next for p in procs if p.next is not None]
+            if earliest is not None:
+                times.append(earliest)
+            self._tick()
+            if times:
+                now = min(times)
+                self.now = now
+                continue
+            if any(p.unfinished for p in procs):
+                raise await self._deadlock(now)
+            return
+
+    def _tick(self) -> None:
+        if self.progress is None:
+            return
+        wall = _time.monotonic()
+        if wall - self._last_progress >= 0.1:
+            self._last_progress = wall
+            finished = self.spec.world_size - sum(p.unfinished for p in self.procs)
+            self.progress(finished, self.spec.world_size, self.now)
+
+    async def _deadlock(self, now: float) -> SimclusterError:
+        stuck = [p for p in self.procs if p.unfinished]
+        for proc in stuck:
+            self.send(proc, H.DESCRIBE)
+        got = await self.gather(H.BLOCKED, {p.index for p in stuck}, self.deadline, "answer")
+        entries: list[Any] = []
+        for key in ("tasks", "helpers"):
+            for proc in stuck:
+                entries += [tuple(e) for e in got[proc.index][key]]
+        return deadlock_error(entries, now)
+
+    async def finish(self) -> dict[int, Any]:
+        """Collect every process's results (after the last round)."""
+        self.finished = True
+        for proc in self.procs:
+            self.send(proc, H.FINISH)
+        got = await self.gather(H.RESULTS, {p.index for p in self.procs}, self.deadline,
+                                "send its results")
+        for index, payload in sorted(got.items()):
+            bad = payload.get("unsendable")
+            if bad is not None:
+                exc = _remote.decode_exception(bad["exc"], self.procs[index].name())
+                raise RankError(bad["rank"], exc) from exc
+        return got
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """Tell every process to stop (node processes get ``error`` to raise)."""
+        payload = None
+        if error is not None and self.check_digest:
+            payload = {"exc": _remote.encode_exception(error)}
+        for proc in self.procs:
+            self.send(proc, H.STOP, payload)
+
+    async def close(self) -> None:
+        """Close every link and the listener; give processes a grace period, then kill them.
+
+        A hosting process exits when its control link closes, so closing the
+        links is what ends them after a good run.
+        """
+        for proc in self.procs:
+            if proc.link is not None:
+                try:
+                    await asyncio.wait_for(proc.link.drain(), 0.5)
+                except (asyncio.TimeoutError, OSError, RuntimeError):
+                    pass
+                proc.link.close()
+        if self.server is not None:
+            self.server.close()
+        await _reap([p.process for p in self.procs if p.process is not None], _GRACE)
+        for task in self._pumps:
+            task.cancel()
+
+    # ---- the result ----
+
+    def result_parts(self, results: dict[int, Any]) -> dict[str, Any]:
+        """Merge every process's RESULTS into one result payload (rank order)."""
+        w = self.spec.world_size
+        values: list[Any] = []
+        times: list[float] = []
+        stats: list[list[int]] = [[], [], [], []]
+        leaks: list[str] = []
+        spans: list[list[Any]] = []
+        messages: list[list[Any]] = []
+        receipts: list[list[Any]] = []
+        for index in range(len(self.procs)):
+            part = results[index]
+            values += part["values"]
+            times += part["times"]
+            for mine, theirs in zip(stats, part["stats"]):
+                mine += theirs
+            leaks += part["leaks"]
+            if part["trace"] is not None:
+                spans += part["trace"]["spans"]
+                messages += part["trace"]["messages"]
+                receipts += part["trace"]["receipts"]
+        assert len(values) == w
+        trace = None
+        if self.spec.trace:
+            trace = {"spans": spans, "messages": messages, "receipts": receipts}
+        return {"values": values, "times": times, "stats": stats, "leaks": leaks, "trace": trace,
+                "procs": len(self.procs)}
+
+
+def build_result(parts: dict[str, Any], world_size: int, wall: float) -> Any:
+    """Make the RunResult from ``result_parts`` (also used by node processes)."""
+    from .runner import RunResult, Stats
+
+    stats = Stats(*(tuple(int(n) for n in column) for column in parts["stats"]))
+    trace = None
+    if parts["trace"] is not None:
+        trace = _merge_trace(parts["trace"], world_size, parts["procs"])
+    values = [_remote.raise_result(value) for value in parts["values"]]
+    return RunResult(values, [float(t) for t in parts["times"]], stats, wall,
+                     trace, list(parts["leaks"]))
+
+
+def _merge_trace(raw: dict[str, Any], world_size: int, procs: int) -> Trace:
+    """Join every process's spans and messages; number messages in the order they were sent."""
+    spans = [Span(int(r), str(n), float(s), float(e), dict(a)) for r, n, s, e, a in raw["spans"]]
+    spans.sort(key=lambda s: (s.start, s.end, s.rank))
+    by_key: dict[tuple[int, int], Message] = {}
+    for mid, src, dst, tag, nbytes, sent, recv, comm in raw["messages"]:
+        by_key[(src, mid)] = Message(mid, src, dst, tag, nbytes, sent, recv, comm)
+    for src, mid, now in raw["receipts"]:
+        message = by_key.get((src, mid))
+        if message is not None and message.recv is None:
+            message.recv = now
+    messages = sorted(by_key.values(), key=lambda m: (m.sent, m.src, m.id))
+    for number, message in enumerate(messages, 1):
+        message.id = number
+    return Trace(world_size, spans, messages, procs=procs)
+
+
+# ---- processes ----
+
+_preloaded = False
+
+
+def _context() -> Any:
+    """The multiprocessing context for hosting processes: forkserver where it exists, else spawn.
+
+    ``SIMCLUSTER_START_METHOD`` overrides it. The forkserver is asked to import
+    simcluster (and pytest, when the caller uses it) once, so each hosting
+    process starts in milliseconds instead of importing numpy again.
+    """
+    global _preloaded
+    method = os.environ.get("SIMCLUSTER_START_METHOD") or (
+        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver" and not _preloaded:
+        _preloaded = True
+        preload = ["simcluster._hosting", "simcluster.collectives"]
+        preload += [name for name in ("pytest", "hypothesis") if name in sys.modules]
+        ctx.set_forkserver_preload(preload)
+    return ctx
+
+
+async def _reap(processes: Sequence[Any], grace: float) -> None:
+    """Wait up to ``grace`` seconds for ``processes`` to exit, then kill the rest."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + grace
+    for process in processes:
+        while process.exitcode is None and loop.time() < end:
+            await asyncio.sleep(0.005)
+        if process.exitcode is None:
+            process.kill()
+            process.join(1.0)
+        else:
+            process.join(0)
+        try:
+            process.close()
+        except ValueError:
+            pass
+
+
+def _watch(proc: _Proc, coordinator: Coordinator) -> None:
+    """Notice a local process that exits before its control link tells us."""
+    loop = asyncio.get_running_loop()
+    fd = proc.process.sentinel
+
+    def exited() -> None:
+        loop.remove_reader(fd)
+        if proc.link is None:  # died before it could connect: nothing else will tell us
+            proc.dead.set()
+            coordinator.queue.put_nowait((proc.index, _LOST))
+        else:  # its link's EOF follows; if it does not, report the death ourselves
+            loop.call_later(_LOST_WAIT, lambda: proc.dead.is_set() or (
+                proc.dead.set(), coordinator.queue.put_nowait((proc.index, _LOST))))
+
+    loop.add_reader(fd, exited)
+
+
+def _unwatch(procs: list[_Proc]) -> None:
+    loop = asyncio.get_running_loop()
+    for proc in procs:
+        if proc.process is not None:
+            try:
+                loop.remove_reader(proc.process.sentinel)
+            except (ValueError, OSError):
+                pass
+
+
+# ---- entry points ----
+
+
+async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, transport: TcpTransport, *,
+                 procs: int | None, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 latency: Any, seed: int, eager_limit: int, trace: Any, checks: str,
+                 algorithms: dict[str, str], timeout: float | None, serializer: str,
+                 nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None,
+                 progress: Callable[[int, int, float], None] | None) -> Any:
+    """Run ``fn`` on ``world_size`` ranks hosted by several processes; return the RunResult."""
+    wall_start = _time.perf_counter()
+    if nnodes > 1:
+        count = nnodes
+    else:
+        count = procs if procs is not None else min(world_size, os.cpu_count() or 1)
+    used, per = H.split(world_size, count)
+    if nnodes > 1 and used != nnodes:
+        raise ValueError(f"run(nnodes={nnodes}): {world_size} ranks in blocks of {per} leave "
+                         f"some nodes without ranks; use a world size of at least {nnodes}")
+    spec = H.RunSpec(world_size, used, per, transport, latency, seed, eager_limit,
+                     checks == "strict", bool(trace), dict(algorithms), serializer,
+                     getattr(fn, "__qualname__", "main"))
+    if nnodes > 1:
+        parts = await _launch_node(spec, fn, args, kwargs, node_rank, master_addr, master_port,
+                                   timeout, progress)
+    else:
+        parts = await _launch_local(spec, fn, args, kwargs, timeout, progress)
+    result = build_result(parts, world_size, _time.perf_counter() - wall_start)
+    if result.trace is not None and isinstance(trace, (str, os.PathLike)):
+        result.trace.save(trace)
+    return result
+
+
+async def _launch_local(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                        timeout: float | None,
+                        progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:
+    name = getattr(fn, "__name__", "fn")
+    blob = _remote.dumps((spec, fn, tuple(args), dict(kwargs)), name)
+    secret = secrets.token_bytes(32)
+    run_id = secrets.token_hex(4)
+    coordinator = Coordinator(spec, secret, run_id, timeout=timeout, progress=progress,
+                              check_digest=False)
+    ctx = _context()
+    try:
+        address = await coordinator.listen("127.0.0.1", 0)
+        for proc in coordinator.procs:
+            process = ctx.Process(
+                target=H.child_main, name=f"simcluster-{proc.index}", daemon=True,
+                args=(address, secret, proc.index, run_id, spec.transport, blob))
+            process.start()
+            proc.process = process
+            proc.pid = process.pid
+            _watch(proc, coordinator)
+        return await _drive(coordinator)
+    finally:
+        _unwatch(coordinator.procs)
+        await coordinator.close()
+        if isinstance(spec.transport, _shm.ShmTransport) or spec.transport.name == "shm":
+            _shm.cleanup(run_id)
+
+
+async def _drive(coordinator: Coordinator) -> dict[str, Any]:
+    """Connect, step, finish; stop every process whatever happens."""
+    try:
+        await coordinator.connect()
+        await coordinator.step()
+        results = await coordinator.finish()
+    except BaseException as exc:
+        coordinator.stop(exc if isinstance(exc, Exception) else None)
+        raise
+    parts = coordinator.result_parts(results)
+    return parts
+
+
+def _node_secret(master_addr: str, master_port: int) -> bytes:
+    secret = os.environ.get(_SECRET_ENV)
+    if secret:
+        return secret.encode()
+    _log.warning("simcluster: %s is not set: any process that can reach %s:%s can join this "
+                 "run; set the same %s on every node", _SECRET_ENV, master_addr, master_port,
+                 _SECRET_ENV)
+    return f"simcluster:{master_addr}:{master_port}".encode()
+
+
+async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                       node_rank: int, master_addr: str | None, master_port: int | None,
+                       timeout: float | None,
+                       progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:
+    addr = master_addr or os.environ.get("MASTER_ADDR")
+    port_text = master_port if master_port is not None else os.environ.get("MASTER_PORT")
+    if not addr or port_text is None:
+        raise ValueError(f"run(nnodes={spec.procs}): several nodes need the rendezvous address; "
+                         "pass master_addr= and master_port= (or --master-addr/--master-port, or "
+                         "set MASTER_ADDR and MASTER_PORT)")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"run(master_port={port_text!r}): the master port must be an int") from None
+    if not 0 <= node_rank < spec.procs:
+        raise ValueError(f"run(node_rank={node_rank!r}): node_rank must be in range({spec.procs})")
+    secret = _node_secret(addr, port)
+    run_id = f"n{port:x}"
+    tp = spec.transport
+    listen_host = tp.host
+    if listen_host == "127.0.0.1" and addr not in ("127.0.0.1", "localhost", "::1"):
+        listen_host = None  # decided from the control link below
+    load = (lambda: (spec, fn, tuple(args), dict(kwargs)))
+    if node_rank != 0:
+        host = H.Host(_fresh(tp), node_rank, secret, run_id)
+        parts = await host.serve((addr, port), load, listen_host or await _local_address(addr, port))
+        if parts is None:
+            if host.stop_error is not None:
+                raise host.stop_error
+            raise TransportError(None, "run", f"node {node_rank}: the coordinator at {addr}:{port} "
+                                 "ended the run", "see node 0's error", peer=f"{addr}:{port}")
+        return dict(parts)
+    coordinator = Coordinator(spec, secret, run_id, timeout=timeout, progress=progress,
+                              check_digest=True)
+    host = H.Host(_fresh(tp), 0, secret, run_id)
+    serving: asyncio.Task[Any] | None = None
+    try:
+        await coordinator.listen(addr if addr not in ("localhost",) else "127.0.0.1", port)
+        serving = asyncio.ensure_future(
+            host.serve((addr, port), load, listen_host or await _local_address(addr, port)))
+        parts = await _drive(coordinator)
+        final = dict(parts)
+        for proc in coordinator.procs:
+            coordinator.send(proc, H.FINAL, final)
+        await asyncio.wait_for(serving, _GRACE)
+        return parts
+    finally:
+        if serving is not None and not serving.done():
+            serving.cancel()
+        await coordinator.close()
+
+
+def _fresh(tp: TcpTransport) -> TcpTransport:
+    return pickle.loads(pickle.dumps(tp))
+
+
+async def _local_address(addr: str, port: int) -> str:
+    """Return this host's address on the route to ``addr`` (where peers can reach us)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((addr, port))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "0.0.0.0"
+
+
+__all__ = ["Coordinator", "build_result", "launch"]
+_ = (wire, logging)

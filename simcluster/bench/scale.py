@@ -1,0 +1,323 @@
+"""``simcluster bench scale``: how wall time and memory grow with the number of ranks.
+
+Runs ``barrier()`` and ``all_reduce(1.0)`` on 2^10, 2^12, ..., 2^20 ranks of
+the memory transport, with ``checks="off"`` (no buffer-hazard or leak
+bookkeeping: the speed setting) and an AlphaBeta latency model (1 us, 10 GB/s)
+so that the virtual time means something, for both fidelities:
+
+* ``message``: every message of the algorithm is simulated (dissemination
+  barrier, recursive-doubling all_reduce: ``p * ceil(log2 p)`` messages);
+* ``analytic``: each collective resolves in one step (``fidelity="analytic"``).
+
+Each size runs in a fresh Python process, so the peak RSS (``VmHWM``) is that
+size's own; a series stops once a size takes longer than the wall budget, and
+the sizes it skipped are listed. Columns: wall seconds of the run, engine
+events per wall second (an event is one pop of the engine's heap: a rank
+resumed, a message arriving, a request finishing), messages, peak RSS, bytes
+per rank (peak RSS minus the RSS before the world was built, over the ranks)
+and the virtual time the run ended at.
+
+Two more figures, each beside a baseline measured in the same run:
+
+* per-message engine cost (a 2-rank ping-pong: wall / messages; each message
+  is posted, matched, completed and its receiver resumed) against the bare
+  cost of resuming a coroutine (``coro.send(None)`` on a coroutine that
+  awaits a trivial yielding awaitable);
+* memory per idle rank: RSS of N ranks all blocked in ``recv``, per rank,
+  minus the RSS per suspended bare coroutine doing the same one await (the
+  user's own coroutine frame).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Generator, Sequence
+from typing import Any, TextIO
+
+from . import table
+
+SIZES = tuple(1 << k for k in range(10, 21, 2))
+BUDGET = 60.0
+"""Wall seconds after which a series stops growing."""
+HARD_LIMIT = 900.0
+"""Wall seconds after which a single size's process is killed."""
+FIDELITIES = ("message", "analytic")
+COLLECTIVES = ("barrier", "all_reduce")
+ALPHA, BETA = 1e-6, 1e-10
+IDLE_RANKS = 1 << 16
+PINGPONG = 20_000
+RESUMES = 1_000_000
+
+# ---- what runs in a child process ----
+
+
+def _rss_kib(field: str = "VmRSS") -> int:
+    """Return this process's resident set (``VmRSS``) or its peak (``VmHWM``) in KiB."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak // 1024 if sys.platform == "darwin" else peak
+
+
+_ENGINES: list[Any] = []
+
+
+async def _barrier(comm: Any) -> None:
+    if comm.rank == 0:
+        _ENGINES.append(comm._engine)
+    await comm.barrier()
+
+
+async def _all_reduce(comm: Any) -> None:
+    if comm.rank == 0:
+        _ENGINES.append(comm._engine)
+    await comm.all_reduce(1.0)
+
+
+def _child_collective(fidelity: str, collective: str, ranks: int) -> dict[str, Any]:
+    from .. import latency, runner
+
+    fn = _barrier if collective == "barrier" else _all_reduce
+    before = _rss_kib()
+    start = time.perf_counter()
+    result = runner.run(fn, ranks, checks="off", fidelity=fidelity,
+                        latency=latency.AlphaBeta(ALPHA, BETA))
+    wall = time.perf_counter() - start
+    peak = _rss_kib("VmHWM")
+    return {"wall": wall, "events": _ENGINES[0]._events, "messages": result.stats.total_messages,
+            "peak_kib": peak, "bytes_per_rank": (peak - before) * 1024 / ranks,
+            "elapsed": result.elapsed}
+
+
+class _Yield:
+    """A trivial awaitable: yields once to whoever steps the coroutine."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+async def _bare_loop(n: int) -> None:
+    step = _Yield()
+    for _ in range(n):
+        await step
+
+
+async def _bare_user(box: list[Any]) -> None:
+    await _Yield()
+
+
+def _bare_resume_seconds(n: int) -> float:
+    """Return the wall seconds of one ``coro.send(None)`` resuming a suspended coroutine."""
+    coro = _bare_loop(n)
+    send = coro.send
+    send(None)
+    start = time.perf_counter()
+    try:
+        for _ in range(n):
+            send(None)
+    except StopIteration:
+        pass
+    return (time.perf_counter() - start) / n
+
+
+async def _pingpong(comm: Any, n: int) -> None:
+    if comm.rank == 0:
+        for i in range(n):
+            await comm.send(i, dst=1)
+            await comm.recv(src=1)
+    else:
+        for _ in range(n):
+            await comm.send(await comm.recv(src=0), dst=0)
+
+
+def _child_speed(round_trips: int, resumes: int) -> dict[str, Any]:
+    from .. import runner
+
+    bare = min(_bare_resume_seconds(resumes) for _ in range(3))
+    walls = []
+    for _ in range(3):
+        result = runner.run(_pingpong, 2, args=(round_trips,), checks="off")
+        walls.append(result.wall)
+    per_message = min(walls) / (2 * round_trips)
+    return {"bare_resume": bare, "per_message": per_message, "ratio": per_message / bare}
+
+
+_IDLE_RSS: list[int] = []
+
+
+async def _idle(comm: Any) -> None:
+    if comm.rank:
+        await comm.recv(src=0)
+        return
+    await comm.sleep(1.0)  # time moves only once every other rank is parked in recv
+    _IDLE_RSS.append(_rss_kib())
+    for dst in range(1, comm.size):
+        await comm.send(None, dst)
+
+
+def _child_idle(ranks: int) -> dict[str, Any]:
+    from .. import runner
+
+    before = _rss_kib()
+    runner.run(_idle, ranks, checks="off")
+    per_rank = (_IDLE_RSS[0] - before) * 1024 / ranks
+    return {"per_rank": per_rank}
+
+
+def _child_bare_frames(ranks: int) -> dict[str, Any]:
+    before = _rss_kib()
+    coros = [_bare_user([]) for _ in range(ranks)]
+    for coro in coros:
+        coro.send(None)
+    per_rank = (_rss_kib() - before) * 1024 / ranks
+    for coro in coros:
+        coro.close()
+    return {"per_rank": per_rank}
+
+
+def _child(argv: Sequence[str]) -> None:
+    kind, *rest = argv
+    if kind == "collective":
+        out = _child_collective(rest[0], rest[1], int(rest[2]))
+    elif kind == "speed":
+        out = _child_speed(int(rest[0]), int(rest[1]))
+    elif kind == "idle":
+        out = _child_idle(int(rest[0]))
+    else:
+        out = _child_bare_frames(int(rest[0]))
+    print(json.dumps(out))
+
+
+# ---- the parent: one process per measurement, a progress line, the tables ----
+
+
+class _Status:
+    """One line on stderr, redrawn in place when stderr is a terminal; silent otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self.width))
+            self.stream.flush()
+            self.width = len(text)
+
+    def clear(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _measure(args: Sequence[str], label: str, status: _Status, limit: float) -> dict[str, Any] | str:
+    """Run one child measurement; return its figures, or a word saying why there are none."""
+    cmd = [sys.executable, "-m", "simcluster.bench.scale", "--child", *args]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        waited = time.perf_counter() - start
+        status.show(f"simcluster bench scale: {label} ... {waited:.0f} s")
+        if waited > limit:
+            proc.kill()
+            proc.wait()
+            return "killed"
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    if proc.returncode:
+        last = err.strip().splitlines()[-1:] or ["no output"]
+        return f"failed ({last[0]})"
+    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
+def _log2(n: int) -> str:
+    return f"2^{n.bit_length() - 1}"
+
+
+def _series(fidelity: str, collective: str, sizes: Sequence[int], budget: float,
+            status: _Status, rows: list[list[str]], skipped: list[str]) -> None:
+    for i, ranks in enumerate(sizes):
+        label = f"{fidelity} {collective} on {_log2(ranks)} ranks"
+        got = _measure(["collective", fidelity, collective, str(ranks)], label, status, HARD_LIMIT)
+        if isinstance(got, str):
+            rows.append([fidelity, collective, _log2(ranks), got, "", "", "", "", ""])
+            skipped.extend(f"{fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
+            return
+        rows.append([fidelity, collective, _log2(ranks), f"{got['wall']:.2f}",
+                     f"{got['events'] / got['wall']:,.0f}", f"{got['messages']:,}",
+                     f"{got['peak_kib'] / 1024:,.0f}", f"{got['bytes_per_rank']:,.0f}",
+                     f"{got['elapsed'] * 1e6:.3g} us"])
+        if got["wall"] > budget:
+            skipped.extend(f"{fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
+            return
+
+
+def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int = IDLE_RANKS,
+         round_trips: int = PINGPONG, resumes: int = RESUMES) -> dict[str, Any]:
+    """Measure and print the scale table, the per-message cost and the memory per idle rank."""
+    status = _Status(sys.stderr)
+    rows: list[list[str]] = []
+    skipped: list[str] = []
+    try:
+        for fidelity in FIDELITIES:
+            for collective in COLLECTIVES:
+                _series(fidelity, collective, sizes, budget, status, rows, skipped)
+        speed = _measure(["speed", str(round_trips), str(resumes)], "per-message cost", status,
+                         HARD_LIMIT)
+        idle = _measure(["idle", str(idle_ranks)], f"{_log2(idle_ranks)} idle ranks", status, HARD_LIMIT)
+        bare = _measure(["bare", str(idle_ranks)], f"{_log2(idle_ranks)} bare coroutines", status,
+                        HARD_LIMIT)
+    finally:
+        status.clear()
+    print(f"simcluster bench scale (memory transport, checks='off', AlphaBeta({ALPHA:g}, {BETA:g}), "
+          f"one process per size, wall budget {budget:g} s per size)")
+    print(table(rows, ["fidelity", "collective", "ranks", "wall s", "events/s", "messages",
+                       "peak RSS MiB", "bytes/rank", "virtual time"]))
+    if skipped:
+        print(f"skipped (a smaller size of the series took more than {budget:g} s): "
+              + ", ".join(skipped))
+    figures: dict[str, Any] = {"rows": rows, "skipped": skipped}
+    print()
+    if isinstance(speed, dict):
+        print(table([
+            ["per message (post, match, complete, resume)", f"{speed['per_message'] * 1e6:.2f} us",
+             f"{speed['bare_resume'] * 1e6:.3f} us", f"{speed['ratio']:.1f}x",
+             "coro.send(None) on a suspended coroutine"]],
+            ["what", "simcluster", "baseline", "ratio", "baseline is"]))
+        figures["speed"] = speed
+    else:
+        print(f"per-message cost: {speed}")
+    if isinstance(idle, dict) and isinstance(bare, dict):
+        extra = idle["per_rank"] - bare["per_rank"]
+        print(f"memory per idle rank (blocked in recv, {idle_ranks:,} ranks): "
+              f"{idle['per_rank']:,.0f} bytes; a bare suspended coroutine: {bare['per_rank']:,.0f} bytes; "
+              f"simcluster's own: {extra:,.0f} bytes per rank (target: under 1024)")
+        figures["idle"] = {"per_rank": idle["per_rank"], "bare": bare["per_rank"], "extra": extra}
+    else:
+        print(f"memory per idle rank: {idle if isinstance(idle, str) else bare}")
+    return figures
+
+
+QUICK = {"sizes": (1 << 10, 1 << 12, 1 << 14), "budget": 10.0, "idle_ranks": 1 << 14,
+         "round_trips": 2000, "resumes": 200_000}
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2:])
+    else:
+        main()

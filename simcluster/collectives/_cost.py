@@ -1,0 +1,263 @@
+"""Virtual time of a collective under analytic fidelity: each algorithm's cost formula.
+
+An algorithm's cost is a list of *stages* run one after another:
+``(repeat, fan, nbytes, reduced)`` is ``repeat`` times [``fan`` messages of
+``nbytes`` bytes through one port, back to back (1: one dependent step such as
+a ``sendrecv``; 0: no message), then a local reduction of ``reduced`` bytes].
+The stages are the critical path the algorithm's docstring states: for
+example ``ring`` all_reduce is ``(p-1)`` steps of ``alpha + n/p*beta`` plus a
+reduction of ``n/p`` bytes, then ``(p-1)`` steps of ``alpha + n/p*beta``.
+
+A stage list is turned into time by the run's own latency model, not by a
+formula per model: a message is charged with ``ports.transfer`` on ports bound
+for this evaluation, and a reduction with ``model.reduce_time``, in the same
+floating-point operations the engine performs. So the time is the textbook
+formula for every model (AlphaBeta ``alpha + k*n*beta`` for ``k`` messages
+queued on a port; Constant ``c`` per step; Zero 0; LogGP ``2o + L + (n-1)G``
+plus the gaps; a third party's model whatever it charges), and for chains of
+dependent steps (ring, recursive doubling and its fold, dissemination) it is
+exactly what message level gives when every member enters at the same time.
+``Jitter`` is charged as its inner model (noise has no formula);
+``Hierarchical`` as ``intra`` when every member sits on one node, else as
+``inter`` for every step (an upper bound: real schedules mix both).
+
+Rule 1: a stage list depends only on the algorithm, ``p``, the byte counts,
+the root and whether the payload splits into pieces: never on the ranks'
+values. Rule 2: nothing here sends or waits.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..latency import Hierarchical, Jitter, LatencyModel
+from ._chunks import ceil_log2
+from ._reduction import nbytes_of
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+
+Stage = tuple[int, int, float, float]
+"""``(repeat, fan, nbytes, reduced)``: see the module docstring."""
+
+
+def finish_time(name: str, algorithm: str, args: list[tuple[Any, ...]], nbytes: list[int],
+                start: float, c: CollContext) -> float:
+    """Return when a collective whose last member arrived at ``start`` completes."""
+    p = len(args)
+    if p == 1:
+        return start
+    model = _effective(c.latency, c.comm.world_ranks)
+    gamma = model.reduce_time(1 << 20) > 0
+    stages = _STAGES[name](algorithm, p, args, nbytes, gamma)
+    return elapse(model, stages, start)
+
+
+def elapse(model: LatencyModel, stages: Sequence[Stage], t: float) -> float:
+    """Return the time after running ``stages`` from ``t`` under ``model`` (see the module docstring)."""
+    rng = random.Random(0)
+    chain = model.bind(2, rng)
+    if chain.zero and not model.reduce_time(1 << 20):
+        return t
+    transfer = chain.transfer
+    for repeat, fan, nbytes, reduced in stages:
+        seconds = model.reduce_time(reduced) if reduced else 0.0  # type: ignore[arg-type]
+        for _ in range(repeat):
+            if fan == 1:
+                t = transfer(0, 1, nbytes, t)[1]  # type: ignore[arg-type]
+            elif fan > 1:  # one port sends fan messages back to back: the last arrival counts
+                ports = model.bind(fan + 1, rng)
+                t = max(ports.transfer(0, dst, nbytes, t)[1] for dst in range(1, fan + 1))  # type: ignore[arg-type]
+            if seconds > 0:
+                t = t + seconds
+    return t
+
+
+def _effective(model: LatencyModel, world_ranks: list[int]) -> LatencyModel:
+    """Unwrap Jitter; pick Hierarchical's intra or inter model for these members."""
+    while True:
+        if isinstance(model, Jitter):
+            model = model.model
+        elif isinstance(model, Hierarchical):
+            per_node = model.ranks_per_node
+            one_node = world_ranks[0] // per_node == world_ranks[-1] // per_node and all(
+                w // per_node == world_ranks[0] // per_node for w in world_ranks)
+            model = model.intra if one_node else model.inter
+        else:
+            return model
+
+
+# ---- stage lists, per family ----
+
+
+def _fold(p: int) -> tuple[int, int]:
+    """Return ``(k, rem)``: ``2**k`` is the largest power of two ``<= p`` and ``rem = p - 2**k``."""
+    k = p.bit_length() - 1
+    return k, p - (1 << k)
+
+
+def _max(values: Sequence[int]) -> float:
+    return float(max(values))
+
+
+def _mean(values: Sequence[int]) -> float:
+    return float(sum(values)) / len(values)
+
+
+def _reduced(objs: Sequence[Any], gamma: bool) -> float:
+    """Bytes a reduction of these operands touches (only needed when reductions cost time)."""
+    return float(max(nbytes_of(obj) for obj in objs)) if gamma else 0.0
+
+
+def _splits(obj: Any, op: Any, p: int) -> bool:
+    """True when an algorithm cuts the payload into ``p`` pieces (an array under an elementwise op)."""
+    return isinstance(obj, np.ndarray) and op.elementwise and obj.size >= p
+
+
+def _barrier(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+             gamma: bool) -> list[Stage]:
+    if algorithm == "tree":  # fan in to rank 0 and back out along the binomial tree
+        return [(2 * (p.bit_length() - 1), 1, 0.0, 0.0)]
+    return [(ceil_log2(p), 1, 0.0, 0.0)]  # dissemination
+
+
+def _broadcast(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+               gamma: bool) -> list[Stage]:
+    root = args[0][1]
+    n = float(nbytes[root])
+    obj = args[root][0]
+    if algorithm == "linear":
+        return [(1, p - 1, n, 0.0)]
+    if algorithm == "scatter_allgather" and isinstance(obj, np.ndarray) and obj.size >= p:
+        scatter = [(1, 1, n / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
+        return [*scatter, (p - 1, 1, n / p, 0.0)]
+    return [(ceil_log2(p), 1, n, 0.0)]  # binomial
+
+
+def _tree_of_pieces(p: int, n: float) -> list[Stage]:
+    """Binomial scatter or gather of ``p`` items of ``n`` bytes: ``log2(p)*alpha + (p-1)*n*beta`` on 2**k."""
+    return [(1, 1, n * p / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
+
+
+def _scatter(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+             gamma: bool) -> list[Stage]:
+    n = nbytes[args[0][1]] / p
+    return [(1, p - 1, n, 0.0)] if algorithm == "linear" else _tree_of_pieces(p, n)
+
+
+def _gather(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+            gamma: bool) -> list[Stage]:
+    n = _mean(nbytes)
+    return [(1, p - 1, n, 0.0)] if algorithm == "linear" else _tree_of_pieces(p, n)
+
+
+def _halving(k: int, n: float, r: float) -> list[Stage]:
+    """Recursive halving: step ``i`` moves and reduces ``1/2**i`` of the payload."""
+    return [(1, 1, n / (1 << i), r / (1 << i)) for i in range(1, k + 1)]
+
+
+def _doubling(k: int, n: float) -> list[Stage]:
+    """The reverse of halving (all_gather or gather of the pieces): ``n/2**k, ..., n/2``."""
+    return [(1, 1, n / (1 << i), 0.0) for i in range(k, 0, -1)]
+
+
+def _reduce(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+            gamma: bool) -> list[Stage]:
+    obj, op, root = args[0]
+    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
+    if algorithm == "linear":
+        return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r)]
+    if algorithm == "rabenseifner":
+        k, rem = _fold(p)
+        split = _splits(obj, op, 1 << k)
+        stages: list[Stage] = [(1, 1, n, r)] if rem else []
+        stages += _halving(k, n, r) + _doubling(k, n) if split else [(2 * k, 1, n, r)]
+        if rem and root < 2 * rem and root % 2 == 0:  # a set-aside root gets it from root + 1
+            stages.append((1, 1, n, 0.0))
+        return stages
+    extra: list[Stage] = [(1, 1, n, 0.0)] if not op.commutative and root != 0 else []
+    return [(ceil_log2(p), 1, n, r), *extra]  # binomial
+
+
+def _all_reduce(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+                gamma: bool) -> list[Stage]:
+    obj, op = args[0]
+    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
+    k, rem = _fold(p)
+    fold_in: list[Stage] = [(1, 1, n, r)] if rem else []
+    fold_out: list[Stage] = [(1, 1, n, 0.0)] if rem else []
+    if algorithm == "recursive_doubling":
+        return [*fold_in, (k, 1, n, r), *fold_out]
+    if algorithm == "rabenseifner":
+        middle = _halving(k, n, r) + _doubling(k, n) if _splits(obj, op, 1 << k) else [(2 * k, 1, n, r)]
+        return [*fold_in, *middle, *fold_out]
+    if algorithm == "ring":
+        piece, rpiece = (n / p, r / p) if _splits(obj, op, p) else (n, r)
+        tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, rpiece)]
+        return [(p - 1, 1, piece, rpiece), *tail, (p - 1, 1, piece, 0.0)]
+    if algorithm == "reduce_broadcast":
+        return [(ceil_log2(p), 1, n, r), (ceil_log2(p), 1, n, 0.0)]
+    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n, 0.0)]  # linear
+
+
+def _reduce_scatter(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+                    gamma: bool) -> list[Stage]:
+    op = args[0][1]
+    n, r = _max(nbytes), _reduced([list(a[0]) for a in args], gamma)
+    if algorithm == "recursive_halving":
+        k, rem = _fold(p)
+        fold_in: list[Stage] = [(1, 1, n, r)] if rem else []
+        fold_out: list[Stage] = [(1, 1, n / p, 0.0)] if rem else []
+        return [*fold_in, *_halving(k, n, r), *fold_out]
+    if algorithm == "pairwise":
+        return [(p - 1, 1, n / p, 0.0), (p - 1, 0, 0.0, r / p)]
+    if algorithm == "ring":
+        tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, r / p)]
+        return [(p - 1, 1, n / p, r / p), *tail]
+    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n / p, 0.0)]  # linear
+
+
+def _all_gather(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+                gamma: bool) -> list[Stage]:
+    n = _mean(nbytes)
+    if algorithm == "ring":
+        return [(p - 1, 1, n, 0.0)]
+    if algorithm == "recursive_doubling":
+        k, rem = _fold(p)
+        steps: list[Stage] = [(1, 1, n * (1 << i), 0.0) for i in range(k)]
+        return [(1, 1, n, 0.0), *steps, (1, 1, n * p, 0.0)] if rem else steps
+    dists = [1 << i for i in range(ceil_log2(p))]  # bruck
+    return [(1, 1, n * min(d, p - d), 0.0) for d in dists]
+
+
+def _all_to_all(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+                gamma: bool) -> list[Stage]:
+    n = _mean(nbytes) / p
+    if algorithm == "linear":  # the upper end of alpha + (p-1)*n*beta .. alpha + (2p-3)*n*beta
+        return [(1, 2 * p - 3, n, 0.0)]
+    return [(p - 1, 1, n, 0.0)]  # pairwise
+
+
+def _scan(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+          gamma: bool) -> list[Stage]:
+    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
+    if algorithm == "linear":
+        return [(p - 1, 1, n, r)]
+    return [(ceil_log2(p), 1, n, r), (1, 0, 0.0, r)]  # recursive doubling, then my own operand
+
+
+def _exscan(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
+            gamma: bool) -> list[Stage]:
+    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
+    return [(p - 1 if algorithm == "linear" else ceil_log2(p), 1, n, r)]
+
+
+_STAGES: dict[str, Callable[[str, int, list[tuple[Any, ...]], list[int], bool], list[Stage]]] = {
+    "barrier": _barrier, "broadcast": _broadcast, "scatter": _scatter, "gather": _gather,
+    "reduce": _reduce, "all_reduce": _all_reduce, "reduce_scatter": _reduce_scatter,
+    "all_gather": _all_gather, "all_to_all": _all_to_all, "scan": _scan, "exscan": _exscan,
+}

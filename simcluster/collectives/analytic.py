@@ -1,0 +1,537 @@
+"""Analytic fidelity: each collective resolved in one step, without its messages.
+
+Under ``run(fidelity="analytic")`` every collective algorithm is replaced by its
+*twin* (:func:`twin`), a function with the algorithm's signature that deposits
+this member's arguments in a meeting (``CollContext.meet``) instead of sending
+anything. When the last member arrives, :func:`_resolve` computes every
+member's result at once and the virtual time at which all of them complete:
+the latest arrival plus the algorithm's cost under the run's latency model
+(``_cost.py``). The body in ``_methods`` around the twin is unchanged, so
+in-place copies, traces, nonblocking twins and algorithm choice behave as at
+message level; point-to-point calls are never affected.
+
+Rule 1: same result as the message-level algorithm, value and type. Reductions
+combine operands in the order the algorithm does (its *tree*: ``balanced``
+for recursive doubling, Rabenseifner and recursive halving; ``binomial`` for
+binomial trees; ``left`` for the linear and pairwise ones; ``ring`` for the
+ring), so floating-point results are equal bit for bit, not just close. What
+a rank receives is a copy as a message would deliver it (``payload_copy``);
+a rank's own item is ``fresh``, as in the algorithms.
+Rule 2: one meeting holds one list of contributions, never per-rank dicts,
+and arrays are reduced as one stacked numpy array (``log2 p`` ufunc calls for
+a tree), so a million ranks stay cheap.
+Rule 3: nothing raised while resolving escapes into the engine: a mismatch or
+an op that fails becomes each member's error, raised where it awaits.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ..errors import CollectiveMismatchError
+from . import _cost
+from ._chunks import fresh, split_bounds
+from ._reduction import flatten, nbytes_of
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+
+
+class _Call(NamedTuple):
+    """One member's contribution to a meeting: the family, its context, arguments and message size."""
+
+    name: str
+    c: CollContext
+    args: tuple[Any, ...]
+    nbytes: int
+
+
+class _Failed:
+    """A member's result that is an error, raised by the twin where the member awaits."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+# ---- the twin: what runs on each rank ----
+
+
+@functools.cache
+def twin(name: str, algorithm: str) -> Callable[..., Awaitable[Any]]:
+    """Return the analytic stand-in for ``algorithm`` of collective ``name`` (same signature)."""
+    sent = _SENT[name]
+
+    async def analytic(c: CollContext, *args: Any) -> Any:
+        nbytes = sent(c, args)  # also refuses an unsendable payload at the call, as a send would
+        result = await c.meet(_Call(name, c, args, nbytes), _resolve)
+        if type(result) is _Failed:
+            raise result.error
+        return result
+
+    analytic.__name__ = analytic.__qualname__ = f"analytic_{name}_{algorithm}"
+    return analytic
+
+
+def _sent_nothing(c: CollContext, args: tuple[Any, ...]) -> int:
+    return 0
+
+
+def _sent_obj(c: CollContext, args: tuple[Any, ...]) -> int:
+    return c.payload_nbytes(args[0])
+
+
+def _sent_by_root(c: CollContext, args: tuple[Any, ...]) -> int:
+    return c.payload_nbytes(args[0]) if c.rank == args[-1] else 0
+
+
+def _sent_items(c: CollContext, args: tuple[Any, ...]) -> int:
+    """Total bytes of the list every member sends pieces of (all_to_all, reduce_scatter)."""
+    return sum(c.payload_nbytes(item) for item in args[0])
+
+
+def _sent_scatter(c: CollContext, args: tuple[Any, ...]) -> int:
+    objs, root = args
+    return sum(c.payload_nbytes(item) for item in objs) if c.rank == root else 0
+
+
+_SENT: dict[str, Callable[[CollContext, tuple[Any, ...]], int]] = {
+    "barrier": _sent_nothing, "broadcast": _sent_by_root, "scatter": _sent_scatter,
+    "gather": _sent_obj, "reduce": _sent_obj, "all_reduce": _sent_obj, "all_gather": _sent_obj,
+    "reduce_scatter": _sent_items, "all_to_all": _sent_items, "scan": _sent_obj, "exscan": _sent_obj,
+}
+
+
+# ---- resolving a meeting ----
+
+
+def _resolve(calls: list[_Call], times: list[float]) -> tuple[list[Any], float]:
+    """Return every member's result and the time they all complete (never raises)."""
+    start = max(times)
+    try:
+        failed = _mismatch(calls)
+        if failed is not None:
+            return failed, start
+        name, c = calls[0].name, calls[0].c
+        algorithm = c.algorithm
+        args = [call.args for call in calls]
+        results = _RESULTS[name](algorithm, args, _Deliver(c))
+        done = _cost.finish_time(name, algorithm, args, [call.nbytes for call in calls], start, c)
+    except Exception as exc:  # an op that fails on these payloads: every member's error
+        return [_Failed(exc)] * len(calls), start
+    return results, done
+
+
+def _mismatch(calls: list[_Call]) -> list[Any] | None:
+    """Return each member's CollectiveMismatchError when members called different things, else None.
+
+    A member is told about rank 0's call, or rank 0 and those who agree with
+    it about the first rank that called something else: the message
+    ``_mismatch`` in the engine gives at message level.
+    """
+    first = calls[0].c
+    call0, algo0 = first.call, first.algorithm
+    odd = next((q for q, member in enumerate(calls)
+                if member.c.call != call0 or member.c.algorithm != algo0), None)
+    if odd is None:
+        return None
+    errors: list[Any] = []
+    for rank, member in enumerate(calls):
+        mine = member.c
+        other = calls[0 if (mine.call, mine.algorithm) != (call0, algo0) else odd].c
+        if mine.call == other.call:
+            error = CollectiveMismatchError(
+                rank, mine.call, f"rank {other.rank} runs collective #{mine.seq} with algorithm "
+                f"{other.algorithm!r} but this rank chose {mine.algorithm!r}",
+                "pass the same kind of payload (array or object) on every rank, or force algorithm=")
+        else:
+            error = CollectiveMismatchError(
+                rank, mine.call, f"this is collective #{mine.seq} on comm {mine.info[1]!r}, but rank "
+                f"{other.rank} called {other.call}", "every rank must call collectives in the same order")
+        errors.append(_Failed(error))
+    return errors
+
+
+class _Deliver:
+    """How a value reaches a member: shared when immutable, else a copy as a message would make."""
+
+    __slots__ = ("copy",)
+
+    _IMMUTABLE = frozenset({int, float, bool, str, bytes, complex, type(None)})
+
+    def __init__(self, c: CollContext) -> None:
+        self.copy = c.payload_copy
+
+    def sent(self, value: Any) -> Any:
+        """Return ``value`` as a receiver gets it."""
+        if type(value) in self._IMMUTABLE or isinstance(value, np.generic):
+            return value
+        if type(value) is np.ndarray:
+            return value.copy()
+        return self.copy(value)
+
+    def result(self, value: Any, own: Any) -> Any:
+        """Return a reduced ``value`` for a member whose own operand was ``own``."""
+        if value is own:
+            return fresh(value)
+        return self.sent(value)
+
+
+# ---- results, per family (each returns one result per member, in rank order) ----
+
+
+def _barrier(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    return [None] * len(args)
+
+
+def _broadcast(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    root = args[0][1]
+    value = args[root][0]
+    if algorithm == "scatter_allgather" and isinstance(value, np.ndarray) and value.size >= len(args):
+        copy = lambda: np.concatenate([value.reshape(-1)]).reshape(value.shape)  # noqa: E731 (C order)
+    else:
+        copy = functools.partial(deliver.sent, value)
+    return [value if rank == root else copy() for rank in range(len(args))]
+
+
+def _scatter(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    root = args[0][1]
+    items = args[root][0]
+    return [fresh(items[rank]) if rank == root else deliver.sent(items[rank]) for rank in range(len(args))]
+
+
+def _gathered(objs: Sequence[Any], rank: int, deliver: _Deliver) -> list[Any]:
+    return [fresh(obj) if src == rank else deliver.sent(obj) for src, obj in enumerate(objs)]
+
+
+def _gather(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    root = args[0][1]
+    out: list[Any] = [None] * len(args)
+    out[root] = _gathered([a[0] for a in args], root, deliver)
+    return out
+
+
+def _all_gather(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    objs = [a[0] for a in args]
+    return [_gathered(objs, rank, deliver) for rank in range(len(args))]
+
+
+def _all_to_all(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    lists = [a[0] for a in args]
+    return [_gathered([row[rank] for row in lists], rank, deliver) for rank in range(len(args))]
+
+
+def _reduce(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    op, root = args[0][1], args[0][2]
+    objs = [a[0] for a in args]
+    tree, tree_root = {"binomial": ("binomial", root if op.commutative else 0),
+                       "rabenseifner": ("balanced", 0), "linear": ("left", 0)}[algorithm]
+    value = _reduce_all(objs, op, tree, tree_root)
+    out: list[Any] = [None] * len(args)
+    out[root] = op.finalize(deliver.result(value, objs[root]), len(args))
+    return out
+
+
+_ALL_REDUCE_TREES = {"recursive_doubling": "balanced", "rabenseifner": "balanced", "ring": "ring",
+                     "reduce_broadcast": "binomial", "linear": "left"}
+
+
+def _all_reduce(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    op = args[0][1]
+    objs = [a[0] for a in args]
+    p = len(objs)
+    value = _reduce_all(objs, op, _ALL_REDUCE_TREES[algorithm], 0)
+    if algorithm in ("reduce_broadcast", "linear"):  # rank 0 finishes, then broadcasts the result
+        done = op.finalize(deliver.result(value, objs[0]), p)
+        return [done if rank == 0 else deliver.sent(done) for rank in range(p)]
+    return [op.finalize(deliver.result(value, obj), p) for obj in objs]
+
+
+_REDUCE_SCATTER_TREES = {"recursive_halving": "balanced", "pairwise": "left", "ring": "ring",
+                         "linear": "left"}
+
+
+def _reduce_scatter(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    op = args[0][1]
+    lists = [list(a[0]) for a in args]
+    p = len(lists)
+    tree = _REDUCE_SCATTER_TREES[algorithm]
+    stack = _stack([item for row in lists for item in row], op, (p, p))
+    if stack is not None:
+        rows = _TREES[tree](_Numpy(op), stack, 0, list(range(p + 1)))
+        items = [_unstack(row, lists[0][0]) for row in rows]
+    else:
+        items = _generic_items(lists, op, tree)
+    return [op.finalize(deliver.result(items[rank], lists[rank][rank]), p) for rank in range(p)]
+
+
+def _scan(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    op = args[0][1]
+    objs = [a[0] for a in args]
+    below = _prefixes(objs, op, algorithm)
+    return [op.finalize(deliver.result(obj if b is _NOTHING else op.apply(b, obj), obj), rank + 1)
+            for rank, (obj, b) in enumerate(zip(objs, below))]
+
+
+def _exscan(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+    op = args[0][1]
+    objs = [a[0] for a in args]
+    below = _prefixes(objs, op, algorithm)
+    return [None if b is _NOTHING else op.finalize(deliver.result(b, obj), rank)
+            for rank, (obj, b) in enumerate(zip(objs, below))]
+
+
+_RESULTS: dict[str, Callable[[str, list[tuple[Any, ...]], _Deliver], list[Any]]] = {
+    "barrier": _barrier, "broadcast": _broadcast, "scatter": _scatter, "gather": _gather,
+    "reduce": _reduce, "all_reduce": _all_reduce, "all_gather": _all_gather,
+    "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "scan": _scan, "exscan": _exscan,
+}
+
+
+# ---- reduction trees: the order in which each algorithm combines operands ----
+# A tree works on ``rows``: one operand per rank, either a stacked numpy array
+# (rows[r] is rank r's operand; ``pair`` combines whole blocks of rows with one
+# ufunc call) or a Python list (``pair`` combines item by item). Operands are
+# whole values or flat pieces; every tree keeps the lower ranks' operand left.
+
+
+class _Numpy:
+    """Tree operations on a stacked array: a block of rows at a time."""
+
+    __slots__ = ("apply",)
+
+    def __init__(self, op: ReduceOp) -> None:
+        self.apply = op.apply
+
+    def pair(self, a: Any, b: Any) -> Any:
+        return self.apply(a, b)
+
+    @staticmethod
+    def cat(a: Any, b: Any) -> Any:
+        return np.concatenate((a, b))
+
+    @staticmethod
+    def copy(rows: Any) -> Any:
+        return rows.copy()
+
+    @staticmethod
+    def take(rows: Any, index: range) -> Any:
+        return rows[index.start:index.stop:index.step]
+
+    @staticmethod
+    def put(rows: Any, index: range, values: Any) -> None:
+        rows[index.start:index.stop:index.step] = values
+
+
+class _Items:
+    """Tree operations on a list of operands, combined one pair at a time with ``combine``."""
+
+    __slots__ = ("apply",)
+
+    def __init__(self, combine: Callable[[Any, Any], Any]) -> None:
+        self.apply = combine
+
+    def pair(self, a: list[Any], b: list[Any]) -> list[Any]:
+        apply = self.apply
+        return [apply(x, y) for x, y in zip(a, b)]
+
+    @staticmethod
+    def cat(a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+    @staticmethod
+    def copy(rows: list[Any]) -> list[Any]:
+        return list(rows)
+
+    @staticmethod
+    def take(rows: list[Any], index: range) -> list[Any]:
+        return rows[index.start:index.stop:index.step]
+
+    @staticmethod
+    def put(rows: list[Any], index: range, values: list[Any]) -> None:
+        rows[index.start:index.stop:index.step] = values
+
+
+def _balanced(ops: Any, rows: Any, root: int, bounds: list[int]) -> Any:
+    """Recursive doubling / halving: MPICH's fold of the extra ranks, then pairs 1, 2, 4, ... apart."""
+    n = len(rows)
+    rem = n - (1 << (n.bit_length() - 1))
+    if rem:  # even rank 2i hands its operand to 2i+1: (x_2i op x_2i+1) stands for both
+        rows = ops.cat(ops.pair(rows[0:2 * rem:2], rows[1:2 * rem:2]), rows[2 * rem:])
+    while len(rows) > 1:
+        rows = ops.pair(rows[0::2], rows[1::2])
+    return rows[0]
+
+
+def _binomial(ops: Any, rows: Any, root: int, bounds: list[int]) -> Any:
+    """Binomial tree rooted at ``root`` (relative ranks): each node folds in its children, nearest first."""
+    n = len(rows)
+    rows = ops.cat(rows[root:], rows[:root]) if root else ops.copy(rows)
+    mask = 1
+    while mask < n:  # level `mask`: node rel (a multiple of 2*mask) takes in child rel + mask
+        parents = range(0, n - mask, 2 * mask)
+        children = range(mask, n, 2 * mask)[:len(parents)]
+        ops.put(rows, parents, ops.pair(ops.take(rows, parents), ops.take(rows, children)))
+        mask <<= 1
+    return rows[0]
+
+
+def _left(ops: Any, rows: Any, root: int, bounds: list[int]) -> Any:
+    """Linear and pairwise: ``((x0 op x1) op x2) op ...`` in rank order."""
+    apply = ops.apply
+    value = rows[0]
+    for row in rows[1:]:
+        value = apply(value, row)
+    return value
+
+
+def _ring_numpy(ops: Any, rows: Any, root: int, bounds: list[int]) -> Any:
+    """Ring on a stack of flat operands (a commutative op): piece k is folded from rank k+1 round to k."""
+    p = len(rows)
+    piece = np.repeat(np.arange(p), np.diff(bounds))
+    cols = np.arange(len(piece))
+    value = rows[(piece + 1) % p, cols]
+    for step in range(2, p + 1):
+        value = ops.apply(value, rows[(piece + step) % p, cols])
+    return value
+
+
+_TREES: dict[str, Callable[[Any, Any, int, list[int]], Any]] = {
+    "balanced": _balanced, "binomial": _binomial, "left": _left, "ring": _ring_numpy}
+
+
+def _ring_pieces(flats: list[Any], bounds: Sequence[int], combine: Callable[[Any, Any], Any],
+                 commutative: bool) -> list[Any]:
+    """Ring on flat operands of any kind: return the reduced pieces in order.
+
+    Piece ``k`` starts at rank ``k+1`` and goes round to ``k``. A commutative op
+    folds in that order; otherwise the part after the wrap at rank 0 travels
+    as a separate head, and piece ``k`` is ``(x0..xk) op (x(k+1)..x(p-1))``.
+    """
+    p = len(flats)
+    pieces = []
+    for k in range(p):
+        lo, hi = bounds[k], bounds[k + 1]
+        segs = [flat[lo:hi] for flat in flats]
+        if commutative or k == p - 1:
+            order = [(k + 1 + j) % p for j in range(p)]
+            value = segs[order[0]]
+            for r in order[1:]:
+                value = combine(value, segs[r])
+        else:
+            head, tail = segs[0], segs[k + 1]
+            for r in range(1, k + 1):
+                head = combine(head, segs[r])
+            for r in range(k + 2, p):
+                tail = combine(tail, segs[r])
+            value = combine(head, tail)
+        pieces.append(value)
+    return pieces
+
+
+def _stack(objs: list[Any], op: ReduceOp, shape: tuple[int, ...]) -> Any:
+    """Return the operands stacked as one array ``shape + (items,)``, or None when that is not exact.
+
+    Only for built-in ops (elementwise ufuncs) on numpy arrays of one dtype and
+    shape, and Python floats under SUM/PRODUCT/AVG (IEEE the same in numpy).
+    """
+    if op.is_custom or not objs:
+        return None
+    first = objs[0]
+    if type(first) is float:
+        if op.name not in ("SUM", "PRODUCT", "AVG") or any(type(o) is not float for o in objs):
+            return None
+        return np.array(objs, dtype=np.float64).reshape(*shape, 1)
+    if not isinstance(first, np.ndarray):
+        return None
+    dtype, item_shape = first.dtype, first.shape
+    if any(type(o) is not np.ndarray or o.dtype != dtype or o.shape != item_shape for o in objs):
+        return None
+    return np.stack([o.reshape(-1) for o in objs]).reshape(*shape, -1)
+
+
+def _unstack(row: Any, like: Any) -> Any:
+    """Turn a reduced row of a stack back into a value like ``like`` (a float, or an array's shape)."""
+    if type(like) is float:
+        return float(row[0])
+    return row.reshape(like.shape)
+
+
+def _combine_flat(op: ReduceOp) -> Callable[[Any, Any], Any]:
+    apply = op.apply
+
+    def combine(a: Any, b: Any) -> Any:
+        if isinstance(a, np.ndarray):
+            return apply(a, b)
+        return [apply(x, y) for x, y in zip(a, b, strict=True)]
+    return combine
+
+
+def _reduce_all(objs: list[Any], op: ReduceOp, tree: str, root: int) -> Any:
+    """Reduce one operand per rank in ``tree``'s order; return the value (shaped like the operands)."""
+    p = len(objs)
+    first = objs[0]
+    stack = _stack(objs, op, (p,))
+    if stack is not None:
+        bounds = split_bounds(stack.shape[1], p)
+        return _unstack(_TREES[tree](_Numpy(op), stack, root, bounds), first)
+    if tree == "ring":
+        flats = [flatten(obj, op) for obj in objs]
+        bounds = split_bounds(len(flats[0]), p)
+        pieces = _ring_pieces(flats, bounds, _combine_flat(op), op.commutative)
+        if isinstance(flats[0], np.ndarray):
+            return np.concatenate(pieces).reshape(first.shape)
+        return [item for piece in pieces for item in piece][0]
+    return _TREES[tree](_Items(op.apply), list(objs), root, [])
+
+
+def _generic_items(lists: list[list[Any]], op: ReduceOp, tree: str) -> list[Any]:
+    """Reduce_scatter on lists of any items: item ``j`` reduced over the ranks in ``tree``'s order."""
+    p = len(lists)
+    if tree == "ring":
+        pieces = _ring_pieces(lists, range(p + 1), _combine_flat(op), op.commutative)
+        return [piece[0] for piece in pieces]
+    combine = _combine_flat(op)
+    reduced: list[Any] = _TREES[tree](_Items(combine), lists, 0, [])
+    return reduced
+
+
+# ---- prefixes (scan, exscan) ----
+
+_NOTHING: Any = object()
+"""The exclusive prefix of rank 0."""
+
+
+def _prefixes(objs: list[Any], op: ReduceOp, algorithm: str) -> list[Any]:
+    """Return each rank's exclusive prefix, combined in the algorithm's order (``_NOTHING`` for rank 0)."""
+    apply = op.apply
+    p = len(objs)
+    below: list[Any] = [_NOTHING] * p
+    if algorithm == "linear":  # the prefix travels down the chain: ((x0 op x1) op x2) ...
+        upto = objs[0]
+        for r in range(1, p):
+            below[r] = upto
+            upto = apply(upto, objs[r])
+        return below
+    # recursive doubling: the peer 2**j below sends its aligned block's balanced reduction,
+    # and blocks from lower ranks go on the left: below = B_high op (... op B_low)
+    levels = [list(objs)]  # levels[j][b]: balanced reduction of the aligned block b of 2**j ranks
+    while len(levels[-1]) >= 2:
+        prev = levels[-1]
+        levels.append([apply(prev[2 * b], prev[2 * b + 1]) for b in range(len(prev) // 2)])
+    for r in range(1, p):
+        value = _NOTHING
+        j = 0
+        while (1 << j) <= r:
+            if r >> j & 1:
+                got = levels[j][(r >> (j + 1)) << 1]
+                value = got if value is _NOTHING else apply(got, value)
+            j += 1
+        below[r] = value
+    return below

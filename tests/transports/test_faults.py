@@ -1,0 +1,157 @@
+"""Faults end a multi-process run with a clear error within seconds, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+import simcluster as sc
+from transports.tcp import TcpTransport
+
+FAST = 10.0  # seconds: every failure must be reported well within this
+
+
+class Point:
+    """Not sendable by msgpack: needs serializer="pickle"."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Point) and other.x == self.x
+
+
+async def raises_on_rank_2(comm: sc.Comm) -> None:
+    await comm.barrier()
+    if comm.rank == 2:
+        await comm.sleep(1.0)
+        raise ValueError("bad input on rank 2")
+    await comm.recv(src=2)  # never satisfied
+
+
+async def killed_on_rank_1(comm: sc.Comm) -> None:
+    await comm.barrier()
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    await comm.barrier()
+
+
+async def ring_deadlock(comm: sc.Comm) -> None:
+    await comm.recv(src=(comm.rank + 1) % comm.size, tag=3)  # everyone waits, nobody sends
+
+
+async def spins(comm: sc.Comm) -> None:
+    if comm.rank == 1:
+        while True:  # never awaits: virtual time cannot advance
+            pass
+    await comm.recv(src=1)
+
+
+async def returns_a_set_of_points(comm: sc.Comm) -> object:
+    return {comm.rank} if comm.rank else Point(0)
+
+
+async def sends_a_point(comm: sc.Comm) -> object:
+    if comm.rank == 0:
+        await comm.send(Point(7), dst=1)
+        return None
+    return await comm.recv(src=0)
+
+
+@pytest.mark.parametrize("name", ["shm", "tcp"])
+def test_rank_that_raises_is_a_rank_error_with_the_remote_traceback(name: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(sc.RankError) as info:
+        sc.run(raises_on_rank_2, world_size=4, transport=name, procs=2)
+    assert time.monotonic() - start < FAST
+    err = info.value
+    assert err.rank == 2
+    assert str(err).startswith("rank 2: run: raised ValueError: bad input on rank 2")
+    cause = err.__cause__
+    assert type(cause) is ValueError and cause.args == ("bad input on rank 2",)
+    text = cause.remote_traceback  # type: ignore[attr-defined]
+    assert "Traceback (most recent call last)" in text
+    assert 'raise ValueError("bad input on rank 2")' in text
+    assert "process 1" in cause.remote_where  # type: ignore[attr-defined]
+    import traceback
+
+    frames = traceback.extract_tb(cause.__traceback__)  # rebuilt: it points at the source line
+    assert frames[-1].name == "raises_on_rank_2"
+    assert frames[-1].line == 'raise ValueError("bad input on rank 2")'
+
+
+@pytest.mark.parametrize("name", ["shm", "tcp"])
+def test_killed_hosting_process_is_a_transport_error_naming_the_lost_ranks(name: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(sc.TransportError) as info:
+        sc.run(killed_on_rank_1, world_size=4, transport=name, procs=4)
+    assert time.monotonic() - start < FAST
+    message = str(info.value)
+    assert message.startswith("run: process 1 (rank 1, pid ")
+    assert "was killed by SIGKILL; rank 1 lost" in message
+    assert info.value.ranks == [1]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["shm", "tcp"])
+def test_deadlock_across_processes_has_the_memory_transports_report(name: str) -> None:
+    with pytest.raises(sc.DeadlockError) as ref:
+        sc.run(ring_deadlock, world_size=4)
+    start = time.monotonic()
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(ring_deadlock, world_size=4, transport=name, procs=3)
+    assert time.monotonic() - start < FAST
+    assert str(info.value) == str(ref.value)
+    assert info.value.cycle == ref.value.cycle == [0, 1, 2, 3, 0]
+    assert info.value.blocked == ref.value.blocked
+
+
+@pytest.mark.slow
+def test_rank_that_never_awaits_times_out_and_its_process_is_killed() -> None:
+    start = time.monotonic()
+    with pytest.raises(sc.RunTimeoutError) as info:
+        sc.run(spins, world_size=2, transport="tcp", timeout=1.0)
+    assert time.monotonic() - start < FAST
+    message = str(info.value)
+    assert message.startswith("run: timed out after 1.0s of wall time")
+    assert "process 1 (rank 1, pid" in message and "did not answer" in message
+
+
+def test_peer_that_never_connects_is_a_clear_error_after_the_connect_timeout() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(sc.TransportError) as info:
+        sc.run(ring_deadlock, world_size=2, transport=TcpTransport(connect_timeout=1.0),
+               nnodes=2, node_rank=0, master_addr="127.0.0.1", master_port=port)
+    assert 1.0 <= time.monotonic() - start < FAST
+    assert str(info.value) == (
+        "run: process 1 (rank 1) did not connect within 1s; look for its own error output, "
+        "or raise connect_timeout")
+
+
+@pytest.mark.parametrize("name", ["shm", "tcp"])
+def test_return_value_msgpack_cannot_carry_is_a_rank_error_naming_the_fix(name: str) -> None:
+    with pytest.raises(sc.RankError) as info:
+        sc.run(returns_a_set_of_points, world_size=2, transport=name)
+    assert info.value.rank == 0
+    assert str(info.value.__cause__) == (
+        "rank 0: run: the return value cannot be sent back from its hosting process (Point is "
+        'not sendable); return a dict/list/array instead, or run(..., serializer="pickle")')
+
+
+@pytest.mark.parametrize("name", ["memory", "shm", "tcp"])
+def test_serializer_pickle_carries_what_msgpack_cannot(name: str) -> None:
+    assert list(sc.run(sends_a_point, world_size=2, transport=name, serializer="pickle")) == [
+        None, Point(7)]
+    assert list(sc.run(returns_a_set_of_points, world_size=2, transport=name,
+                       serializer="pickle")) == [Point(0), {1}]
+    with pytest.raises(sc.RankError) as info:
+        sc.run(sends_a_point, world_size=2, transport=name)
+    assert str(info.value.__cause__) == (
+        'rank 0: send(obj=Point): Point is not sendable; send a dict/list/array instead, or '
+        'run(..., serializer="pickle")')

@@ -1,0 +1,88 @@
+"""Programs that do not race on ANY_SOURCE: memory, shm and tcp must agree on them exactly.
+
+Their values never depend on timing; their times do not either, except where
+several messages reach one rank at the same virtual time under a port model
+(then even the memory transport's times depend on the seed, see
+``test_equal_to_memory``). Module-level functions: hosting processes import
+them by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import simcluster as sc
+
+
+async def ping_pong(comm: sc.Comm) -> object:
+    """Eager and rendezvous sizes, blocking and synchronous sends, virtual sleeps."""
+    if comm.size < 2:
+        return None
+    log = []
+    if comm.rank in (0, 1):
+        peer = 1 - comm.rank
+        for n in (1, 100, 9000, 70000):
+            smsg = np.arange(n, dtype=np.float64) + comm.rank
+            if comm.rank == 0:
+                await comm.send(smsg, dst=peer, tag=n % 7)
+                rmsg = await comm.recv(src=peer, tag=n % 7)
+            else:
+                rmsg = await comm.recv(src=peer, tag=n % 7)
+                await comm.sleep(1e-6)
+                await comm.ssend(rmsg * 2, dst=peer, tag=n % 7)
+            log.append((n, float(rmsg.sum())))
+    return log
+
+
+async def collectives(comm: sc.Comm) -> object:
+    """Every collective family once, arrays and objects, with a sub-communicator."""
+    out: dict[str, object] = {}
+    x = np.arange(1000, dtype=np.float64) * (comm.rank + 1)
+    await comm.all_reduce(x)
+    out["all_reduce"] = float(x.sum())
+    big = np.full(20000, float(comm.rank))
+    await comm.all_reduce(big, algorithm="ring")
+    out["ring"] = float(big[0])
+    out["broadcast"] = await comm.broadcast({"root": comm.rank} if comm.rank == 0 else None, src=0)
+    out["all_gather"] = await comm.all_gather(comm.rank * 10)
+    out["all_to_all"] = await comm.all_to_all([comm.rank * 100 + i for i in range(comm.size)])
+    out["scan"] = await comm.scan(comm.rank + 1)
+    out["gather"] = await comm.gather(str(comm.rank), dst=comm.size - 1)
+    out["reduce"] = await comm.reduce(comm.rank, dst=0)
+    await comm.barrier()
+    half = await comm.split(comm.rank % 2, key=-comm.rank)
+    assert half is not None
+    out["split"] = (half.rank, half.size, await half.all_reduce(comm.rank))
+    return out
+
+
+async def nonblocking(comm: sc.Comm) -> object:
+    """isend/irecv to every other rank with per-pair tags, then wait_all and a nonblocking collective."""
+    reqs = []
+    for other in range(comm.size):
+        if other != comm.rank:
+            reqs.append(comm.irecv(src=other, tag=other))
+    sends = [comm.isend(np.full(50 * (other + 1), comm.rank), dst=other, tag=comm.rank)
+             for other in range(comm.size) if other != comm.rank]
+    got = await sc.wait_all(reqs)
+    await sc.wait_all(sends)
+    req = comm.iall_reduce(np.ones(3) * comm.rank)
+    await comm.sleep(2e-6 * comm.rank)
+    total = await req
+    return [float(g.sum()) for g in got], total.tolist()
+
+
+async def pipeline(comm: sc.Comm, rounds: int = 5) -> object:
+    """A chain 0 -> 1 -> ... -> p-1 of growing messages, with compute in between."""
+    value = np.zeros(10)
+    for r in range(rounds):
+        if comm.rank > 0:
+            value = await comm.recv(src=comm.rank - 1, tag=r)
+        await comm.sleep(1e-6 * (r + 1))
+        value = np.concatenate([value, np.full(4000 * r + 1, comm.rank)])
+        if comm.rank < comm.size - 1:
+            await comm.send(value, dst=comm.rank + 1, tag=r)
+    return float(value.sum())
+
+
+PROGRAMS = [ping_pong, collectives, nonblocking, pipeline]
