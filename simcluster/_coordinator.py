@@ -129,7 +129,7 @@ class Coordinator:
         try:
             await accept_handshake(reader, writer, self.secret, tp.connect_timeout)
             link = Link(reader, writer, f"{peer}", tp.max_frame)
-            first = await asyncio.wait_for(tp._first_frame(link), tp.connect_timeout)
+            first = await asyncio.wait_for(link.first(), tp.connect_timeout)
         except (TransportError, asyncio.TimeoutError, OSError) as exc:
             _log.warning("simcluster: refused a connection from %s: %s", peer, exc)
             writer.close()
@@ -142,7 +142,7 @@ class Coordinator:
             writer.close()
             return
         proc = self.procs[index]
-        link.peer = link.decoder._peer = proc.name()
+        link.rename(proc.name())
         proc.link = link
         self.queue.put_nowait((index, first))
         self._pumps.append(asyncio.ensure_future(self._pump(proc, link)))
@@ -299,7 +299,7 @@ class Coordinator:
             host, port = payload["addr"]
             proc.addr = (str(host), int(port))
             if proc.link is not None:
-                proc.link.peer = proc.link.decoder._peer = proc.name()
+                proc.link.peer = proc.name()  # now with its pid (the decoder keeps the short name)
             if self.check_digest and payload.get("digest") != self.spec.digest():
                 raise ValueError(
                     f"run: node {index} was started with other settings than node 0:\n"

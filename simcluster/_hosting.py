@@ -448,15 +448,17 @@ class Host:
             table = [(str(h), int(p)) for h, p in payload_of(start)["table"]]
             await tp.connect(table)
             self._start(fn, args, kwargs)
+            self.send(READY)
+            return await self._loop()
         except (asyncio.CancelledError, _Stopped):
             raise
-        except BaseException as exc:
-            self.send(ERROR, {"exc": _remote.encode_exception(exc),
-                              "transport": isinstance(exc, TransportError)})
+        except Exception as exc:
+            if self.failed is None:  # (a broken link has reported itself already)
+                self.failed = exc
+                self.send(ERROR, {"exc": _remote.encode_exception(exc),
+                                  "transport": isinstance(exc, TransportError)})
             await self._linger()
             return None
-        self.send(READY)
-        return await self._loop()
 
     async def _linger(self) -> None:
         """Give the coordinator a moment to read our last words before the link closes."""

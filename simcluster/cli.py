@@ -24,13 +24,21 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run main(comm) from SCRIPT on N virtual ranks")
     run.add_argument("script", help="a Python file defining async def main(comm)")
     run.add_argument("-n", "--world-size", type=int, default=4, help="number of ranks (default 4)")
-    run.add_argument("--transport", default="memory", help="memory, shm or tcp")
+    run.add_argument("--transport", default=None,
+                     help="memory, shm or tcp (default memory; tcp with --nnodes > 1)")
     run.add_argument("--latency", default="zero",
                      help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, loggp:L,o,g,G")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     run.add_argument("--procs", type=int, default=None, help="OS processes hosting the ranks")
     run.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    run.add_argument("--nnodes", type=int, default=1,
+                     help="hosts taking part (tcp); start this command once on each, like torchrun")
+    run.add_argument("--node-rank", type=int, default=0, help="this host's number, 0..nnodes-1")
+    run.add_argument("--master-addr", default=None,
+                     help="address of node 0 (default: $MASTER_ADDR)")
+    run.add_argument("--master-port", type=int, default=None,
+                     help="port node 0 listens on (default: $MASTER_PORT)")
 
     bench = sub.add_parser("bench", help="run a benchmark and print its table")
     bench.add_argument("which", choices=BENCHMARKS)
@@ -97,8 +105,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"simcluster run --latency: {exc}") from None
     fn = _load_main(args.script)
-    kwargs: dict[str, Any] = {"transport": args.transport, "latency": model,
+    transport = args.transport or ("tcp" if args.nnodes > 1 else "memory")
+    kwargs: dict[str, Any] = {"transport": transport, "latency": model,
                               "seed": args.seed, "timeout": args.timeout}
+    if args.nnodes != 1:
+        kwargs.update(nnodes=args.nnodes, node_rank=args.node_rank,
+                      master_addr=args.master_addr, master_port=args.master_port)
     if args.trace:
         kwargs["trace"] = args.trace
     if args.procs is not None:

@@ -240,7 +240,7 @@ class Comm(CollectiveMethods):
                 raise _bad_tag(self, self._op_error((name, buf, src, tag)), True)
         if buf is not None:
             check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
-        return self._engine.post_recv(self, buf, src, tag, op=(name, buf, src, tag),
+        return self._engine.post_recv(self, buf, src, tag, op=name,
                                       nonblocking=nonblocking)
 
     @overload
@@ -477,7 +477,7 @@ class CollContext:
         self.algorithm = algorithm
         self.info = (comm._ctx, comm._group.name, seq, call, comm.rank)
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
-        self._coll = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
+        self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
         self._meta = f"{seq}\x00{call}\x00{algorithm}".encode()
         self._engine = comm._engine
@@ -497,7 +497,7 @@ class CollContext:
 
     def irecv(self, src: int, buf: Any = None) -> Request[Any]:
         """Post a receive from member ``src``; ``buf`` is filled in place when given."""
-        return self._engine.post_recv(self._coll, buf, src, self._tag, op=f"irecv(src={src})",
+        return self._engine.post_recv(self._coll, buf, src, self._tag, op="irecv",
                                       nonblocking=False, meta=self._meta)
 
     async def send(self, obj: object, dst: int) -> None:
@@ -546,16 +546,18 @@ class CollContext:
         Raises:
             TypeError: ``obj`` cannot be sent, named as a send of this call would name it.
         """
+        engine = self._engine
         try:
-            return wire.pack(obj, copy=False, dumps=self._engine._dumps).nbytes
+            return wire.pack(obj, copy=False, dumps=engine._dumps, arrays=engine._arrays).nbytes
         except wire.Unsendable as exc:
             raise TypeError(f"rank {self.rank}: {self.call}: {exc}") from None
 
     def payload_copy(self, obj: object) -> Any:
         """Return ``obj`` as a receiver of a message carrying it would get it (a decoded copy)."""
         engine = self._engine
-        packed = wire.pack(obj, copy=False, dumps=engine._dumps)
-        return wire.unpack(packed.header, packed.buffers, copy=True, loads=engine._loads)
+        packed = wire.pack(obj, copy=False, dumps=engine._dumps, arrays=engine._arrays)
+        return wire.unpack(packed.header, packed.buffers, copy=True, loads=engine._loads,
+                           arrays=engine._arrays)
 
     def __repr__(self) -> str:
         return f"<CollContext #{self.seq} {self.call} rank={self.rank} size={self.size}>"

@@ -102,11 +102,19 @@ class Task:
 
 
 class _RecvRequest(Request[Any]):
-    """A receive: also remembers what it asked for."""
+    """A receive: also remembers what it asked for.
+
+    ``_op`` holds only the call's name (``recv``, ``irecv``, ...); ``op``
+    formats the whole call from the fields, so an idle receive costs no string.
+    """
 
     __slots__ = ("comm", "src", "tag", "buf", "meta")
 
-    def __init__(self, engine: Engine, task: Task, op: str | tuple[Any, ...], peer: int | None,
+    @property
+    def op(self) -> str:
+        return _format_op((self._op, self.buf, self.src, self.tag))
+
+    def __init__(self, engine: Engine, task: Task, op: str, peer: int | None,
                  comm: Comm, src: int, tag: int, buf: Any, meta: bytes, nonblocking: bool) -> None:
         # Every slot set once, here: one receive is built per message.
         self._engine = engine
@@ -453,12 +461,12 @@ class Engine:
         name = op if isinstance(op, str) else op[0]
         raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
 
-    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str | tuple[Any, ...],
+    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
                   nonblocking: bool, meta: bytes = b"") -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         task = self._current
         if task is None or task.rank != comm._world_rank:
-            raise self._outside(comm, op)
+            raise self._outside(comm, (op, buf, src, tag))
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
         req = _RecvRequest(self, task, op, peer, comm, src, tag, buf, meta, nonblocking)
         if nonblocking and self.strict:
@@ -494,7 +502,10 @@ class Engine:
         if status is not None:
             req._finish(status)
         else:
-            comm._mq.probes.append((src, tag, req))
+            mq = comm._mq
+            if mq.probes is None:
+                mq.probes = []
+            mq.probes.append((src, tag, req))
         return req
 
     def post_sleep(self, seconds: float, op: str) -> Request[None]:
@@ -645,7 +656,7 @@ class Engine:
             for comm in comm_group.members:
                 if comm is None:
                     continue
-                probes = comm._mq.probes
+                probes = comm._mq.probes or []
                 for i, item in enumerate(probes):
                     if item[2] is req:
                         del probes[i]

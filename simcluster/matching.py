@@ -44,61 +44,96 @@ ANY_TAG: Final[int] = _Wildcard(-1, "ANY_TAG")
 _ANY: Final = -1
 
 
+Entry = tuple[int, Any]
+"""(sequence number, receive or message): post order for receives, arrival order for messages."""
+Slot = Any
+"""What a table holds per (src, tag): one Entry, or a deque of Entries when there are several.
+
+Most keys hold a single entry at a time, and a deque costs about 600 bytes,
+which at a million idle ranks is most of a rank's footprint; so a lone entry
+is stored as is and a deque is made only for the second one.
+"""
+
+
+def _append(table: dict[tuple[int, int], Slot], key: tuple[int, int], entry: Entry) -> None:
+    slot = table.get(key)
+    if slot is None:
+        table[key] = entry
+    elif type(slot) is tuple:
+        table[key] = deque((slot, entry))
+    else:
+        slot.append(entry)
+
+
+def _head(slot: Slot) -> Entry:
+    return slot if type(slot) is tuple else slot[0]  # type: ignore[no-any-return]
+
+
+def _pop(table: dict[tuple[int, int], Slot], key: tuple[int, int]) -> Entry:
+    slot = table[key]
+    if type(slot) is tuple:
+        del table[key]
+        return slot
+    entry: Entry = slot.popleft()
+    if len(slot) == 1:
+        table[key] = slot[0]
+    return entry
+
+
+def _entries(slot: Slot) -> list[Entry]:
+    return [slot] if type(slot) is tuple else list(slot)
+
+
 class MatchQueue:
     """Posted receives and unexpected messages for one rank on one communicator."""
 
     __slots__ = ("_posted", "_unexpected", "_post_seq", "_arrive_seq", "_wild", "probes")
 
     def __init__(self) -> None:
-        self._posted: dict[tuple[int, int], deque[tuple[int, Any]]] | None = None
-        self._unexpected: dict[tuple[int, int], deque[tuple[int, Any]]] | None = None
+        # None, one (src, tag, seq, receive) tuple, or a table once two receives wait at once
+        self._posted: Any = None
+        self._unexpected: dict[tuple[int, int], Slot] | None = None
         self._post_seq = 0
         self._arrive_seq = 0
         self._wild = 0  # posted receives with a wildcard; none: one lookup per arrival
-        self.probes: list[Any] = []  # blocked probes, each (src, tag, request)
+        self.probes: list[Any] | None = None  # blocked probes, each (src, tag, request)
 
     # ---- a message arrives ----
 
     def take_posted(self, src: int, tag: int) -> Any | None:
         """Remove and return the earliest posted receive that fits (src, tag), or None."""
         posted = self._posted
-        if not posted:
+        if posted is None:
+            return None
+        if type(posted) is tuple:  # exactly one posted receive: (src, tag, seq, receive)
+            psrc, ptag, _, receive = posted
+            if (psrc == src or psrc == _ANY) and (ptag == tag or ptag == _ANY):
+                self._posted = None
+                if psrc == _ANY or ptag == _ANY:
+                    self._wild -= 1
+                return receive
             return None
         if not self._wild:
             key = (src, tag)
-            q = posted.get(key)
-            if not q:
-                return None
-            item = q.popleft()[1]
-            if not q:
-                del posted[key]
-            return item
+            return _pop(posted, key)[1] if key in posted else None
         best_key = None
         best_seq = -1
         for key in ((src, tag), (_ANY, tag), (src, _ANY), (_ANY, _ANY)):
-            q = posted.get(key)
-            if q and (best_key is None or q[0][0] < best_seq):
-                best_key, best_seq = key, q[0][0]
+            slot = posted.get(key)
+            if slot is not None and (best_key is None or _head(slot)[0] < best_seq):
+                best_key, best_seq = key, _head(slot)[0]
         if best_key is None:
             return None
-        q = posted[best_key]
-        item = q.popleft()[1]
-        if not q:
-            del posted[best_key]
         if best_key[0] == _ANY or best_key[1] == _ANY:
             self._wild -= 1
-        return item
+        return _pop(posted, best_key)[1]
 
     def add_unexpected(self, src: int, tag: int, message: Any) -> None:
         """Queue a message that no posted receive wanted."""
         if self._unexpected is None:
             self._unexpected = {}
         self._arrive_seq += 1
-        key = (src, tag)
-        q = self._unexpected.get(key)
-        if q is None:
-            q = self._unexpected[key] = deque()
-        q.append((self._arrive_seq, message))
+        _append(self._unexpected, (src, tag), (self._arrive_seq, message))
 
     # ---- a receive is posted ----
 
@@ -110,10 +145,11 @@ class MatchQueue:
             return (src, tag) if (src, tag) in unexpected else None
         best_key = None
         best_seq = -1
-        for key, q in unexpected.items():
+        for key, slot in unexpected.items():
             if (src == _ANY or key[0] == src) and (tag == _ANY or key[1] == tag):
-                if best_key is None or q[0][0] < best_seq:
-                    best_key, best_seq = key, q[0][0]
+                seq = _head(slot)[0]
+                if best_key is None or seq < best_seq:
+                    best_key, best_seq = key, seq
         return best_key
 
     def take_unexpected(self, src: int, tag: int) -> Any | None:
@@ -122,11 +158,7 @@ class MatchQueue:
         if key is None:
             return None
         assert self._unexpected is not None
-        q = self._unexpected[key]
-        message = q.popleft()[1]
-        if not q:
-            del self._unexpected[key]
-        return message
+        return _pop(self._unexpected, key)[1]
 
     def peek_unexpected(self, src: int, tag: int) -> Any | None:
         """Return, without removing, the message a receive for (src, tag) would take."""
@@ -134,42 +166,54 @@ class MatchQueue:
         if key is None:
             return None
         assert self._unexpected is not None
-        return self._unexpected[key][0][1]
+        return _head(self._unexpected[key])[1]
 
     def post(self, src: int, tag: int, receive: Any) -> None:
         """Queue a receive that found no message yet."""
-        if self._posted is None:
-            self._posted = {}
         self._post_seq += 1
-        key = (int(src), int(tag))
-        if key[0] == _ANY or key[1] == _ANY:
+        src, tag = int(src), int(tag)
+        if src == _ANY or tag == _ANY:
             self._wild += 1
-        q = self._posted.get(key)
-        if q is None:
-            q = self._posted[key] = deque()
-        q.append((self._post_seq, receive))
+        posted = self._posted
+        if posted is None:  # the common case: one receive waiting, kept in one small tuple
+            self._posted = (src, tag, self._post_seq, receive)
+            return
+        if type(posted) is tuple:
+            table: dict[tuple[int, int], Slot] = {}
+            _append(table, (posted[0], posted[1]), (posted[2], posted[3]))
+            self._posted = posted = table
+        _append(posted, (src, tag), (self._post_seq, receive))
+
+    def _posted_table(self) -> dict[tuple[int, int], Slot]:
+        posted = self._posted
+        if posted is None:
+            return {}
+        if type(posted) is tuple:
+            return {(posted[0], posted[1]): (posted[2], posted[3])}
+        return posted  # type: ignore[no-any-return]
 
     def unpost(self, src: int, tag: int, receive: Any) -> bool:
         """Remove a posted receive (cancel); return whether it was still posted."""
-        posted = self._posted
         key = (int(src), int(tag))
-        q = posted.get(key) if posted else None
-        if not q:
+        posted = self._posted_table()
+        slot = posted.get(key)
+        if slot is None:
             return False
-        for item in q:
-            if item[1] is receive:
-                q.remove(item)
-                if not q:
-                    del posted[key]  # type: ignore[union-attr]
-                if key[0] == _ANY or key[1] == _ANY:
-                    self._wild -= 1
-                return True
-        return False
+        kept = [entry for entry in _entries(slot) if entry[1] is not receive]
+        if len(kept) == len(_entries(slot)):
+            return False
+        del posted[key]
+        for entry in kept:
+            _append(posted, key, entry)
+        self._posted = posted if posted else None
+        if key[0] == _ANY or key[1] == _ANY:
+            self._wild -= 1
+        return True
 
     # ---- end-of-run report ----
 
     def leftovers(self) -> tuple[list[Any], list[Any]]:
         """Return (posted receives never matched, messages never received)."""
-        posted = [item[1] for q in (self._posted or {}).values() for item in q]
-        unexpected = [item[1] for q in (self._unexpected or {}).values() for item in q]
+        posted = [e[1] for slot in self._posted_table().values() for e in _entries(slot)]
+        unexpected = [e[1] for slot in (self._unexpected or {}).values() for e in _entries(slot)]
         return posted, unexpected

@@ -6,6 +6,8 @@ import pytest
 
 TRANSPORTS = [  # a third-party transport adds one line here
     pytest.param("memory", id="memory"),
+    pytest.param("shm", id="shm", marks=pytest.mark.slow),
+    pytest.param("tcp", id="tcp", marks=pytest.mark.slow),
 ]
 
 WORLD_SIZES = [1, 2, 3, 4, 7, 8]

@@ -121,13 +121,14 @@ class Link:
     ``pump`` is the driver loop around ``wire.FrameDecoder`` (STYLE.md §1).
     """
 
-    __slots__ = ("reader", "writer", "peer", "decoder", "closing")
+    __slots__ = ("reader", "writer", "peer", "decoder", "closing", "_max_frame")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  peer: object, max_frame: int) -> None:
         self.reader = reader
         self.writer = writer
         self.peer = peer
+        self._max_frame = max_frame
         self.decoder = wire.FrameDecoder(max_frame=max_frame, peer=peer)
         self.closing = False
 
@@ -163,6 +164,36 @@ class Link:
             raise TransportError(None, "recv", f"peer {self.peer!r} closed its connection",
                                  "look for that process's own error; it may have crashed",
                                  peer=self.peer)
+
+    async def first(self) -> Envelope:
+        """Read exactly one frame (the peer introducing itself), leaving what follows unread.
+
+        Raises:
+            TransportError: the frame is malformed or oversized, or the peer hung up.
+        """
+        try:
+            head = await self.reader.readexactly(8)
+            rest = int.from_bytes(head[:4], "big")
+            got = self.decoder.feed(head)  # checks the declared length against the cap
+            if rest > 4:
+                got = self.decoder.feed(await self.reader.readexactly(rest - 4))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise TransportError(None, "accept", f"peer {self.peer!r} hung up before introducing "
+                                 f"itself ({type(exc).__name__})", SECRET_FIX,
+                                 peer=self.peer) from None
+        if len(got) != 1:
+            raise TransportError(None, "accept", f"peer {self.peer!r} did not introduce itself",
+                                 SECRET_FIX, peer=self.peer)
+        return got[0]
+
+    def rename(self, peer: object) -> None:
+        """Name the peer in errors from now on (called at a frame boundary, after ``first``)."""
+        self.peer = peer
+        self.decoder = wire.FrameDecoder(max_frame=self.decoder_cap, peer=peer)
+
+    @property
+    def decoder_cap(self) -> int:
+        return self._max_frame
 
     def close(self) -> None:
         """Close the stream; EOF from the other side is expected from now on."""
@@ -370,27 +401,16 @@ class TcpTransport(Transport):
         try:
             await accept_handshake(reader, writer, self._secret, self.connect_timeout)
             link = Link(reader, writer, f"{peer}", self.max_frame)
-            first = await asyncio.wait_for(self._first_frame(link), self.connect_timeout)
+            first = await asyncio.wait_for(link.first(), self.connect_timeout)
             proc = first.src
             if not 0 <= proc < self._proc or proc in self._links:
                 raise TransportError(None, "accept", f"connection from {peer} claims to be "
                                      f"process {proc}", SECRET_FIX, peer=peer)
-            link.peer = link.decoder._peer = f"process {proc}"
+            link.rename(f"process {proc}")
             self._add_link(proc, link)
         except (TransportError, asyncio.TimeoutError, OSError) as exc:
             log.warning("simcluster: refused a connection from %s: %s", peer, exc)
             writer.close()
-
-    async def _first_frame(self, link: Link) -> Envelope:
-        while data := await link.reader.read(_READ):
-            got = link.decoder.feed(data)
-            if got:
-                if len(got) > 1:
-                    raise TransportError(None, "accept", "peer sent frames before it was "
-                                         "introduced", SECRET_FIX, peer=link.peer)
-                return got[0]
-        raise TransportError(None, "accept", "peer hung up before introducing itself",
-                             SECRET_FIX, peer=link.peer)
 
     def _add_link(self, proc: int, link: Link) -> None:
         link.writer.transport.set_write_buffer_limits(high=0)  # drain() = all bytes handed to the OS
@@ -454,7 +474,13 @@ class TcpTransport(Transport):
         for proc in sorted(dirty):
             link = self._links.get(proc)
             if link is not None:
-                await link.drain()
+                try:
+                    await link.drain()
+                except (ConnectionError, OSError) as exc:
+                    raise TransportError(None, "send", f"lost the connection to peer "
+                                         f"{link.peer!r} ({type(exc).__name__}: {exc})",
+                                         "look for that process's own error; it may have crashed",
+                                         peer=link.peer) from None
 
     # ---- hooks for subclasses (shm moves big buffers another way) ----
 

@@ -3,7 +3,8 @@
 Runs ``barrier()`` and ``all_reduce(1.0)`` on 2^10, 2^12, ..., 2^20 ranks of
 the memory transport, with ``checks="off"`` (no buffer-hazard or leak
 bookkeeping: the speed setting) and an AlphaBeta latency model (1 us, 10 GB/s)
-so that the virtual time means something, for both fidelities:
+(``main(latency=...)`` takes another, e.g. ``"zero"``, the run default) so
+that the virtual time means something, for both fidelities:
 
 * ``message``: every message of the algorithm is simulated (dissemination
   barrier, recursive-doubling all_reduce: ``p * ceil(log2 p)`` messages);
@@ -46,7 +47,8 @@ HARD_LIMIT = 900.0
 """Wall seconds after which a single size's process is killed."""
 FIDELITIES = ("message", "analytic")
 COLLECTIVES = ("barrier", "all_reduce")
-ALPHA, BETA = 1e-6, 1e-10
+LATENCY = "alphabeta:1us,10GB/s"
+"""The latency model of the collective runs (``latency.parse`` form); "zero" is the run default."""
 IDLE_RANKS = 1 << 16
 PINGPONG = 20_000
 RESUMES = 1_000_000
@@ -84,14 +86,13 @@ async def _all_reduce(comm: Any) -> None:
     await comm.all_reduce(1.0)
 
 
-def _child_collective(fidelity: str, collective: str, ranks: int) -> dict[str, Any]:
+def _child_collective(fidelity: str, collective: str, ranks: int, model: str) -> dict[str, Any]:
     from .. import latency, runner
 
     fn = _barrier if collective == "barrier" else _all_reduce
     before = _rss_kib()
     start = time.perf_counter()
-    result = runner.run(fn, ranks, checks="off", fidelity=fidelity,
-                        latency=latency.AlphaBeta(ALPHA, BETA))
+    result = runner.run(fn, ranks, checks="off", fidelity=fidelity, latency=latency.parse(model))
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")
     return {"wall": wall, "events": _ENGINES[0]._events, "messages": result.stats.total_messages,
@@ -190,7 +191,7 @@ def _child_bare_frames(ranks: int) -> dict[str, Any]:
 def _child(argv: Sequence[str]) -> None:
     kind, *rest = argv
     if kind == "collective":
-        out = _child_collective(rest[0], rest[1], int(rest[2]))
+        out = _child_collective(rest[0], rest[1], int(rest[2]), rest[3])
     elif kind == "speed":
         out = _child_speed(int(rest[0]), int(rest[1]))
     elif kind == "idle":
@@ -249,11 +250,12 @@ def _log2(n: int) -> str:
     return f"2^{n.bit_length() - 1}"
 
 
-def _series(fidelity: str, collective: str, sizes: Sequence[int], budget: float,
+def _series(fidelity: str, collective: str, sizes: Sequence[int], budget: float, model: str,
             status: _Status, rows: list[list[str]], skipped: list[str]) -> None:
     for i, ranks in enumerate(sizes):
         label = f"{fidelity} {collective} on {_log2(ranks)} ranks"
-        got = _measure(["collective", fidelity, collective, str(ranks)], label, status, HARD_LIMIT)
+        got = _measure(["collective", fidelity, collective, str(ranks), model], label, status,
+                       HARD_LIMIT)
         if isinstance(got, str):
             rows.append([fidelity, collective, _log2(ranks), got, "", "", "", "", ""])
             skipped.extend(f"{fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
@@ -268,7 +270,7 @@ def _series(fidelity: str, collective: str, sizes: Sequence[int], budget: float,
 
 
 def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int = IDLE_RANKS,
-         round_trips: int = PINGPONG, resumes: int = RESUMES) -> dict[str, Any]:
+         round_trips: int = PINGPONG, resumes: int = RESUMES, latency: str = LATENCY) -> dict[str, Any]:
     """Measure and print the scale table, the per-message cost and the memory per idle rank."""
     status = _Status(sys.stderr)
     rows: list[list[str]] = []
@@ -276,7 +278,7 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
     try:
         for fidelity in FIDELITIES:
             for collective in COLLECTIVES:
-                _series(fidelity, collective, sizes, budget, status, rows, skipped)
+                _series(fidelity, collective, sizes, budget, latency, status, rows, skipped)
         speed = _measure(["speed", str(round_trips), str(resumes)], "per-message cost", status,
                          HARD_LIMIT)
         idle = _measure(["idle", str(idle_ranks)], f"{_log2(idle_ranks)} idle ranks", status, HARD_LIMIT)
@@ -284,7 +286,7 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
                         HARD_LIMIT)
     finally:
         status.clear()
-    print(f"simcluster bench scale (memory transport, checks='off', AlphaBeta({ALPHA:g}, {BETA:g}), "
+    print(f"simcluster bench scale (memory transport, checks='off', latency {latency}, "
           f"one process per size, wall budget {budget:g} s per size)")
     print(table(rows, ["fidelity", "collective", "ranks", "wall s", "events/s", "messages",
                        "peak RSS MiB", "bytes/rank", "virtual time"]))

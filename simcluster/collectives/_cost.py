@@ -32,8 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .. import arrays
 from ..latency import Hierarchical, Jitter, LatencyModel
 from ._chunks import ceil_log2
 from ._reduction import nbytes_of
@@ -115,7 +114,7 @@ def _reduced(objs: Sequence[Any], gamma: bool) -> float:
 
 def _splits(obj: Any, op: Any, p: int) -> bool:
     """True when an algorithm cuts the payload into ``p`` pieces (an array under an elementwise op)."""
-    return isinstance(obj, np.ndarray) and op.elementwise and obj.size >= p
+    return arrays.is_array(obj) and op.elementwise and arrays.size(obj) >= p
 
 
 def _barrier(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
@@ -132,7 +131,7 @@ def _broadcast(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list
     obj = args[root][0]
     if algorithm == "linear":
         return [(1, p - 1, n, 0.0)]
-    if algorithm == "scatter_allgather" and isinstance(obj, np.ndarray) and obj.size >= p:
+    if algorithm == "scatter_allgather" and arrays.is_array(obj) and arrays.size(obj) >= p:
         scatter = [(1, 1, n / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
         return [*scatter, (p - 1, 1, n / p, 0.0)]
     return [(ceil_log2(p), 1, n, 0.0)]  # binomial

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .. import arrays
 from ..errors import CollectiveMismatchError
 from . import _cost
 from ._chunks import fresh, split_bounds
@@ -67,9 +68,10 @@ class _Failed:
 def twin(name: str, algorithm: str) -> Callable[..., Awaitable[Any]]:
     """Return the analytic stand-in for ``algorithm`` of collective ``name`` (same signature)."""
     sent = _SENT[name]
+    listed = (name, algorithm) in _FLATTENING  # objects travel as [obj] in these
 
     async def analytic(c: CollContext, *args: Any) -> Any:
-        nbytes = sent(c, args)  # also refuses an unsendable payload at the call, as a send would
+        nbytes = sent(c, args, listed)  # also refuses an unsendable payload at the call, as a send would
         result = await c.meet(_Call(name, c, args, nbytes), _resolve)
         if type(result) is _Failed:
             raise result.error
@@ -79,29 +81,53 @@ def twin(name: str, algorithm: str) -> Callable[..., Awaitable[Any]]:
     return analytic
 
 
-def _sent_nothing(c: CollContext, args: tuple[Any, ...]) -> int:
+_FLATTENING = {("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner"),
+               ("all_reduce", "ring"), ("reduce", "rabenseifner")}
+"""Algorithms that send a payload that is not an array as the one-item list ``[obj]``."""
+
+_FIXED: dict[tuple[type, bool], int] = {}
+"""Message sizes of payloads whose size depends only on their type (float, bool, None)."""
+
+
+def _nbytes(c: CollContext, obj: object, listed: bool = False) -> int:
+    """Return the bytes a message carrying ``obj`` (or ``[obj]`` when ``listed``) counts."""
+    kind = type(obj)
+    if kind is np.ndarray:
+        c.payload_nbytes(obj)  # refuses object arrays
+        return int(obj.nbytes)  # type: ignore[attr-defined]
+    if arrays.is_array(obj):
+        return arrays.nbytes(obj)  # an array of another library: counted as arrays are, never staged
+    if kind is float or kind is bool or obj is None:
+        size = _FIXED.get((kind, listed))
+        if size is None:
+            size = _FIXED[kind, listed] = c.payload_nbytes([obj] if listed else obj)
+        return size
+    return c.payload_nbytes([obj] if listed else obj)
+
+
+def _sent_nothing(c: CollContext, args: tuple[Any, ...], listed: bool) -> int:
     return 0
 
 
-def _sent_obj(c: CollContext, args: tuple[Any, ...]) -> int:
-    return c.payload_nbytes(args[0])
+def _sent_obj(c: CollContext, args: tuple[Any, ...], listed: bool) -> int:
+    return _nbytes(c, args[0], listed)
 
 
-def _sent_by_root(c: CollContext, args: tuple[Any, ...]) -> int:
-    return c.payload_nbytes(args[0]) if c.rank == args[-1] else 0
+def _sent_by_root(c: CollContext, args: tuple[Any, ...], listed: bool) -> int:
+    return _nbytes(c, args[0]) if c.rank == args[-1] else 0
 
 
-def _sent_items(c: CollContext, args: tuple[Any, ...]) -> int:
+def _sent_items(c: CollContext, args: tuple[Any, ...], listed: bool) -> int:
     """Total bytes of the list every member sends pieces of (all_to_all, reduce_scatter)."""
-    return sum(c.payload_nbytes(item) for item in args[0])
+    return sum(_nbytes(c, item) for item in args[0])
 
 
-def _sent_scatter(c: CollContext, args: tuple[Any, ...]) -> int:
+def _sent_scatter(c: CollContext, args: tuple[Any, ...], listed: bool) -> int:
     objs, root = args
-    return sum(c.payload_nbytes(item) for item in objs) if c.rank == root else 0
+    return sum(_nbytes(c, item) for item in objs) if c.rank == root else 0
 
 
-_SENT: dict[str, Callable[[CollContext, tuple[Any, ...]], int]] = {
+_SENT: dict[str, Callable[[CollContext, tuple[Any, ...], bool], int]] = {
     "barrier": _sent_nothing, "broadcast": _sent_by_root, "scatter": _sent_scatter,
     "gather": _sent_obj, "reduce": _sent_obj, "all_reduce": _sent_obj, "all_gather": _sent_obj,
     "reduce_scatter": _sent_items, "all_to_all": _sent_items, "scan": _sent_obj, "exscan": _sent_obj,
@@ -174,6 +200,8 @@ class _Deliver:
             return value
         if type(value) is np.ndarray:
             return value.copy()
+        if arrays.is_array(value):  # CuPy, torch, ...: copied by its own library, on its device
+            return arrays.clone(value)
         return self.copy(value)
 
     def result(self, value: Any, own: Any) -> Any:
@@ -193,11 +221,10 @@ def _barrier(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> 
 def _broadcast(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
     root = args[0][1]
     value = args[root][0]
-    if algorithm == "scatter_allgather" and isinstance(value, np.ndarray) and value.size >= len(args):
-        copy = lambda: np.concatenate([value.reshape(-1)]).reshape(value.shape)  # noqa: E731 (C order)
-    else:
-        copy = functools.partial(deliver.sent, value)
-    return [value if rank == root else copy() for rank in range(len(args))]
+    pieces = algorithm == "scatter_allgather" and isinstance(value, np.ndarray) and value.size >= len(args)
+    # put back together from pieces, the array comes out C-ordered; else it is a decoded copy
+    return [value if rank == root else np.array(value, order="C") if pieces else deliver.sent(value)
+            for rank in range(len(args))]
 
 
 def _scatter(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
@@ -467,9 +494,9 @@ def _combine_flat(op: ReduceOp) -> Callable[[Any, Any], Any]:
     apply = op.apply
 
     def combine(a: Any, b: Any) -> Any:
-        if isinstance(a, np.ndarray):
-            return apply(a, b)
-        return [apply(x, y) for x, y in zip(a, b, strict=True)]
+        if isinstance(a, list):
+            return [apply(x, y) for x, y in zip(a, b, strict=True)]
+        return apply(a, b)  # flat arrays, of any library
     return combine
 
 
@@ -483,11 +510,12 @@ def _reduce_all(objs: list[Any], op: ReduceOp, tree: str, root: int) -> Any:
         return _unstack(_TREES[tree](_Numpy(op), stack, root, bounds), first)
     if tree == "ring":
         flats = [flatten(obj, op) for obj in objs]
-        bounds = split_bounds(len(flats[0]), p)
+        flat0 = flats[0]
+        bounds = split_bounds(len(flat0) if isinstance(flat0, list) else arrays.size(flat0), p)
         pieces = _ring_pieces(flats, bounds, _combine_flat(op), op.commutative)
-        if isinstance(flats[0], np.ndarray):
-            return np.concatenate(pieces).reshape(first.shape)
-        return [item for piece in pieces for item in piece][0]
+        if isinstance(flats[0], list):
+            return [item for piece in pieces for item in piece][0]
+        return arrays.reshape(arrays.concat(pieces), tuple(first.shape))
     return _TREES[tree](_Items(op.apply), list(objs), root, [])
 
 
