@@ -481,25 +481,39 @@ def _merge_trace(raw: dict[str, Any], world_size: int, procs: int) -> Trace:
 
 # ---- processes ----
 
-_preloaded = False
+_PRELOAD: Final = ("simcluster._hosting", "simcluster.collectives")
+_HEAVY: Final = ("pytest", "hypothesis", "scipy", "pandas", "torch", "cupy", "jax",
+                 "array_api_strict")
+"""Imported once in the forkserver when the caller has them, so children start warm."""
+_preloaded: tuple[str, ...] = ()
 
 
 def _context() -> Any:
     """The multiprocessing context for hosting processes: forkserver where it exists, else spawn.
 
-    ``SIMCLUSTER_START_METHOD`` overrides it. The forkserver is asked to import
-    simcluster (and pytest, when the caller uses it) once, so each hosting
-    process starts in milliseconds instead of importing numpy again.
+    ``SIMCLUSTER_START_METHOD`` overrides it. The forkserver imports simcluster
+    (and the heavy libraries the caller has imported, such as pytest or torch)
+    once, so each hosting process starts in milliseconds instead of importing
+    them again; when the caller has imported another heavy library since, the
+    server is restarted with it.
     """
     global _preloaded
     method = os.environ.get("SIMCLUSTER_START_METHOD") or (
         "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     ctx = multiprocessing.get_context(method)
-    if method == "forkserver" and not _preloaded:
-        _preloaded = True
-        preload = ["simcluster._hosting", "simcluster.collectives"]
-        preload += [name for name in ("pytest", "hypothesis") if name in sys.modules]
-        ctx.set_forkserver_preload(preload)
+    if method == "forkserver":
+        wanted = (*_PRELOAD, *(name for name in _HEAVY if name in sys.modules))
+        if wanted != _preloaded:
+            if _preloaded:
+                # XX: a private method (multiprocessing's own tests use it); without it the
+                # server keeps its old preload and children import the new library themselves.
+                from multiprocessing import forkserver
+
+                stop = getattr(forkserver._forkserver, "_stop", None)
+                if stop is not None:
+                    stop()
+            _preloaded = wanted
+            ctx.set_forkserver_preload(list(wanted))
     return ctx
 
 
@@ -532,8 +546,12 @@ def _watch(proc: _Proc, coordinator: Coordinator) -> None:
             proc.dead.set()
             coordinator.queue.put_nowait((proc.index, _LOST))
         else:  # its link's EOF follows; if it does not, report the death ourselves
-            loop.call_later(_LOST_WAIT, lambda: proc.dead.is_set() or (
-                proc.dead.set(), coordinator.queue.put_nowait((proc.index, _LOST))))
+            loop.call_later(_LOST_WAIT, late)
+
+    def late() -> None:
+        if not proc.dead.is_set():
+            proc.dead.set()
+            coordinator.queue.put_nowait((proc.index, _LOST))
 
     loop.add_reader(fd, exited)
 
@@ -651,7 +669,7 @@ async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Ma
     secret = _node_secret(addr, port)
     run_id = f"n{port:x}"
     tp = spec.transport
-    listen_host = tp.host
+    listen_host: str | None = tp.host
     if listen_host == "127.0.0.1" and addr not in ("127.0.0.1", "localhost", "::1"):
         listen_host = None  # decided from the control link below
     load = (lambda: (spec, fn, tuple(args), dict(kwargs)))
@@ -685,7 +703,8 @@ async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Ma
 
 
 def _fresh(tp: TcpTransport) -> TcpTransport:
-    return pickle.loads(pickle.dumps(tp))
+    fresh: TcpTransport = pickle.loads(pickle.dumps(tp))  # a copy of the settings, unbound
+    return fresh
 
 
 async def _local_address(addr: str, port: int) -> str:

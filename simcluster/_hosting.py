@@ -186,7 +186,6 @@ class HostedEngine(Engine):
         self.transport: TcpTransport = transport
         self._orphans: dict[int, list[Envelope]] = {}  # envelopes for communicators not made here yet
         self._data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing
-        self._after_flush: list[tuple[float, Request[Any]]] = []
 
     # ---- delivery of envelopes from other processes ----
 
@@ -222,8 +221,8 @@ class HostedEngine(Engine):
             sender, receiver, nbytes, match_time)[1]
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, wire_time, header, buffers))
-        if self._zero_latency:  # arrives at once, but the buffer is ours until the bytes left
-            self._after_flush.append((match_time, req))
+        if self._zero_latency:  # arrives at once; the transport copied the buffers in send()
+            self._push(match_time, _finish_request, req)
         else:
             self._data_waits[(sender, env.msg_id)] = req
 
@@ -301,9 +300,6 @@ class HostedEngine(Engine):
                 self._wake_future = None
             self._run_until(now)
         await self.transport.flush()
-        for t, req in self._after_flush:
-            self._push(t, _finish_request, req)
-        self._after_flush.clear()
         sent, earliest = self.transport.take_counts()
         failure = None
         if self._failure is not None:

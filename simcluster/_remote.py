@@ -88,6 +88,8 @@ class _Pickler(pickle.Pickler):
     """A pickler that sends functions it cannot name by value (cloudpickle's idea, in small)."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.ModuleType):  # e.g. torch = pytest.importorskip("torch")
+            return (importlib.import_module, (obj.__name__,))
         if type(obj) is types.FunctionType and not _found_by_name(obj):
             cells = tuple(_cell_value(c) for c in obj.__closure__ or ())
             return (_rebuild_function, (
@@ -226,9 +228,10 @@ def decode_exception(data: dict[str, Any], where: str) -> BaseException:
     cls = _find_type(str(data.get("module")), str(data.get("qualname")))
     args = data.get("args")
     args = tuple(args) if isinstance(args, list) else None
-    state = data.get("state") if isinstance(data.get("state"), dict) else {}
+    raw_state = data.get("state")
+    state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
     text = str(data.get("str", ""))
-    exc = _rebuilt(cls, args, state, text) if cls is not None else None
+    exc: Any = _rebuilt(cls, args, state, text) if cls is not None else None
     if exc is None:
         name = str(data.get("qualname", "Error")).rpartition(".")[2] or "Error"
         remote = type(name, (RemoteError,), {"remote_type": f"{data.get('module')}.{data.get('qualname')}"})
@@ -240,14 +243,14 @@ def decode_exception(data: dict[str, Any], where: str) -> BaseException:
             exc = exc.with_traceback(tb)
     remote_text = str(data.get("text", ""))
     try:
-        exc.remote_traceback = remote_text  # type: ignore[attr-defined]
+        exc.remote_traceback = remote_text
     except (AttributeError, TypeError):
         pass
     try:
-        exc.remote_where = where  # type: ignore[attr-defined]
+        exc.remote_where = where
     except (AttributeError, TypeError):
         pass
-    return exc
+    return exc  # type: ignore[no-any-return]
 
 
 def _rebuilt(cls: type[BaseException], args: tuple[Any, ...] | None, state: dict[str, Any],

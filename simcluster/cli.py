@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     run.add_argument("--procs", type=int, default=None, help="OS processes hosting the ranks")
     run.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    run.add_argument("--fidelity", choices=("message", "analytic"), default="message",
+                     help="message: simulate every collective message; analytic: one step per collective")
     run.add_argument("--nnodes", type=int, default=1,
                      help="hosts taking part (tcp); start this command once on each, like torchrun")
     run.add_argument("--node-rank", type=int, default=0, help="this host's number, 0..nnodes-1")
@@ -108,6 +110,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     transport = args.transport or ("tcp" if args.nnodes > 1 else "memory")
     kwargs: dict[str, Any] = {"transport": transport, "latency": model,
                               "seed": args.seed, "timeout": args.timeout}
+    if args.fidelity != "message":
+        kwargs["fidelity"] = args.fidelity
     if args.nnodes != 1:
         kwargs.update(nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=args.master_port)

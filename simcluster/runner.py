@@ -260,19 +260,20 @@ async def _launch(
     kwargs = dict(kwargs or {})
     wall_start = _time.perf_counter()
     tp = _make_transport(transport)
-    multiprocess = isinstance(tp, TcpTransport)
+    multiprocess = isinstance(tp, TcpTransport)  # ShmTransport is one too
     _check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
     if multiprocess and fidelity == "analytic":
         raise ValueError(f"run(transport={transport!r}, fidelity='analytic'): analytic collectives "
                          "meet inside one process; use transport='memory', or fidelity='message'")
-    if multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
+    if isinstance(tp, TcpTransport):  # shm and tcp: ranks hosted by several processes (_coordinator)
         from . import _coordinator
 
-        return await _coordinator.launch(
+        result: RunResult = await _coordinator.launch(
             fn, world_size, tp, procs=procs, args=args, kwargs=kwargs, latency=model, seed=seed,
             eager_limit=eager_limit, trace=trace, checks=checks, algorithms=forced,
             timeout=timeout, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
             master_addr=master_addr, master_port=master_port, progress=_progress)
+        return result
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
                     eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
     engine.latency_model = model  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ whoever is last to touch one (the receiver, or ``cleanup``) unlinks it.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from multiprocessing import resource_tracker, shared_memory
@@ -146,7 +147,9 @@ class ShmTransport(TcpTransport):
                                      "free space in /dev/shm, or use transport='tcp'",
                                      peer=envelope.dst) from None
             try:
-                shm.buf[:view.nbytes] = view
+                target = shm.buf
+                assert target is not None
+                target[:view.nbytes] = view
             finally:
                 shm.close()
             refs.append([index, name, view.nbytes])
@@ -154,7 +157,7 @@ class ShmTransport(TcpTransport):
         return envelope._replace(buffers=(wire.pack(refs).header, *out))
 
     def _incoming(self, envelope: Envelope) -> Envelope:
-        """Copy segment buffers out into this process's own arrays and unlink the segments."""
+        """Replace segment references by arrays over the mapped segments (names unlinked)."""
         buffers = envelope.buffers
         if not buffers:
             raise self._bad(envelope, "the frame has no segment list")
@@ -173,19 +176,27 @@ class ShmTransport(TcpTransport):
         return envelope._replace(buffers=tuple(rest))
 
     def _take(self, envelope: Envelope, name: str, nbytes: int) -> Any:
+        """Map segment ``name`` and unlink it at once; the array lives in the mapping.
+
+        The copy out is the engine's (into the receive buffer), or none at all
+        for a receive without a buffer; the memory goes back to the system when
+        the last array over it is freed, and no name is left in /dev/shm.
+        """
+        import _posixshmem  # what SharedMemory opens with
+
         try:
-            shm = _segment(name)
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except OSError as exc:
             raise self._bad(envelope, f"segment {name} cannot be opened ({exc})") from None
         try:
-            if shm.size < nbytes:
-                raise self._bad(envelope, f"segment {name} holds {shm.size} bytes, not {nbytes}")
-            out = np.empty(nbytes, np.uint8)
-            out.data[:] = shm.buf[:nbytes]
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                raise self._bad(envelope, f"segment {name} holds {size} bytes, not {nbytes}")
+            mapping = mmap.mmap(fd, nbytes)
         finally:
-            shm.close()
+            os.close(fd)
             _unlink(name)
-        return out
+        return np.frombuffer(mapping, np.uint8, nbytes)
 
     def _bad(self, envelope: Envelope, problem: str) -> TransportError:
         peer = f"process {envelope.src // self._per}"

@@ -133,8 +133,12 @@ class Link:
         self.closing = False
 
     def send(self, envelope: Envelope) -> None:
-        """Queue ``envelope`` on the stream; raises TransportError if it cannot be encoded."""
-        self.writer.writelines(wire.encode_frame(envelope))
+        """Queue ``envelope`` on the stream; raises TransportError if it cannot be encoded.
+
+        The frame is joined into one bytes object (one copy), so the caller's
+        array buffers are free again when this returns, whatever asyncio keeps.
+        """
+        self.writer.write(b"".join(wire.encode_frame(envelope)))
 
     async def drain(self) -> None:
         """Wait until asyncio's write buffer is below its limit (empty for peer links)."""
@@ -413,7 +417,6 @@ class TcpTransport(Transport):
             writer.close()
 
     def _add_link(self, proc: int, link: Link) -> None:
-        link.writer.transport.set_write_buffer_limits(high=0)  # drain() = all bytes handed to the OS
         self._links[proc] = link
         inbox = self._inbox[proc]
 
@@ -469,7 +472,7 @@ class TcpTransport(Transport):
         return sent, earliest
 
     async def flush(self) -> None:
-        """Wait until every frame written since the last flush has been handed to the OS."""
+        """Wait until asyncio's write buffers are below their limit again (back-pressure)."""
         dirty, self._dirty = self._dirty, set()
         for proc in sorted(dirty):
             link = self._links.get(proc)

@@ -1,0 +1,182 @@
+"""``simcluster bench transports``: memory, shm and tcp side by side (and MPI, where installed).
+
+Four figures per transport, each measured inside the ranks with the wall
+clock after a barrier, so process start-up is not counted:
+
+* small-message round trip: a ping-pong of Python ints between rank 0 and 1;
+* bandwidth of 1 MiB and of 64 MiB float64 arrays sent into the receiver's
+  buffer (``recv(buf)``), one way, back to back;
+* a 16 MiB float64 ``all_reduce`` on 2 ranks.
+
+The memory transport hosts both ranks in this process; shm and tcp put each
+rank in its own process (``procs=2``), so every message crosses a process
+boundary, and every round of virtual time costs one coordinator round trip
+(see ``simcluster._hosting``). With mpi4py and an MPI library installed
+(``mpiexec`` on the PATH), the same figures for plain MPI are measured with
+``mpiexec -n 2`` and shown in the same table; otherwise a note says why not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import runner
+from ..comm import Comm
+from . import table
+
+ROUND_TRIPS = 2000
+MIB = 1 << 20
+SIZES = (1 * MIB, 64 * MIB)
+ALL_REDUCE = 16 * MIB
+TRANSPORTS = ("memory", "shm", "tcp")
+
+
+async def _measure(comm: Comm, round_trips: int, repeats: int) -> dict[str, float] | None:
+    """Run every figure on ranks 0 and 1; rank 0 returns the medians (seconds)."""
+    out: dict[str, float] = {}
+    peer = 1 - comm.rank
+    samples: list[float] = []
+    for _ in range(repeats):
+        await comm.barrier()
+        start = time.perf_counter()
+        for i in range(round_trips):
+            if comm.rank == 0:
+                await comm.send(i, dst=peer)
+                await comm.recv(src=peer)
+            else:
+                await comm.send(await comm.recv(src=peer), dst=peer)
+        samples.append((time.perf_counter() - start) / round_trips)
+    out["rtt"] = float(np.median(samples))
+    for size in SIZES:
+        count = max(2, min(16, (256 * MIB) // size))
+        arr = np.ones(size // 8)
+        buf = np.empty_like(arr)
+        samples = []
+        for _ in range(repeats):
+            await comm.barrier()
+            start = time.perf_counter()
+            for _ in range(count):
+                if comm.rank == 0:
+                    await comm.send(arr, dst=peer)
+                else:
+                    await comm.recv(buf, src=peer)
+            await comm.barrier()  # the last byte has landed
+            samples.append(size * count / (time.perf_counter() - start))
+        out[f"bw{size}"] = float(np.median(samples))
+    x = np.ones(ALL_REDUCE // 8)
+    samples = []
+    for _ in range(repeats):
+        await comm.barrier()
+        start = time.perf_counter()
+        await comm.all_reduce(x)
+        samples.append(time.perf_counter() - start)
+    out["allreduce"] = float(np.median(samples))
+    return out if comm.rank == 0 else None
+
+
+def measure(transport: str, round_trips: int = ROUND_TRIPS, repeats: int = 3) -> dict[str, float]:
+    """Return the figures of one transport (2 ranks; 2 processes for shm and tcp)."""
+    procs = None if transport == "memory" else 2
+    result = runner.run(_measure, 2, args=(round_trips, repeats), transport=transport,
+                        procs=procs, checks="off")
+    figures: dict[str, float] = result[0]
+    return figures
+
+
+_MPI_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+rank, peer = comm.rank, 1 - comm.rank
+round_trips, repeats, sizes, total = json.loads(sys.argv[1])
+out = {}
+samples = []
+for _ in range(repeats):
+    comm.Barrier(); start = time.perf_counter()
+    for i in range(round_trips):
+        if rank == 0:
+            comm.send(i, dest=peer); comm.recv(source=peer)
+        else:
+            comm.send(comm.recv(source=peer), dest=peer)
+    samples.append((time.perf_counter() - start) / round_trips)
+out["rtt"] = float(np.median(samples))
+for size in sizes:
+    count = max(2, min(16, (256 << 20) // size)); arr = np.ones(size // 8); buf = np.empty_like(arr)
+    samples = []
+    for _ in range(repeats):
+        comm.Barrier(); start = time.perf_counter()
+        for _ in range(count):
+            if rank == 0: comm.Send(arr, dest=peer)
+            else: comm.Recv(buf, source=peer)
+        comm.Barrier(); samples.append(size * count / (time.perf_counter() - start))
+    out["bw%d" % size] = float(np.median(samples))
+x = np.ones(total // 8); y = np.empty_like(x); samples = []
+for _ in range(repeats):
+    comm.Barrier(); start = time.perf_counter()
+    comm.Allreduce(x, y); samples.append(time.perf_counter() - start)
+out["allreduce"] = float(np.median(samples))
+if rank == 0:
+    print(json.dumps(out))
+"""
+
+
+def measure_mpi(round_trips: int = ROUND_TRIPS, repeats: int = 3) -> dict[str, float] | str:
+    """Return MPI's figures via ``mpiexec -n 2``, or a note saying why they are missing."""
+    try:
+        import mpi4py  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed (pip install mpi4py, with an MPI library)"
+    launcher = shutil.which("mpiexec") or shutil.which("mpirun")
+    if launcher is None:
+        return "no mpiexec/mpirun on the PATH (install an MPI library such as Open MPI or MPICH)"
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "bench_mpi.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(_MPI_SCRIPT)
+        arg = json.dumps([round_trips, repeats, list(SIZES), ALL_REDUCE])
+        try:
+            done = subprocess.run([launcher, "-n", "2", sys.executable, script, arg],
+                                  capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"mpiexec failed ({exc})"
+    if done.returncode != 0:
+        return f"mpiexec failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}"
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _row(name: str, m: dict[str, float]) -> list[str]:
+    return [name, f"{m['rtt'] * 1e6:.1f} us",
+            *(f"{m[f'bw{size}'] / 1e9:.2f} GB/s" for size in SIZES),
+            f"{m['allreduce'] * 1e3:.1f} ms"]
+
+
+def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
+         transports: tuple[str, ...] = TRANSPORTS) -> dict[str, Any]:
+    """Measure and print the table of every transport (and MPI where it can run)."""
+    figures: dict[str, Any] = {name: measure(name, round_trips, repeats) for name in transports}
+    mpi = measure_mpi(round_trips, repeats)
+    rows = [_row(name, figures[name]) for name in transports]
+    if isinstance(mpi, dict):
+        figures["mpi"] = mpi
+        rows.append(_row("MPI (mpi4py)", mpi))
+    print(f"simcluster bench transports: 2 ranks (shm/tcp: 2 processes), wall clock measured "
+          f"in the ranks, medians of {repeats} repeats, {round_trips} round trips")
+    print(table(rows, ["transport", "round trip", "1 MiB bandwidth", "64 MiB bandwidth",
+                       "16 MiB all_reduce"]))
+    if not isinstance(mpi, dict):
+        print(f"MPI: skipped: {mpi}")
+    return figures
+
+
+QUICK = {"round_trips": 300, "repeats": 2}
