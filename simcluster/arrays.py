@@ -33,6 +33,8 @@ or leaves the process, and then by the explicit ``to_host``/``from_host``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import importlib
 import math
 import re
@@ -111,7 +113,7 @@ def _host_view(spec: ArraySpec, raw: memoryview, dt: np.dtype[Any], copy: bool) 
 # ---- one adapter per library ----
 
 
-class _Library:
+class _Library(ABC):
     """What simcluster needs from one array library; subclasses fill it in."""
 
     name = "?"
@@ -127,27 +129,33 @@ class _Library:
         xp: ModuleType = _compat.array_namespace(x)
         return xp
 
+    @abstractmethod
     def lower(self, x: Any, copy: bool, keep: bool) -> tuple[ArraySpec, Any, int]:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def rebuild(self, spec: ArraySpec, raw: memoryview, copy: bool) -> Any:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def clone(self, x: Any) -> Any:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def to_host(self, x: Any) -> NDArray[Any]:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def from_host(self, host: NDArray[Any], like: Any) -> Any:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def copy_same(self, dst: Any, src: Any) -> None:
         """Copy ``src`` (this library, same shape) into ``dst`` on ``dst``'s device."""
-        raise NotImplementedError
 
+    @abstractmethod
     def checksum(self, x: Any) -> int:
-        raise NotImplementedError
+        """See the subclasses."""
 
     def no_numpy(self, x: Any) -> TypeError:
         name = self.dtype_name(x)
@@ -165,6 +173,28 @@ class _Other(_Library):
         name = f"{type(x).__module__}.{type(x).__qualname__}"
         raise Unsendable(name, "convert it to a numpy, CuPy, torch or array_api_strict array first",
                          f"{name} is an array of a library simcluster does not carry")
+
+    def _refuse(self) -> TypeError:
+        return TypeError("an array of a library simcluster does not carry; convert it to a numpy, "
+                         "CuPy, torch or array_api_strict array first")
+
+    def rebuild(self, spec: ArraySpec, raw: memoryview, copy: bool) -> Any:
+        raise self._refuse()
+
+    def clone(self, x: Any) -> Any:
+        raise self._refuse()
+
+    def to_host(self, x: Any) -> NDArray[Any]:
+        raise self._refuse()
+
+    def from_host(self, host: NDArray[Any], like: Any) -> Any:
+        raise self._refuse()
+
+    def copy_same(self, dst: Any, src: Any) -> None:
+        raise self._refuse()
+
+    def checksum(self, x: Any) -> int:
+        raise self._refuse()
 
 
 class _Torch(_Library):
