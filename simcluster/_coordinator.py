@@ -23,7 +23,6 @@ rank's exception (rebuilt, traceback included) as ``__cause__``,
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import os
 import pickle
@@ -35,9 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from transports import shm as _shm
-from transports import wire
 from transports.base import Envelope, TransportError
-from transports.tcp import Link, TcpTransport, accept_handshake, log as _log
+from transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
+from transports.tcp import log as _log
 
 from . import _hosting as H
 from . import _remote
@@ -111,11 +110,9 @@ class Coordinator:
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         """Accept hosting processes on ``host:port`` (0: any free port); return the address."""
-        from transports.tcp import _STREAM_LIMIT
-
         try:
             self.server = await asyncio.start_server(self._accepted, host, port,
-                                                     limit=_STREAM_LIMIT)
+                                                     limit=STREAM_LIMIT)
         except OSError as exc:
             raise TransportError(None, "run", f"cannot listen on {host}:{port} ({exc})",
                                  "pick another master port, or free this one",
@@ -577,6 +574,9 @@ async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, transport: 
                  progress: Callable[[int, int, float], None] | None) -> Any:
     """Run ``fn`` on ``world_size`` ranks hosted by several processes; return the RunResult."""
     wall_start = _time.perf_counter()
+    if nnodes > 1 and isinstance(transport, _shm.ShmTransport):
+        raise ValueError(f"run(transport='shm', nnodes={nnodes}): shared memory does not reach "
+                         "other hosts; use transport='tcp'")
     if nnodes > 1:
         count = nnodes
     else:
@@ -623,7 +623,7 @@ async def _launch_local(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: M
     finally:
         _unwatch(coordinator.procs)
         await coordinator.close()
-        if isinstance(spec.transport, _shm.ShmTransport) or spec.transport.name == "shm":
+        if isinstance(spec.transport, _shm.ShmTransport):
             _shm.cleanup(run_id)
 
 
@@ -720,4 +720,3 @@ async def _local_address(addr: str, port: int) -> str:
 
 
 __all__ = ["Coordinator", "build_result", "launch"]
-_ = (wire, logging)

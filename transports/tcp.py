@@ -34,6 +34,7 @@ from .base import Deliver, Envelope, Transport, TransportError
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "STREAM_LIMIT",
     "Link",
     "TcpTransport",
     "accept_handshake",
@@ -50,7 +51,8 @@ _MAGIC: Final = b"SIMCLUS1"  # protocol name and version, first bytes on every s
 _NONCE: Final = 32
 _DIGEST: Final = 32
 _READ: Final = 1 << 20  # bytes asked of the stream per read
-_STREAM_LIMIT: Final = 1 << 22  # asyncio buffers this much before it stops reading
+STREAM_LIMIT: Final = 1 << 22
+"""Bytes asyncio buffers from a stream before it stops reading (the StreamReader limit)."""
 
 SECRET_FIX: Final = ("only processes started by this run, or started with the same "
                      "SIMCLUSTER_SECRET, may connect")
@@ -226,7 +228,7 @@ async def open_link(host: str, port: int, secret: bytes, *, peer: object, max_fr
     while True:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_STREAM_LIMIT),
+                asyncio.open_connection(host, port, limit=STREAM_LIMIT),
                 max(0.01, deadline - loop.time()))
             break
         except (OSError, asyncio.TimeoutError) as exc:
@@ -373,7 +375,7 @@ class TcpTransport(Transport):
     async def listen(self) -> tuple[str, int]:
         """Start accepting peers on ``host`` (any free port); return the address to give them."""
         self._server = await asyncio.start_server(self._accepted, self.host, 0,
-                                                  limit=_STREAM_LIMIT)
+                                                  limit=STREAM_LIMIT)
         host, port = self._server.sockets[0].getsockname()[:2]
         return str(host), int(port)
 
