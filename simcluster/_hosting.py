@@ -49,6 +49,7 @@ from transports.base import ACK, DATA, EAGER, Envelope, TransportError
 from transports.tcp import Link, TcpTransport, open_link
 
 from . import _remote
+from . import arrays as _arrays
 from .comm import Group
 from .engine import BLOCKED as _PARKED
 from .engine import Engine, Task, _finish_request
@@ -88,13 +89,13 @@ OP_NAMES: Final = {
 def control(op: int, proc: int, payload: object = None, time: float = 0.0,
             dumps: Callable[[object], bytes] | None = None) -> Envelope:
     """Build a control message as an envelope (its payload packed by ``wire``)."""
-    packed = wire.pack(payload, copy=False, dumps=dumps)
+    packed = wire.pack(payload, copy=False, dumps=dumps, arrays=_arrays.STAGED)
     return Envelope(EAGER, 0, proc, -1, op, 0, 0, float(time), packed.header, packed.buffers)
 
 
 def payload_of(envelope: Envelope, loads: Callable[[bytes], object] | None = None) -> Any:
     """Return the payload of a control message."""
-    return wire.unpack(envelope.header, envelope.buffers, loads=loads)
+    return wire.unpack(envelope.header, envelope.buffers, loads=loads, arrays=_arrays.STAGED)
 
 
 def split(world_size: int, procs: int) -> tuple[int, int]:
@@ -522,7 +523,7 @@ class Host:
         values = [_remote.lower_result(task.result) for task in self.tasks]
         for task, value in zip(self.tasks, values):
             try:
-                wire.pack(value, copy=False, dumps=self.dumps)
+                wire.pack(value, copy=False, dumps=self.dumps, arrays=_arrays.STAGED)
             except wire.Unsendable as exc:
                 problem = TypeError(
                     f"rank {task.rank}: run: the return value cannot be sent back from its hosting "

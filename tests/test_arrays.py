@@ -621,3 +621,21 @@ def test_byte_transports_stage_tensors_through_host_memory(byte_transport: str) 
     _module("torch")
     result = sc.run(_staged_main, world_size=3, transport=byte_transport, procs=2, timeout=60)
     assert list(result) == [[6.0, [1, 200], "torch.bfloat16", [0, 1, 2]]] * 3
+
+
+async def _return_tensor(comm: sc.Comm) -> Any:
+    import torch
+
+    t = torch.ones(3, dtype=torch.float64) * comm.rank
+    await comm.all_reduce(t)
+    return t
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("byte_transport", ["shm", "tcp"])
+def test_ranks_in_other_processes_can_return_tensors(byte_transport: str) -> None:
+    torch = _module("torch")
+    result = sc.run(_return_tensor, world_size=3, transport=byte_transport, procs=2, timeout=60)
+    for value in result:
+        assert type(value) is torch.Tensor and value.dtype == torch.float64
+        assert value.tolist() == [3.0, 3.0, 3.0]
