@@ -666,6 +666,10 @@ async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Ma
         raise ValueError(f"run(master_port={port_text!r}): the master port must be an int") from None
     if not 0 <= node_rank < spec.procs:
         raise ValueError(f"run(node_rank={node_rank!r}): node_rank must be in range({spec.procs})")
+    if spec.serializer == "pickle" and not os.environ.get(_SECRET_ENV):
+        raise ValueError(f"run(serializer='pickle', nnodes={spec.procs}): pickle across hosts needs "
+                         f"a real shared secret, or anyone reaching the master port could run code "
+                         f"here; set the same {_SECRET_ENV} on every node")
     secret = _node_secret(addr, port)
     run_id = f"n{port:x}"
     tp = spec.transport

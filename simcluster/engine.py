@@ -69,6 +69,9 @@ _TASK_STATES = ("ready", "running", "blocked", "awaiting a foreign future", "fin
 
 _BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout checks)
 
+_BARE_YIELD = object()
+"""``Task.waiting`` after a bare yield: polling spins keep counting across it."""
+
 _running: Task | None = None
 """The task being stepped right now, for ``simcluster.dist``; None between steps."""
 
@@ -243,7 +246,8 @@ class Engine:
         """Run one rank until it parks, finishes or fails."""
         global _running
         task.state = RUNNING
-        task.spins = 0
+        if task.waiting is not _BARE_YIELD:
+            task.spins = 0
         self._current = _running = task
         try:
             yielded = task.coro.send(None)
@@ -282,7 +286,16 @@ class Engine:
             task.waiting = yielded
             yielded._waiter = task
         elif yielded is None:  # a bare yield (asyncio.sleep(0)): run again at this time
+            task.spins += 1  # a poll loop around sleep(0) never lets virtual time move
+            if task.spins > SPIN_LIMIT:
+                self._failure = self._failure or (task, SimclusterError(
+                    task.rank, "asyncio.sleep(0)",
+                    f"yielded {SPIN_LIMIT} times at one virtual time without awaiting anything "
+                    "simcluster can complete, so virtual time cannot advance",
+                    "await the request itself, or await comm.sleep(dt) between polls"))
+                return
             task.state = READY
+            task.waiting = _BARE_YIELD
             self._push(self.now, self._resume, task)
         elif isinstance(yielded, _WaitAny):
             task.state = BLOCKED
@@ -379,14 +392,24 @@ class Engine:
             raise self._deadlock()
 
     def close(self) -> None:
-        """Cancel every unfinished rank and release the transport."""
-        for task in [*self.tasks, *self._helpers.values()]:
-            if task.state != FINISHED:
-                if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
-                    task.waiting.cancel()
-                task.state = FINISHED
-                task.coro.close()
-        self.transport.close()
+        """Cancel every unfinished rank and release the transport.
+
+        A rank's ``finally:`` blocks run here, outside the simulation: one that
+        awaits a simcluster call fails, and that failure is dropped so it can
+        neither hide the error that stopped the run nor keep others open.
+        """
+        try:
+            for task in [*self.tasks, *self._helpers.values()]:
+                if task.state != FINISHED:
+                    if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
+                        task.waiting.cancel()
+                    task.state = FINISHED
+                    try:
+                        task.coro.close()
+                    except Exception:  # noqa: BLE001 - see the docstring
+                        pass
+        finally:
+            self.transport.close()
 
     @property
     def failure(self) -> tuple[Task, BaseException] | None:

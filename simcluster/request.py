@@ -153,9 +153,8 @@ class Request(Generic[T]):
         if self._guard is not None:
             guard, self._guard = self._guard, None
             self._engine._check_hazard(self, guard)
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        if self._error is not None:  # raised again on every later wait or test
+            raise self._error
         value: T = self._value
         return value
 
@@ -268,6 +267,10 @@ async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
 def test_all(requests: Iterable[Request[Any]]) -> bool:
     """Return True if every request has completed; never blocks."""
     reqs = _as_list(requests)
+    if any(r._state == PENDING for r in reqs):  # like MPI_Testall: nothing completes unless all do
+        if reqs:
+            reqs[0]._engine._spin(reqs[0])
+        return False
     return all([r.test() for r in reqs])
 
 

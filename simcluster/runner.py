@@ -157,7 +157,7 @@ def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: flo
         raise ValueError(f"run(checks={checks!r}): checks must be 'strict' or 'off'")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"run(timeout={timeout!r}): timeout must be a positive number of seconds, or None")
-    if procs not in (None, 1) and transport == "memory":
+    if procs not in (None, 1) and (transport == "memory" or isinstance(transport, MemoryTransport)):
         raise ValueError(f"run(procs={procs!r}): the memory transport hosts every rank in this "
                          "process; use procs=1, or transport='shm'/'tcp' for several processes")
     if procs is not None and (isinstance(procs, bool) or not isinstance(procs, int) or procs < 1):

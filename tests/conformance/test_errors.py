@@ -474,3 +474,18 @@ def test_clean_run_has_no_leaks(transport: str) -> None:
 
     result = sc.run(main, world_size=2, transport=transport)
     assert result.leaks == []
+
+
+def test_a_finally_that_awaits_does_not_hide_the_real_error(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            raise ValueError("the real error")
+        try:
+            await comm.recv(src=0)
+        finally:
+            await comm.barrier()
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2, transport=transport)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "the real error"

@@ -417,3 +417,52 @@ def test_polling_test_without_awaiting_is_stopped_not_a_hang(transport: str) -> 
         r"so virtual time cannot advance; await the request, or await comm\.sleep\(dt\) between tests$",
         str(cause)), str(cause)
     assert info.value.__cause__.__traceback__ is not None
+
+
+def test_polling_with_asyncio_sleep_zero_is_an_error_not_a_hang(transport: str) -> None:
+    import asyncio
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 1:
+            req = comm.irecv(src=0)  # rank 0 never sends
+            while not req.test():
+                await asyncio.sleep(0)
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2, transport=transport, timeout=60)
+    assert info.value.rank == 1
+    assert "virtual time cannot advance" in str(info.value.__cause__)
+
+
+def test_a_failed_request_fails_on_every_wait(transport: str) -> None:
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            await comm.send(np.ones(8), dst=1)
+            return None
+        req = comm.irecv(np.zeros(4), src=0)
+        errors = []
+        for _ in range(2):
+            try:
+                await req
+            except sc.TruncationError as exc:
+                errors.append(type(exc).__name__)
+        return errors
+
+    assert sc.run(main, world_size=2, transport=transport)[1] == ["TruncationError"] * 2
+
+
+def test_test_all_completes_nothing_unless_all_are_done(transport: str) -> None:
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            await comm.send("a", dst=1, tag=1)
+            await comm.sleep(1.0)
+            await comm.send("b", dst=1, tag=2)
+            return None
+        reqs = [comm.irecv(src=0, tag=1), comm.irecv(src=0, tag=2)]
+        await comm.sleep(0.5)
+        early = sc.test_all(reqs)
+        first_retrieved = reqs[0]._retrieved
+        await comm.sleep(1.0)
+        return early, first_retrieved, sc.test_all(reqs), await sc.wait_all(reqs)
+
+    assert sc.run(main, world_size=2, transport=transport)[1] == (False, False, True, ["a", "b"])
