@@ -412,7 +412,7 @@ class Comm(CollectiveMethods):
 
     # ---- collectives: the private context ----
 
-    def _collective(self, call: str, algorithm: str = "") -> CollContext:
+    def _collective(self, call: str, algorithm: str = "", signature: str = "") -> CollContext:
         """Number a new collective call on this comm and return its private context.
 
         Every member must create contexts in the same order; each call's
@@ -420,12 +420,12 @@ class Comm(CollectiveMethods):
         the first message.
         """
         self._coll_seq += 1
-        return CollContext(self, self._coll_seq, call, algorithm)
+        return CollContext(self, self._coll_seq, call, algorithm, signature)
 
     async def _run_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
-                              algorithm: str = "") -> R:
+                              algorithm: str = "", signature: str = "") -> R:
         """Run a blocking collective: ``body`` gets the private context."""
-        ctx = self._collective(call, algorithm)
+        ctx = self._collective(call, algorithm, signature)
         task = self._engine._current
         if task is None:
             raise RuntimeError(f"{call}: called outside any rank; call it from a rank's coroutine")
@@ -441,9 +441,9 @@ class Comm(CollectiveMethods):
         return result
 
     def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
-                          algorithm: str = "") -> Request[R]:
+                          algorithm: str = "", signature: str = "") -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
-        ctx = self._collective(call, algorithm)
+        ctx = self._collective(call, algorithm, signature)
         if self._engine.trace is not None:
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
@@ -468,7 +468,8 @@ class CollContext:
     __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "info", "_coll", "_tag",
                  "_meta", "_engine")
 
-    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "") -> None:
+    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "",
+                 signature: str = "") -> None:
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.size
@@ -479,7 +480,8 @@ class CollContext:
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
         self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
-        self._meta = f"{seq}\x00{call}\x00{algorithm}".encode()
+        # signature: the payload's dtype and shape where every rank must pass the same
+        self._meta = f"{seq}\x00{call}\x00{algorithm}\x00{signature}".encode()
         self._engine = comm._engine
 
     @property

@@ -824,10 +824,14 @@ def deadlock_error(entries: list[BlockedEntry], now: float) -> SimclusterError:
 
 def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
     """Explain a collective message that met a receive of another collective call."""
-    mine_seq, mine, mine_algo = (req.meta.decode().split("\x00") + ["", "", ""])[:3]
-    theirs_seq, theirs, theirs_algo = (env.meta.decode().split("\x00") + ["", "", ""])[:3]
+    mine_seq, mine, mine_algo, mine_sig = (req.meta.decode().split("\x00") + [""] * 4)[:4]
+    theirs_seq, theirs, theirs_algo, theirs_sig = (env.meta.decode().split("\x00") + [""] * 4)[:4]
     group = req.comm._group
     src = group.local_rank(env.src)
+    if (mine_seq, mine, mine_algo) == (theirs_seq, theirs, theirs_algo):
+        return CollectiveMismatchError(
+            req.comm.rank, mine, f"rank {src} passed {theirs_sig or 'an object'} but this rank "
+            f"passed {mine_sig or 'an object'}", "every rank must pass arrays of one shape and dtype")
     if not theirs:
         problem = f"collective #{mine_seq} on comm {group.name!r} received a point-to-point message from rank {src}"
     elif (mine_seq, mine) == (theirs_seq, theirs):

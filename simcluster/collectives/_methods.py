@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .. import arrays
+from ..payload import describe
 from . import algorithms as _algorithms
 from . import check_algorithm, family
 from .analytic import twin as _twin
@@ -118,10 +119,13 @@ class CollectiveMethods:
         return _algorithms(name)[algo]
 
     def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
-            nonblocking: bool) -> Any:
+            nonblocking: bool, same: object = None) -> Any:
+        # same: a payload every rank must pass with one shape and dtype (reductions);
+        # its description travels with each message so a difference is named, not a numpy error
+        signature = describe(same) if _is_array(same) else ""
         if nonblocking:
-            return self._start_collective(call, body, algorithm)
-        return self._run_collective(call, body, algorithm)
+            return self._start_collective(call, body, algorithm, signature)
+        return self._run_collective(call, body, algorithm, signature)
 
     # ---- barrier ----
 
@@ -231,7 +235,7 @@ class CollectiveMethods:
         async def body(c: CollContext) -> Any:
             value = await fn(c, obj, rop, dst)
             return _in_place(obj, value) if c.rank == dst else None
-        return self._go(call, algo, body, nonblocking)
+        return self._go(call, algo, body, nonblocking, same=obj)
 
     async def reduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
                      algorithm: str | None = None) -> Any:
@@ -257,7 +261,7 @@ class CollectiveMethods:
 
         async def body(c: CollContext) -> Any:
             return _in_place(obj, await fn(c, obj, rop))
-        return self._go(call, algo, body, nonblocking)
+        return self._go(call, algo, body, nonblocking, same=obj)
 
     async def all_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Reduce every rank's ``obj`` with ``op`` (default SUM) and return it everywhere.
@@ -303,7 +307,7 @@ class CollectiveMethods:
         rop.check(obj, self.rank, call)
         algo = self._choose(name, algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
         fn = self._algorithm(name, algo)
-        return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking)
+        return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking, same=obj)
 
     async def scan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Return the inclusive prefix reduction ``obj_0 op ... op obj_rank`` (a new value)."""

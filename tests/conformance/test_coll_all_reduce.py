@@ -324,3 +324,15 @@ def test_reductions_charge_gamma_per_byte_reduced(transport: str) -> None:
     result = _timed(transport, 4, n, "recursive_doubling", sc.latency.AlphaBeta(0.0, 0.0, gamma))
     for t in [result.elapsed, *result.times]:
         assert math.isclose(t, 2 * n * gamma, rel_tol=1e-9, abs_tol=0.0)  # two steps, n bytes each
+
+
+def test_arrays_of_different_shapes_are_a_named_mismatch(transport: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        await comm.all_reduce(np.ones(3 + comm.rank))
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2, transport=transport)
+    assert isinstance(info.value.__cause__, sc.CollectiveMismatchError)
+    assert str(info.value.__cause__) == (
+        "rank 0: all_reduce(op=SUM): rank 1 passed float64[4] but this rank passed float64[3]; "
+        "every rank must pass arrays of one shape and dtype")
