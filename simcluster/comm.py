@@ -186,7 +186,8 @@ class Comm(CollectiveMethods):
         otherwise when ``dst`` posts a matching receive and the data has arrived
         (rendezvous). Costs no virtual time here; the latency model charges the
         transfer. Under ``checks="strict"`` changing an array before the request
-        completes raises ``BufferHazardError`` at ``wait``/``test``.
+        has been waited or tested to completion raises ``BufferHazardError`` at
+        that ``wait``/``test`` (also for eager sends, which complete at once).
 
         Raises:
             ValueError: ``dst`` outside ``range(self.size)`` or ``tag`` outside ``[0, 2**31)``.
@@ -428,7 +429,8 @@ class Comm(CollectiveMethods):
         ctx = self._collective(call, algorithm, signature)
         task = self._engine._current
         if task is None:
-            raise RuntimeError(f"{call}: called outside any rank; call it from a rank's coroutine")
+            raise RuntimeError(f"rank {self.rank}: {call}: called outside the rank's coroutine; "
+                               "call collectives from the function passed to sc.run")
         outer = task.collective
         task.collective = ctx.info
         start = self._engine.now
@@ -457,9 +459,9 @@ async def _as_coro(awaitable: Awaitable[R]) -> R:
 class CollContext:
     """The private point-to-point context of one collective call.
 
-    Collective algorithms talk only through this: the same calls as ``Comm``
+    Collective algorithms talk only through this: calls like ``Comm``'s
     (``isend``, ``irecv``, ``send``, ``recv``, ``sendrecv``, ``sleep``) without
-    tags. Its messages live on the communicator's private context, carry the
+    tags, and with the peer first (``irecv(src, buf=None)``). Its messages live on the communicator's private context, carry the
     call's number as their tag and its signature as metadata, so they never
     meet user messages, never meet another collective's, and a rank that
     called a different collective is caught at the first message.

@@ -31,7 +31,7 @@ def check_buffer(buf: Any, rank: int, op: str) -> None:
     if not isinstance(buf, np.ndarray):
         if arrays.is_array(buf):
             return  # their arrays are writeable; the copy runs in the buffer's own library
-        raise TypeError(f"rank {rank}: {op}: buf must be a numpy array, not {type(buf).__name__}; "
+        raise TypeError(f"rank {rank}: {op}: buf must be an array, not {type(buf).__name__}; "
                         "pass an array to fill (numpy, CuPy, torch or array_api_strict), or "
                         "buf=None to get the payload")
     if not buf.flags.writeable:

@@ -331,7 +331,8 @@ def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> 
 
     Keywords as in DESIGN.md: ``args``, ``kwargs``, ``transport``, ``procs``,
     ``latency``, ``seed``, ``eager_limit``, ``trace``, ``checks``,
-    ``algorithms``, ``timeout``; and ``serializer="pickle"`` to pickle what
+    ``algorithms``, ``timeout``; ``fidelity="analytic"`` to resolve each
+    collective in one step (memory transport); ``serializer="pickle"`` to pickle what
     msgpack cannot carry (only with peers you trust: unpickling runs their
     code); for tcp on several hosts, ``nnodes``, ``node_rank``,
     ``master_addr`` and ``master_port`` (default: ``MASTER_ADDR`` and
