@@ -53,6 +53,7 @@ from .errors import (
     TruncationError,
 )
 from .matching import ANY_SOURCE, ANY_TAG
+from .payload import describe
 from .request import SPIN_LIMIT, Request, Status, _format_op, _WaitAny
 
 if TYPE_CHECKING:
@@ -561,10 +562,6 @@ class Engine:
             self._push(max(done_at, self.now), _finish_each, (reqs, results))
         return req
 
-    def post_local(self, op: str) -> Request[Any]:
-        """Return a pending request that a helper (a collective schedule) completes itself."""
-        return Request(self, self._current, op)
-
     # ---- point-to-point: delivery ----
 
     def _deliver(self, env: Envelope) -> None:
@@ -902,14 +899,6 @@ def _find_cycle(edges: dict[int, list[int]]) -> list[int] | None:
     return None
 
 
-def _describe_buf(buf: Any) -> str:
-    shape = getattr(buf, "shape", None)
-    dtype = getattr(buf, "dtype", None)
-    if shape is None or dtype is None:
-        return type(buf).__name__
-    return f"{dtype}[{', '.join(map(str, shape))}]"
-
-
 def _fill(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
     """Copy a received array into the user's buffer, or explain why it cannot be."""
     if not (isinstance(value, np.ndarray) and isinstance(buf, np.ndarray)):
@@ -938,7 +927,7 @@ def _fill_any(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
     if not _arrays.is_array(value):
         raise TypeError(
             f"rank {rank}: {req.op}: message from rank {source} is a {type(value).__name__}, "
-            f"not an array, so it cannot fill buf={_describe_buf(buf)}; call recv() without buf")
+            f"not an array, so it cannot fill buf={describe(buf)}; call recv() without buf")
     have, want = _arrays.dtype_name(value), _arrays.dtype_name(buf)
     if have != want:
         raise TypeError(
