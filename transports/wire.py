@@ -766,10 +766,12 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         Unreadable: an array of another library cannot be held here (its
             library is missing, or its dtype has no type here).
     """
-    if loads is not None or arrays is not None:
+    if not buffers and loads is None:  # no arrays to rebuild: the shared stateless decoder
+        decoder = _NO_BUFFERS
+    elif loads is not None or arrays is not None:
         decoder = _Decoder(buffers, copy, loads, arrays)
     else:
-        decoder = _Decoder(buffers, copy) if buffers else _NO_BUFFERS
+        decoder = _Decoder(buffers, copy)
     try:
         obj = decoder.read(header)
     except (TransportError, Unreadable):
