@@ -306,6 +306,7 @@ class _AlphaBetaPorts(_BoundPorts):
         self._recv_free = [_IDLE] * world_size
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        # send_side and recv_side in one body: this runs once per message of a run
         send_free = self._send_free
         start = send_free[src]
         if t > start:
@@ -406,21 +407,8 @@ class _LogGPPorts(_BoundPorts):
         self._recv_free = [_IDLE] * world_size
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        o = self._o
-        send_free = self._send_free
-        start = send_free[src]
-        if t > start:
-            start = t
-        inject = o + (nbytes - 1) * self._G if nbytes > 1 else o
-        busy = inject if inject > self._g else self._g
-        send_free[src] = start + busy
-        depart = start + inject
-        arrive = depart + self._L + o
-        queued = self._recv_free[dst] + busy
-        if queued > arrive:
-            arrive = queued
-        self._recv_free[dst] = arrive
-        return depart, arrive
+        depart, wire = self.send_side(src, dst, nbytes, t)
+        return depart, self.recv_side(src, dst, nbytes, wire)
 
     def _busy(self, nbytes: int) -> float:
         inject = self._o + (nbytes - 1) * self._G if nbytes > 1 else self._o
@@ -433,8 +421,7 @@ class _LogGPPorts(_BoundPorts):
         if t > start:
             start = t
         inject = o + (nbytes - 1) * self._G if nbytes > 1 else o
-        busy = inject if inject > self._g else self._g
-        send_free[src] = start + busy
+        send_free[src] = start + (inject if inject > self._g else self._g)
         depart = start + inject
         return depart, depart + self._L + o
 

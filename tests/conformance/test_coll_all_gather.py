@@ -10,11 +10,9 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import all_gather
+from coll_helpers import ALPHA, BETA, WORLD_SIZES
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(all_gather.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
 
 OBJECTS: list[Any] = [None, False, 2**80, 0.25, 1j, "str", b"\x01", [1, [2]], (3, "t"), {"d": None}]
 DTYPES = [np.float64, np.int32, np.uint8, np.complex64, np.bool_]

@@ -15,22 +15,9 @@ import pytest
 import simcluster as sc
 from simcluster.collectives import all_reduce
 from simcluster.ops import ReduceOp
+from coll_helpers import AFFINE, ALPHA, BETA, CONCAT, MATMUL, SHEARS, WORLD_SIZES
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(all_reduce.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
-
-
-def _compose(f: Any, g: Any) -> Any:
-    """Compose affine maps ``x -> a*x + b`` stored as ``a + b*1j``: first ``f``, then ``g``."""
-    return f.real * g.real + 1j * (f.imag * g.real + g.imag)
-
-
-AFFINE = ReduceOp.custom(_compose, commutative=False, name="affine", elementwise=True)
-CONCAT = ReduceOp.custom(operator.add, commutative=False, name="concat")
-MATMUL = ReduceOp.custom(np.matmul, commutative=False)
-SHEARS = [np.array([[1, 1], [0, 1]]), np.array([[1, 0], [1, 1]]), np.array([[2, 1], [1, 1]])]
 
 
 def _affine(rank: int, n: int) -> np.ndarray:

@@ -10,11 +10,9 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import all_to_all
+from coll_helpers import ALPHA, BETA, WORLD_SIZES
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(all_to_all.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
 
 
 def _item(src: int, dst: int) -> Any:

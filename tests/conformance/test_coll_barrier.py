@@ -8,9 +8,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import barrier
-
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
-ALPHA = 2.0**-20
+from coll_helpers import ALPHA, WORLD_SIZES
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

@@ -11,11 +11,9 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import broadcast
+from coll_helpers import ALPHA, BETA, WORLD_SIZES
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(broadcast.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
 
 MESSAGES: list[Any] = [
     None, True, -7, 2**100, 3.5, 1 + 2j, "héllo", b"\x00\xff", [1, [2, "x"]], (1, (2.5, None)),

@@ -15,20 +15,9 @@ import pytest
 import simcluster as sc
 from simcluster.collectives import reduce
 from simcluster.ops import ReduceOp
+from coll_helpers import AFFINE, ALPHA, BETA, CONCAT, WORLD_SIZES, _compose
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(reduce.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
-
-
-def _compose(f: Any, g: Any) -> Any:
-    """Compose affine maps ``x -> a*x + b`` stored as ``a + b*1j``: first ``f``, then ``g``."""
-    return f.real * g.real + 1j * (f.imag * g.real + g.imag)
-
-
-AFFINE = ReduceOp.custom(_compose, commutative=False, name="affine", elementwise=True)
-CONCAT = ReduceOp.custom(operator.add, commutative=False, name="concat")
 
 
 def _np(ufunc: np.ufunc) -> Callable[[list[Any]], Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
 from collections.abc import Callable
 from typing import Any
@@ -15,21 +14,9 @@ import pytest
 import simcluster as sc
 from simcluster.collectives import reduce_scatter
 from simcluster.ops import ReduceOp
+from coll_helpers import AFFINE, ALPHA, BETA, CONCAT, MATMUL, WORLD_SIZES, _compose
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
 ALGORITHMS = sorted(reduce_scatter.ALGORITHMS)
-ALPHA = 2.0**-20
-BETA = 2.0**-30
-
-
-def _compose(f: Any, g: Any) -> Any:
-    """Compose affine maps ``x -> a*x + b`` stored as ``a + b*1j``: first ``f``, then ``g``."""
-    return f.real * g.real + 1j * (f.imag * g.real + g.imag)
-
-
-AFFINE = ReduceOp.custom(_compose, commutative=False, name="affine", elementwise=True)
-CONCAT = ReduceOp.custom(operator.add, commutative=False, name="concat")
-MATMUL = ReduceOp.custom(np.matmul, commutative=False)
 
 
 def _item(kind: str, rank: int, j: int) -> Any:

@@ -11,10 +11,8 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import gather, scatter
+from coll_helpers import ALPHA, BETA, WORLD_SIZES
 
-WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16]
-ALPHA = 2.0**-20
-BETA = 2.0**-30
 
 OBJECTS: list[Any] = [None, True, 2**70, -1.5, 2j, "s", b"b", [1, "x"], (1, None), {"k": [1.0]}]
 
