@@ -428,7 +428,7 @@ class Engine:
         ``need_request``.
         """
         if self._current is None or self._current.rank != comm._world_rank:
-            raise self._outside(comm, op)
+            raise self._outside(comm.rank, op)
         try:
             packed = wire.pack(obj, copy=False, arrays=self._arrays)
         except wire.Unsendable as exc:
@@ -490,7 +490,7 @@ class Engine:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         task = self._current
         if task is None or task.rank != comm._world_rank:
-            raise self._outside(comm, (op, buf, src, tag))
+            raise self._outside(comm.rank, (op, buf, src, tag))
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
         req = _RecvRequest(self, task, op, peer, comm, src, tag, buf, meta, nonblocking)
         if nonblocking and self.strict:
@@ -503,11 +503,12 @@ class Engine:
             self._matched(req, env)
         return req
 
-    def _outside(self, comm: Comm, op: str | tuple[Any, ...]) -> RuntimeError:
+    def _outside(self, rank: object, op: str | tuple[Any, ...], verb: str = "called") -> RuntimeError:
+        """The error for a simcluster call made or awaited outside its rank's own coroutine."""
         call = op if isinstance(op, str) else _format_op(op)
         who = "outside any rank" if self._current is None else f"by rank {self._current.rank}"
         return RuntimeError(
-            f"rank {comm.rank}: {call}: called {who}, not from the rank's own coroutine "
+            f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "
             "(asyncio.gather/create_task run coroutines outside the simulator); "
             "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead")
 
@@ -697,12 +698,7 @@ class Engine:
     def _check_awaiter(self, req: Request[Any]) -> None:
         task = req._task
         if self._current is not task or task is None:
-            who = "outside any rank" if self._current is None else f"by rank {self._current.rank}"
-            owner = "?" if task is None else task.rank
-            raise RuntimeError(
-                f"rank {owner}: {req.op}: awaited {who}, not from the rank's own coroutine "
-                "(asyncio.gather/create_task run coroutines outside the simulator); "
-                "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead")
+            raise self._outside("?" if task is None else task.rank, req.op, "awaited")
 
     def _check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
         self._untrack(req)
