@@ -36,7 +36,6 @@ payload is packed with ``transports.wire``; nothing on it is pickled.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import os
 import pickle
 import signal
@@ -274,12 +273,7 @@ class HostedEngine(Engine):
 
     def _run_until(self, limit: float) -> None:
         """Pop every event at time ``<= limit`` (the bounded twin of the main loop)."""
-        heap = self._heap
-        pop = heapq.heappop
-        while heap and self._failure is None and heap[0][0] <= limit:
-            t, _, _, fn, arg = pop(heap)
-            self.now = t
-            fn(arg)
+        self._run_events(limit, -1)  # a negative budget never runs out
 
     async def phase(self, now: float, counts: list[int]) -> dict[str, Any]:
         """Run one STEP at virtual time ``now`` and return the REPORT payload.
@@ -291,7 +285,7 @@ class HostedEngine(Engine):
         await self.transport.receive(counts)
         self._run_until(now)
         while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
-            if self._heap and self._heap[0][0] <= now:
+            if self._ready:
                 self._run_until(now)
                 continue
             self._wake_future = asyncio.get_running_loop().create_future()
@@ -307,7 +301,7 @@ class HostedEngine(Engine):
             task, exc = self._failure
             failure = {"rank": task.rank, "exc": _remote.encode_exception(exc)}
         return {"sent": sent, "min": earliest, "unfinished": self._unfinished,
-                "next": self._heap[0][0] if self._heap and failure is None else None,
+                "next": self._next_time() if failure is None else None,
                 "failure": failure}
 
     def blocked_split(self) -> dict[str, list[Any]]:

@@ -11,9 +11,10 @@ Rule 1: time only moves in ``_run_until_quiescent``, by popping the earliest
 event. A rank runs at the time of the event that resumed it, so every rank's
 clock is the engine's ``now`` while it runs, and time never jumps while a rank
 is still runnable (or is awaiting something foreign).
-Rule 2: every tie is broken by the heap key ``(time, tiebreak, seq)``, with
-``tiebreak`` drawn from the run's seeded RNG, so the same seed gives the same
-schedule and another seed may give another one.
+Rule 2: events due at one virtual time run in an order drawn from the run's
+seeded RNG (the next one is picked at random among all that are due, those
+they add included), so the same seed gives the same schedule and another seed
+may give another one.
 Rule 3: messages between one pair of ranks enter one FIFO channel whose
 arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
@@ -168,16 +169,19 @@ class Engine:
         self._dumps: Callable[[object], bytes] | None = None
         self._loads: Callable[[bytes], object] | None = None
         self.now = 0.0
-        self._heap: list[tuple[float, float, int, Callable[[Any], None], Any]] = []
-        self._seq = itertools.count()
-        self._next_seq = self._seq.__next__
+        # the event queue: what is due now, and later times' events by time (a calendar;
+        # a heap of single events costs log(events) tuple comparisons per event at scale)
+        self._ready: list[tuple[Callable[[Any], None], Any]] = []
+        self._later: dict[float, list[tuple[Callable[[Any], None], Any]]] = {}
+        self._times: list[float] = []  # heap of the keys of _later
         self._rand = self.rng.random
         self._msg_ids = itertools.count(1)
         self.tasks: list[Task] = []
         self.groups: dict[int, Group] = {}
-        self._channels: dict[int, deque[tuple[float, Envelope]]] = {}
+        self._channels: dict[int, Envelope | deque[Envelope]] = {}
         self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes]] = {}
         self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
+        self._rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
         self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
         self._tracked: dict[int, Request[Any]] = {}
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
@@ -185,6 +189,7 @@ class Engine:
         self.last_nbytes = 0
         self.fidelity = "message"  # or "analytic": collectives resolve in one step (meet)
         self._current: Task | None = None
+        self._looping = False  # inside _run_events: a request completed by an event resumes its rank at once
         self._foreign = 0
         self._wake_future: asyncio.Future[None] | None = None
         self._failure: tuple[Task, BaseException] | None = None
@@ -202,7 +207,63 @@ class Engine:
     # ---- scheduling ----
 
     def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
-        heapq.heappush(self._heap, (t, self._rand(), self._next_seq(), fn, arg))
+        """Schedule ``fn(arg)`` at virtual time ``t`` (never before now)."""
+        if t <= self.now:
+            self._ready.append((fn, arg))
+            return
+        bucket = self._later.get(t)
+        if bucket is None:
+            self._later[t] = [(fn, arg)]
+            heapq.heappush(self._times, t)
+        else:
+            bucket.append((fn, arg))
+
+    def _next_time(self) -> float | None:
+        """Return the time of the earliest scheduled event, or None when there is none."""
+        if self._ready:
+            return self.now
+        return self._times[0] if self._times else None
+
+    def _run_events(self, limit: float, budget: int) -> int:
+        """Run due events in seeded order, moving time up to ``limit``; return the budget left.
+
+        Stops when no event is left at or before ``limit``, when a rank failed,
+        when the next event lies in the future while some rank awaits a foreign
+        future (time must not jump past it), or after ``budget`` events.
+        """
+        ready = self._ready
+        rand = self._rand
+        self._looping = True
+        try:
+            return self._run_loop(ready, rand, limit, budget)
+        finally:
+            self._looping = False
+
+    def _run_loop(self, ready: list[tuple[Callable[[Any], None], Any]], rand: Callable[[], float],
+                  limit: float, budget: int) -> int:
+        while budget and self._failure is None:
+            n = len(ready)
+            if n:
+                if n == 1:
+                    fn, arg = ready.pop()
+                else:  # a seeded pick among the due events: swap it with the last, pop
+                    i = int(rand() * n)
+                    last = ready.pop()
+                    if i == n - 1:
+                        fn, arg = last
+                    else:
+                        fn, arg = ready[i]
+                        ready[i] = last
+                fn(arg)
+                budget -= 1
+                continue
+            times = self._times
+            if not times or times[0] > limit or self._foreign:
+                break
+            t = heapq.heappop(times)
+            self.now = t
+            self._ready = ready = self._later.pop(t)
+        return budget
 
     def start(self, task: Task) -> None:
         """Add a rank and schedule its first step at time 0."""
@@ -337,16 +398,7 @@ class Engine:
         ``_BREATHE_EVERY`` events so that the asyncio loop and the timeout get
         a turn.
         """
-        heap = self._heap
-        pop = heapq.heappop
-        budget = _BREATHE_EVERY
-        while heap and self._failure is None and budget:
-            if self._foreign and heap[0][0] > self.now:
-                return
-            t, _, _, fn, arg = pop(heap)
-            self.now = t
-            fn(arg)
-            budget -= 1
+        budget = self._run_events(float("inf"), _BREATHE_EVERY)
         self._events += _BREATHE_EVERY - budget
 
     async def run(self) -> None:
@@ -374,7 +426,7 @@ class Engine:
                 return
             if deadline is not None and _time.monotonic() > deadline:
                 raise RunTimeoutError(None, "run", self._timeout_report(), "")
-            if self._foreign and (not self._heap or self._heap[0][0] > self.now):
+            if self._foreign and not self._ready:
                 loop = asyncio.get_running_loop()
                 self._wake_future = loop.create_future()
                 remaining = None if deadline is None else max(0.0, deadline - _time.monotonic())
@@ -385,7 +437,7 @@ class Engine:
                 finally:
                     self._wake_future = None
                 continue
-            if self._heap:
+            if self._next_time() is not None:
                 await asyncio.sleep(0)  # let the event loop breathe on long runs
                 continue
             break
@@ -569,17 +621,27 @@ class Engine:
         """Take an envelope from the transport (the transport's ``deliver`` callback)."""
         kind = env.kind
         if kind == EAGER or kind == RTS:
+            # one channel per (src, dst): arrival times never decrease along it, so its
+            # messages are matched in send order (a lone one is kept as is, not in a deque)
             key = env.src * self.world_size + env.dst
-            chan = self._channels.get(key)
+            channels = self._channels
+            chan = channels.get(key)
             t = env.time
             if chan is None:
-                if t == self.now:  # arrives now, nothing ahead of it: match it at once
+                if t <= self.now:  # arrives now, nothing ahead of it: match it at once
                     self._arrived(env)
                     return
-                chan = self._channels[key] = deque()
-            elif chan[-1][0] > t:
-                t = chan[-1][0]
-            chan.append((t, env))
+                channels[key] = env
+            else:
+                single = type(chan) is Envelope
+                last = chan if single else chan[-1]
+                if last.time > t:
+                    t = last.time
+                    env = env._replace(time=t)
+                if single:
+                    channels[key] = deque((chan, env))
+                else:
+                    chan.append(env)
             self._push(t, self._arrive, key)
         elif kind == CTS:
             self._clear_to_send(env)
@@ -590,10 +652,15 @@ class Engine:
             self._push(env.time, _finish_request, req)
 
     def _arrive(self, key: int) -> None:
-        chan = self._channels[key]
-        env = chan.popleft()[1]
-        if not chan:
-            del self._channels[key]
+        channels = self._channels
+        chan = channels[key]
+        if type(chan) is Envelope:
+            del channels[key]
+            self._arrived(chan)
+            return
+        env = chan.popleft()
+        if len(chan) == 1:
+            channels[key] = chan[0]
         self._arrived(env)
 
     def _arrived(self, env: Envelope) -> None:
@@ -639,13 +706,16 @@ class Engine:
         match_time = env.time
         arrive = match_time if self._zero_latency else self.ports.transfer(
             sender, receiver, nbytes, match_time)[1]
+        # the send completes when its data has been copied out at the receiver (_data_arrived):
+        # the DATA envelope references the sender's own arrays
+        self._rdv_landing[(sender, env.msg_id)] = req
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, arrive, header, buffers))
-        self._push(arrive, _finish_request, req)
 
     def _data_arrived(self, env: Envelope) -> None:
-        req = self._rdv_recvs.pop((env.src, env.msg_id))
-        self._complete_recv(req, env, copy=True)
+        key = (env.src, env.msg_id)
+        self._complete_recv(self._rdv_recvs.pop(key), env, copy=True)
+        self._rdv_landing.pop(key)._finish()
 
     def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
         local = req.comm._group._local

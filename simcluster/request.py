@@ -84,10 +84,13 @@ class Request(Generic[T]):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            if waiter.state == 2:  # BLOCKED: schedule it at the current time
+            if waiter.state == 2:  # BLOCKED: it runs now
                 engine = self._engine
-                waiter.state = 0  # READY
-                engine._push(engine.now, engine._resume, waiter)
+                if engine._current is None and engine._looping:
+                    engine._step(waiter)  # inside an event, between rank steps: run it here
+                else:  # inside another rank's step: after it, in seeded order
+                    waiter.state = 0  # READY
+                    engine._push(engine.now, engine._resume, waiter)
 
     # ---- user side ----
 
