@@ -285,7 +285,7 @@ class HostedEngine(Engine):
         await self.transport.receive(counts)
         self._run_until(now)
         while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
-            if self._ready:
+            if self._ready or self._due:
                 self._run_until(now)
                 continue
             self._wake_future = asyncio.get_running_loop().create_future()
