@@ -51,7 +51,7 @@ from . import _remote
 from . import arrays as _arrays
 from .comm import Group
 from .engine import BLOCKED as _PARKED
-from .engine import Engine, Task, _finish_request
+from .engine import Engine, Task, _finish_request, _info
 from .latency import Ports
 from .request import Request
 from .trace import Trace
@@ -311,7 +311,7 @@ class HostedEngine(Engine):
             for task in tasks:
                 if task.state == _PARKED:
                     line, peers = self._describe(task)
-                    out.append([task.rank, line, peers, task.collective])
+                    out.append([task.rank, line, peers, _info(task)])
             return out
         return {"tasks": entries(self.tasks), "helpers": entries(list(self._helpers.values()))}
 

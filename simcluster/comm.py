@@ -26,7 +26,7 @@ from .payload import check_buffer
 from .request import Request, Status
 
 if TYPE_CHECKING:
-    from .engine import Engine, Task
+    from .engine import CollectiveInfo, Engine, Task
     from .latency import LatencyModel
 
 A = TypeVar("A")
@@ -432,7 +432,7 @@ class Comm(CollectiveMethods):
             raise RuntimeError(f"rank {self.rank}: {call}: called outside the rank's coroutine; "
                                "call collectives from the function passed to sc.run")
         outer = task.collective
-        task.collective = ctx.info
+        task.collective = ctx
         start = self._engine.now
         try:
             result = await body(ctx)
@@ -449,7 +449,7 @@ class Comm(CollectiveMethods):
         if self._engine.trace is not None:
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
-        return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx.info)
+        return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
 
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:
@@ -486,7 +486,7 @@ class CollContext:
     called a different collective is caught at the first message.
     """
 
-    __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "info", "_coll", "_tag",
+    __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "_coll", "_tag",
                  "_meta", "_engine")
 
     def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "",
@@ -497,13 +497,18 @@ class CollContext:
         self.seq = seq
         self.call = call
         self.algorithm = algorithm
-        self.info = (comm._ctx, comm._group.name, seq, call, comm.rank)
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
         self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
         # signature: the payload's dtype and shape where every rank must pass the same
         self._meta = f"{seq}\x00{call}\x00{algorithm}\x00{signature}".encode()
         self._engine = comm._engine
+
+    @property
+    def info(self) -> CollectiveInfo:
+        """(context, comm name, call number, call, comm rank): what reports say of this call."""
+        comm = self.comm
+        return (comm._ctx, comm._group.name, self.seq, self.call, comm.rank)
 
     @property
     def latency(self) -> LatencyModel:

@@ -58,7 +58,7 @@ from .payload import describe
 from .request import SPIN_LIMIT, Request, Status, _format_op, _WaitAny
 
 if TYPE_CHECKING:
-    from .comm import Comm, Group
+    from .comm import CollContext, Comm, Group
     from .latency import Ports
     from .trace import Trace
 
@@ -99,7 +99,7 @@ class Task:
         self.time = 0.0
         self.spins = 0
         # the collective call in progress, for reports: (ctx, comm name, number, call, comm rank)
-        self.collective: CollectiveInfo | None = None
+        self.collective: CollContext | None = None
         self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
 
     def __repr__(self) -> str:
@@ -287,7 +287,7 @@ class Engine:
         self._push(0.0, self._resume, task)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], op: str,
-              collective: CollectiveInfo | None = None) -> Request[Any]:
+              collective: CollContext | None = None) -> Request[Any]:
         """Run ``coro`` as a helper of the current rank; return a request for its result.
 
         Nonblocking collectives use this: the helper progresses on its own while
@@ -844,7 +844,7 @@ class Engine:
         where = _frames.coroutine_line(task.coro)
         inside = ""
         if task.collective is not None:
-            _, name, seq, call, _ = task.collective
+            _, name, seq, call, _ = task.collective.info
             inside = f" inside {call} (collective #{seq} on comm {name!r})"
         return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
 
@@ -854,7 +854,7 @@ class Engine:
         for task in [*self.tasks, *self._helpers.values()]:
             if task.state == BLOCKED:
                 line, peers = self._describe(task)
-                entries.append((task.rank, line, peers, task.collective))
+                entries.append((task.rank, line, peers, _info(task)))
         return entries
 
     def _deadlock(self) -> SimclusterError:
@@ -946,6 +946,11 @@ def _collective_mismatch(blocked: list[Any]) -> CollectiveMismatchError | None:
                 rank, call, f"this is collective #{seq} on comm {name!r}, but rank "
                 f"{orank} {where}", "every rank must call collectives in the same order")
     return None
+
+
+def _info(task: Task) -> CollectiveInfo | None:
+    """The collective call a task is inside, as reports carry it (None outside collectives)."""
+    return None if task.collective is None else task.collective.info
 
 
 def _finish_request(req: Request[Any]) -> None:

@@ -133,7 +133,7 @@ class CollectiveMethods:
         call = "barrier()"
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
-        return self._go(call, algo, lambda c: fn(c), nonblocking)
+        return self._go(call, algo, fn, nonblocking)
 
     async def barrier(self: Comm, *, algorithm: str | None = None) -> None:
         """Wait until every member has called barrier.
