@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 import zlib
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from transports import wire
@@ -23,7 +23,7 @@ from transports import wire
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .payload import check_buffer
-from .request import Request, Status
+from .request import DONE, Request, Status
 
 if TYPE_CHECKING:
     from .engine import CollectiveInfo, Engine, Task
@@ -456,18 +456,6 @@ async def _as_coro(awaitable: Awaitable[R]) -> R:
     return await awaitable
 
 
-class _Done:
-    """An awaitable that is already complete (a send that finished at once)."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return iter(())
-
-
-_DONE: Final = _Done()
-
-
 async def _both(rreq: Request[A], sreq: Request[None]) -> A:
     """Wait for a receive and then a send; return what was received."""
     value = await rreq
@@ -535,7 +523,7 @@ class CollContext:
         """Send ``obj`` to member ``dst``; await the result."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
                                      op=f"send(dst={dst})", nonblocking=False, meta=self._meta)
-        return _DONE if req is None else req
+        return DONE if req is None else req
 
     def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
         """Receive from member ``src``; await the result."""

@@ -141,6 +141,14 @@ class LatencyModel(ABC):
         """Return the virtual seconds it takes to reduce ``nbytes`` bytes locally (0 by default)."""
         return 0.0
 
+    @property
+    def free_reductions(self) -> bool:
+        """True when :meth:`reduce_time` is 0 for every size, so collectives need not size results.
+
+        The default says so exactly when a subclass keeps the default ``reduce_time``.
+        """
+        return type(self).reduce_time is LatencyModel.reduce_time
+
     def describe(self) -> str:
         """Return a short human description, e.g. ``AlphaBeta(alpha=1e-06, beta=1e-10)``."""
         return f"{type(self).__name__}()"
@@ -388,6 +396,11 @@ class AlphaBeta(_Model):
         """Return ``gamma * nbytes``, the seconds it takes to reduce ``nbytes`` bytes."""
         return self.gamma * nbytes
 
+    @property
+    def free_reductions(self) -> bool:
+        """True when ``gamma`` is 0."""
+        return self.gamma == 0
+
     def describe(self) -> str:
         """Return ``AlphaBeta(alpha=..., beta=...)``, with ``gamma=...`` only when it is not 0."""
         tail = f", gamma={self.gamma!r}" if self.gamma else ""
@@ -565,6 +578,11 @@ class Hierarchical(_Model):
         """Return ``intra.reduce_time(nbytes)``: reductions run on a node."""
         return self.intra.reduce_time(nbytes)
 
+    @property
+    def free_reductions(self) -> bool:
+        """As ``intra``'s."""
+        return self.intra.free_reductions
+
 
 class _JitterPorts(_BoundPorts):
     __slots__ = ("zero", "inner", "_transfer", "_rel", "_random")
@@ -623,6 +641,11 @@ class Jitter(_Model):
     def reduce_time(self, nbytes: int) -> float:
         """Return ``model.reduce_time(nbytes)`` (reductions are not jittered)."""
         return self.model.reduce_time(nbytes)
+
+    @property
+    def free_reductions(self) -> bool:
+        """As the wrapped model's."""
+        return self.model.free_reductions
 
 
 # ---- parse: models from command-line specs ----

@@ -14,7 +14,7 @@ error, because asyncio would drive those coroutines, not the simulator.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from .engine import Engine, Task
@@ -173,6 +173,19 @@ def _format_op(op: tuple[Any, ...]) -> str:
         return f"{op[0]}(dst={op[1]!r}, tag={op[2]!r})"
     bufs = "" if op[1] is None else f"buf={describe(op[1])}, "
     return f"{op[0]}({bufs}src={op[2]!r}, tag={op[3]!r})"
+
+
+class _Done:
+    """An awaitable that is already complete: awaiting it returns None at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())
+
+
+DONE: Final = _Done()
+"""Returned where an operation may finish at once (a send, a free reduction) instead of a coroutine."""
 
 
 class _WaitAny:

@@ -23,14 +23,14 @@ and only after the sends that read it have completed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from .. import arrays
-from ..request import wait_all
+from ..request import DONE, wait_all
 from ._chunks import fresh
 
 if TYPE_CHECKING:
@@ -98,32 +98,42 @@ def finish(op: ReduceOp, value: Any, count: int, obj: Any) -> Any:
 # ---- combining, with the gamma charge ----
 
 
-async def _charge(c: CollContext, value: object) -> None:
-    seconds = c.latency.reduce_time(nbytes_of(value))
-    if seconds > 0:
-        await c.sleep(seconds)
+def charge(c: CollContext, value: object) -> Awaitable[None]:
+    """Charge this rank ``reduce_time`` for having computed ``value``; await the result.
+
+    Already complete (no sizing, no sleep) when the run's model makes reductions free.
+    """
+    latency = c.latency
+    if latency.free_reductions:
+        return DONE
+    seconds = latency.reduce_time(nbytes_of(value))
+    return c.sleep(seconds) if seconds > 0 else DONE
 
 
 async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:
     """Return ``left op right`` (``left`` holds the lower ranks), charging ``reduce_time``."""
     value = op.apply(left, right)
-    await _charge(c, value)
+    await charge(c, value)
     return value
+
+
+def apply_flat(op: ReduceOp, left: Flat, right: Flat) -> Flat:
+    """Return ``left op right`` item by item for two segments (no charge)."""
+    if type(left) is not list:  # a 1-D array, of numpy or another library
+        return op.apply(left, right)
+    return [op.apply(a, b) for a, b in zip(left, right, strict=True)]
 
 
 async def combine_flat(c: CollContext, op: ReduceOp, left: Flat, right: Flat) -> Flat:
     """Return ``left op right`` item by item for two segments, charging ``reduce_time``."""
-    if type(left) is not list:  # a 1-D array, of numpy or another library
-        value: Flat = op.apply(left, right)
-    else:
-        value = [op.apply(a, b) for a, b in zip(left, right, strict=True)]
-    await _charge(c, value)
+    value = apply_flat(op, left, right)
+    await charge(c, value)
     return value
 
 
-async def ordered(c: CollContext, op: ReduceOp, mine: Flat, got: Flat, got_first: bool) -> Flat:
-    """Combine my segment with a peer's, the lower ranks' operand first."""
-    return await combine_flat(c, op, got, mine) if got_first else await combine_flat(c, op, mine, got)
+def ordered(op: ReduceOp, mine: Flat, got: Flat, got_first: bool) -> Flat:
+    """Combine my segment with a peer's, the lower ranks' operand first (the caller charges it)."""
+    return apply_flat(op, got, mine) if got_first else apply_flat(op, mine, got)
 
 
 async def fold_values(c: CollContext, op: ReduceOp, values: Sequence[Any], *, flat: bool = False) -> Any:
@@ -230,7 +240,9 @@ async def halving(c: CollContext, fold: Fold, vrank: int, flat: Flat, bounds: Se
         mid = (lo + hi) // 2
         (lo, hi), give = ((mid, hi), (lo, mid)) if vrank & mask else ((lo, mid), (mid, hi))
         got = await c.sendrecv(segment(flat, bounds, *give), fold.rank(peer), fold.rank(peer))
-        flat[bounds[lo]:bounds[hi]] = await ordered(c, op, segment(flat, bounds, lo, hi), got, peer < vrank)
+        reduced = ordered(op, segment(flat, bounds, lo, hi), got, peer < vrank)
+        await charge(c, reduced)
+        flat[bounds[lo]:bounds[hi]] = reduced
         windows.append((lo, hi))
         mask <<= 1
     return windows

@@ -40,6 +40,7 @@ from . import reduce as _reduce
 from ._chunks import split_bounds
 from ._reduction import (
     Fold,
+    charge,
     doubling_gather,
     finish,
     flatten,
@@ -80,7 +81,8 @@ async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
         while mask < fold.pof2:
             peer = vrank ^ mask
             got = await c.sendrecv(flat, fold.rank(peer), fold.rank(peer))
-            flat = await ordered(c, op, flat, got, peer < vrank)
+            flat = ordered(op, flat, got, peer < vrank)
+            await charge(c, flat)
             mask <<= 1
     return finish(op, unflatten(await fold_out(c, fold, flat), obj), c.size, obj)
 
