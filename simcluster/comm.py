@@ -423,9 +423,9 @@ class Comm(CollectiveMethods):
         self._coll_seq += 1
         return CollContext(self, self._coll_seq, call, algorithm, signature)
 
-    async def _run_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
-                              algorithm: str = "", signature: str = "") -> R:
-        """Run a blocking collective: ``body`` gets the private context."""
+    async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]],
+                              algorithm: str = "", signature: str = "", args: tuple[Any, ...] = ()) -> R:
+        """Run a blocking collective: ``body`` gets the private context, then ``args``."""
         ctx = self._collective(call, algorithm, signature)
         task = self._engine._current
         if task is None:
@@ -435,7 +435,7 @@ class Comm(CollectiveMethods):
         task.collective = ctx
         start = self._engine.now
         try:
-            result = await body(ctx)
+            result = await body(ctx, *args)
         finally:
             task.collective = outer
         if self._engine.trace is not None:

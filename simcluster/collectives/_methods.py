@@ -35,6 +35,11 @@ def _nbytes(obj: object) -> int:
     return arrays.nbytes(obj) if arrays.is_array(obj) else 0
 
 
+def _signature(same: object) -> str:
+    """Describe a payload every rank must pass with one shape and dtype ("" for non-arrays)."""
+    return describe(same) if _is_array(same) else ""
+
+
 def _is_array(obj: object) -> bool:
     return arrays.is_array(obj)
 
@@ -120,9 +125,9 @@ class CollectiveMethods:
 
     def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
             nonblocking: bool, same: object = None) -> Any:
-        # same: a payload every rank must pass with one shape and dtype (reductions);
-        # its description travels with each message so a difference is named, not a numpy error
-        signature = describe(same) if _is_array(same) else ""
+        # same: a payload every rank must pass with one shape and dtype (reductions); its
+        # description (_signature) travels with each message so a difference is named
+        signature = _signature(same)
         if nonblocking:
             return self._start_collective(call, body, algorithm, signature)
         return self._run_collective(call, body, algorithm, signature)
@@ -258,6 +263,8 @@ class CollectiveMethods:
         rop.check(obj, self.rank, call)
         algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
         fn = self._algorithm("all_reduce", algo)
+        if not nonblocking:  # all_reduce copies the result into obj: one coroutine less per rank
+            return self._run_collective(call, fn, algo, _signature(obj), (obj, rop))
 
         async def body(c: CollContext) -> Any:
             return _in_place(obj, await fn(c, obj, rop))
@@ -269,7 +276,7 @@ class CollectiveMethods:
         Arrays are updated in place and returned; Python values come back new.
         With the ring algorithm under AlphaBeta it costs ``2(p-1)(alpha + n/p*beta)``.
         """
-        return await self._all_reduce(obj, op, algorithm, False)
+        return _in_place(obj, await self._all_reduce(obj, op, algorithm, False))
 
     def iall_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``all_reduce``."""
