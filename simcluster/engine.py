@@ -74,6 +74,8 @@ _BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout 
 _BARE_YIELD = object()
 """``Task.waiting`` after a bare yield: polling spins keep counting across it."""
 
+_new_tuple = tuple.__new__  # builds an Envelope without the NamedTuple's Python-level __new__
+
 _running: Task | None = None
 """The task being stepped right now, for ``simcluster.dist``; None between steps."""
 
@@ -527,8 +529,8 @@ class Engine:
                                 else b.copy() for b in buffers)  # ObjectBuffer: its own library
             now = self.now
             arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
-            env = Envelope(EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
-                           packed.header, buffers, sync, meta)
+            env = _new_tuple(Envelope, (EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                                        packed.header, buffers, sync, meta))
             if sync:
                 self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
             elif req is not None:

@@ -42,7 +42,7 @@ import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import msgpack  # type: ignore[import-untyped, unused-ignore]
 import numpy as np
@@ -151,9 +151,10 @@ class Unsendable(TypeError):
         return (type(self), (self.type_name, self.fix, self.problem))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Packed:
+class Packed(NamedTuple):
     """A payload as it travels: a msgpack header plus raw array buffers.
+
+    Immutable; a NamedTuple because one is built per message (see ``Envelope``).
 
     Attributes:
         header: msgpack bytes of the object tree, every array replaced by an
@@ -181,21 +182,12 @@ class Packed:
 
 _PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
 
-# Packed(...) runs the frozen-dataclass __init__ (object.__setattr__ per field);
-# filling the slots through their descriptors costs half as much on the hot path.
-_set_header = Packed.__dict__["header"].__set__
-_set_buffers = Packed.__dict__["buffers"].__set__
-_set_nbytes = Packed.__dict__["nbytes"].__set__
-_set_single = Packed.__dict__["single_array"].__set__
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
 def _packed(header: bytes, buffers: tuple[NDArray[Any] | ObjectBuffer, ...], nbytes: int,
             single: bool) -> Packed:
-    packed = object.__new__(Packed)
-    _set_header(packed, header)
-    _set_buffers(packed, buffers)
-    _set_nbytes(packed, nbytes)
-    _set_single(packed, single)
+    packed: Packed = _new_tuple(Packed, (header, buffers, nbytes, single))
     return packed
 
 
