@@ -142,13 +142,28 @@ class Request(Generic[T]):
         return await self
 
     def __await__(self) -> Generator[Any, None, T]:
+        # The request is its own await iterator (__next__ below): a generator per await
+        # would cost about 250 bytes per blocked rank, and its allocation per message.
         if self._state == PENDING:
             engine = self._engine
             engine._check_awaiter(self)
-            start = engine.now
-            yield self
             if self._nb and engine.trace is not None and self._task is not None:
-                engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)
+                return self._traced_wait()
+        return self  # type: ignore[return-value]
+
+    def __next__(self) -> Request[T]:
+        """One step of ``await``: hand this request to the engine while pending, else finish."""
+        if self._state == PENDING:
+            return self  # yielded to the engine, which parks the rank until we complete
+        raise StopIteration(self._take_result())
+
+    def _traced_wait(self) -> Generator[Any, None, T]:
+        """``await`` that records the wait in the trace (a nonblocking request, traced run)."""
+        engine = self._engine
+        start = engine.now
+        yield self
+        assert self._task is not None
+        engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)  # type: ignore[union-attr]
         return self._take_result()
 
     def _take_result(self) -> T:
