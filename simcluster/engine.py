@@ -1,25 +1,26 @@
-"""The discrete-event engine: virtual clock, event heap, rank stepping, quiescence.
+"""The discrete-event engine: virtual clock, event calendar, rank stepping, quiescence.
 
-Owns the virtual clock (``now``), the event heap and the rank tasks. Each rank
+Owns the virtual clock (``now``), the event calendar and the rank tasks. Each rank
 is a coroutine that the engine steps itself with ``coro.send()``; a rank runs
 until it awaits a pending ``Request``, which it yields to us, and the engine
 parks it there. A rank that awaits something foreign (an asyncio future: real
 I/O, ``asyncio.sleep``) is handed to the running asyncio loop and comes back
 when that future is done.
 
-Rule 1: time only moves in ``_run_until_quiescent``, by popping the earliest
-event. A rank runs at the time of the event that resumed it, so every rank's
+Rule 1: time only moves in ``_run_events``, to the earliest time that has
+events once none is left at the current one. A rank runs at the time of the event that resumed it, so every rank's
 clock is the engine's ``now`` while it runs, and time never jumps while a rank
 is still runnable (or is awaiting something foreign).
-Rule 2: events due at one virtual time run in an order drawn from the run's
-seeded RNG (the next one is picked at random among all that are due, those
-they add included), so the same seed gives the same schedule and another seed
-may give another one.
+Rule 2: events due at one virtual time run in batches, each in an order drawn
+from the run's seeded RNG (``_order``), so the same seed gives the same
+schedule and another seed may give another one. A request completed by an
+event resumes its rank right there (one event per message, not two); one
+completed while a rank runs wakes its waiter in the next batch.
 Rule 3: messages between one pair of ranks enter one FIFO channel whose
 arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
 
-Heap empty, no rank runnable, no foreign await, and some rank unfinished: that
+No event left, no rank runnable, no foreign await, and some rank unfinished: that
 is a deadlock, reported with each blocked call, its source line and the
 wait-for cycle.
 """
@@ -409,7 +410,7 @@ class Engine:
     def _run_until_quiescent(self) -> None:
         """Pop events in virtual-time order until none is left that may run now.
 
-        This loop is the simulator. It returns when the heap is empty, when a
+        This loop is the simulator. It returns when no event is left, when a
         rank failed, when the next event lies in the future while some rank
         awaits a foreign future (time must not jump past it), or every
         ``_BREATHE_EVERY`` events so that the asyncio loop and the timeout get
@@ -627,9 +628,9 @@ class Engine:
         if count[0] == size:
             del self._meetings[key]
             results, done_at = resolve(values, times)
-            # one event completes every member (a heap entry per member cost 1/3 of an
-            # analytic collective); their wake-ups still go through the heap, in seeded order
-            self._push(max(done_at, self.now), _finish_each, (reqs, results))
+            # one event completes every member (an event per member cost 1/3 of an
+            # analytic collective), in this run's seeded order
+            self._push(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
         return req
 
     # ---- point-to-point: delivery ----
@@ -959,8 +960,9 @@ def _finish_request(req: Request[Any]) -> None:
     req._finish()
 
 
-def _finish_each(pairs: tuple[list[Request[Any]], list[Any]]) -> None:
-    for req, value in zip(*pairs):
+def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
+    """Complete each (request, value) pair, from the end of the list (``Engine._order``)."""
+    for req, value in reversed(pairs):
         req._finish(value)
 
 
