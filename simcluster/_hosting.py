@@ -468,8 +468,7 @@ class Host:
         w = spec.world_size
         engine = self.engine = HostedEngine(
             w, self.transport, spec.latency.bind(w, _model_rng(spec.seed)), self.lo, self.hi,
-            seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict)
-        engine.latency_model = spec.latency  # type: ignore[attr-defined]
+            seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict, model=spec.latency)
         engine.algorithms = dict(spec.algorithms)
         engine._dumps = self.dumps
         engine._loads = self.loads

@@ -146,7 +146,8 @@ class Comm(CollectiveMethods):
     @property
     def latency(self) -> LatencyModel:
         """The run's latency model (collectives use its ``reduce_time``)."""
-        model: LatencyModel = self._engine.latency_model  # type: ignore[attr-defined]
+        model = self._engine.latency_model
+        assert model is not None, "runs always bind a latency model"
         return model
 
     @property
@@ -506,7 +507,7 @@ class CollContext:
     def isend(self, obj: object, dst: int) -> Request[None]:
         """Start sending ``obj`` to member ``dst`` (same completion rules as ``Comm.isend``)."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                     op=f"isend(dst={dst})", nonblocking=False, meta=self._meta,
+                                     op=("isend", dst), nonblocking=False, meta=self._meta,
                                      need_request=True)
         assert req is not None
         return req
@@ -522,7 +523,7 @@ class CollContext:
     def send(self, obj: object, dst: int) -> Awaitable[None]:
         """Send ``obj`` to member ``dst``; await the result."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                     op=f"send(dst={dst})", nonblocking=False, meta=self._meta)
+                                     op=("send", dst), nonblocking=False, meta=self._meta)
         return DONE if req is None else req
 
     def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
@@ -531,9 +532,11 @@ class CollContext:
 
     def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Awaitable[Any]:
         """Send to ``dst`` and receive from ``src`` at once; await what was received."""
-        rreq = self.irecv(src, buf)
-        sreq = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                      op=f"sendrecv(dst={dst})", nonblocking=False, meta=self._meta)
+        engine = self._engine
+        rreq = engine.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False,
+                                meta=self._meta)
+        sreq = engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+                                op=("sendrecv", dst), nonblocking=False, meta=self._meta)
         return rreq if sreq is None else _both(rreq, sreq)
 
     async def sleep(self, seconds: float) -> None:

@@ -60,7 +60,7 @@ from .request import SPIN_LIMIT, Request, Status, _format_op, _WaitAny
 
 if TYPE_CHECKING:
     from .comm import CollContext, Comm, Group
-    from .latency import Ports
+    from .latency import LatencyModel, Ports
     from .trace import Trace
 
 CollectiveInfo = tuple[int, str, int, str, int]
@@ -157,11 +157,14 @@ class Engine:
         eager_limit: int = 65536,
         strict: bool = True,
         timeout: float | None = None,
+        model: LatencyModel | None = None,
     ) -> None:
         self.world_size = world_size
         self.transport = transport
         self.ports = ports
         self._zero_latency = bool(getattr(ports, "zero", False))
+        self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
+        self.free_reductions = model is None or model.free_reductions
         self.rng = random.Random(seed)
         self.eager_limit = eager_limit
         self.strict = strict
@@ -207,6 +210,8 @@ class Engine:
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if isinstance(transport, MemoryTransport) else _arrays.STAGED
         transport.open(world_size, self._deliver)
+        # in-process transports hand envelopes straight back to _deliver: skip the call
+        self._send_envelope = self._deliver if type(transport) is MemoryTransport else transport.send
 
     # ---- scheduling ----
 
@@ -358,14 +363,16 @@ class Engine:
             return
         finally:
             self._current = _running = None
-        self._park(task, yielded)
-
-    def _park(self, task: Task, yielded: Any) -> None:
-        if isinstance(yielded, Request):
+        if type(yielded) is _RecvRequest or isinstance(yielded, Request):  # the common case, inline
             task.state = BLOCKED
             task.waiting = yielded
             yielded._waiter = task
-        elif yielded is None:  # a bare yield (asyncio.sleep(0)): run again at this time
+        else:
+            self._park(task, yielded)
+
+    def _park(self, task: Task, yielded: Any) -> None:
+        """Park a rank on what it yielded other than a request."""
+        if yielded is None:  # a bare yield (asyncio.sleep(0)): run again at this time
             task.spins += 1  # a poll loop around sleep(0) never lets virtual time move
             if task.spins > SPIN_LIMIT:
                 self._failure = self._failure or (task, SimclusterError(
@@ -541,7 +548,7 @@ class Engine:
             env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync, meta)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
             self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
-        self.transport.send(env)
+        self._send_envelope(env)
         return req
 
     def _pack_opaque(self, comm: Comm, obj: object, op: str | tuple[Any, ...],
@@ -693,7 +700,10 @@ class Engine:
         mq = comm._mq
         req = mq.take_posted(src, env.tag)
         if req is not None:
-            self._matched(req, env)
+            if env.kind == EAGER and not env.sync and env.meta == req.meta:  # _matched, inline
+                self._complete_recv(req, env, copy=False)
+            else:
+                self._matched(req, env)
             return
         mq.add_unexpected(src, env.tag, env)
         if mq.probes:
@@ -746,15 +756,16 @@ class Engine:
         buf = req.buf
         try:
             if buf is None:
-                req._finish(wire.unpack(env.header, env.buffers, copy=copy, loads=self._loads,
-                                        arrays=self._arrays))
+                value = wire.unpack(env.header, env.buffers, copy=copy, loads=self._loads,
+                                    arrays=self._arrays)
             else:
-                value = wire.unpack(env.header, env.buffers, copy=False, loads=self._loads,
-                                    arrays=_arrays.HOST)
-                _fill(buf, value, req, source)
-                req._finish(buf)
+                _fill(buf, wire.unpack(env.header, env.buffers, copy=False, loads=self._loads,
+                                       arrays=_arrays.HOST), req, source)
+                value = buf
         except Exception as exc:
             req._finish(None, exc)
+            return
+        req._finish(value)  # may run the receiver right here: outside the try
 
     # ---- requests: cancel, spin, hazards, leaks ----
 

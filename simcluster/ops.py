@@ -194,6 +194,8 @@ class ReduceOp:
 
     def apply(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` as a new value (the inputs are never modified)."""
+        if self._fn is None and type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
+            return self._py(a, b)  # type: ignore[misc]
         if self._fn is not None:
             value = self._fn(a, b)
             if isinstance(a, np.ndarray) and isinstance(value, np.generic):

@@ -181,9 +181,14 @@ class Request(Generic[T]):
 
 
 def _format_op(op: tuple[Any, ...]) -> str:
-    """Format the tuple a point-to-point call stores: (name, dst, tag) or (name, buf, src, tag)."""
+    """Format the tuple a point-to-point call stores.
+
+    (name, dst): a collective's send; (name, dst, tag): a send; (name, buf, src, tag): a receive.
+    """
     from .payload import describe
 
+    if len(op) == 2:
+        return f"{op[0]}(dst={op[1]!r})"
     if len(op) == 3:
         return f"{op[0]}(dst={op[1]!r}, tag={op[2]!r})"
     bufs = "" if op[1] is None else f"buf={describe(op[1])}, "

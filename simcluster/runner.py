@@ -275,8 +275,7 @@ async def _launch(
             master_addr=master_addr, master_port=master_port, progress=_progress)
         return result
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
-                    eager_limit=eager_limit, strict=checks == "strict", timeout=timeout)
-    engine.latency_model = model  # type: ignore[attr-defined]
+                    eager_limit=eager_limit, strict=checks == "strict", timeout=timeout, model=model)
     engine.algorithms = forced
     engine.fidelity = fidelity
     if serializer == "pickle":

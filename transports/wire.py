@@ -181,6 +181,7 @@ class Packed(NamedTuple):
 
 
 _PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
+_NONE_HEADER: Final = _PACKED_NONE.header
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
@@ -766,6 +767,8 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
             library is missing, or its dtype has no type here).
     """
     if not buffers and loads is None:  # no arrays to rebuild: the shared stateless decoder
+        if header == _NONE_HEADER:
+            return None
         decoder = _NO_BUFFERS
     elif loads is not None or arrays is not None:
         decoder = _Decoder(buffers, copy, loads, arrays)

@@ -103,10 +103,9 @@ def charge(c: CollContext, value: object) -> Awaitable[None]:
 
     Already complete (no sizing, no sleep) when the run's model makes reductions free.
     """
-    latency = c.latency
-    if latency.free_reductions:
+    if c._engine.free_reductions:
         return DONE
-    seconds = latency.reduce_time(nbytes_of(value))
+    seconds = c.latency.reduce_time(nbytes_of(value))
     return c.sleep(seconds) if seconds > 0 else DONE
 
 
