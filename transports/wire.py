@@ -561,12 +561,16 @@ def pack(obj: object, *, copy: bool = True,
     ):
         header = _pack(obj)
         return _packed(header, (), len(header), False)
-    if t is list and len(obj) <= _SHORT_LIST and all(type(x) in _PLAIN for x in obj):  # type: ignore[arg-type]
-        try:  # a short list of scalars (a reduction's flat value) is msgpack-native as it is
-            header = _pack(obj)
-            return _packed(header, (), len(header), False)
-        except OverflowError:  # an int beyond 64 bits: the walk below makes it an ext
-            pass
+    if t is list and len(obj) <= _SHORT_LIST:  # type: ignore[arg-type]
+        for x in obj:  # type: ignore[attr-defined]
+            if type(x) not in _PLAIN:
+                break
+        else:
+            try:  # a short list of scalars (a reduction's flat value) is msgpack-native as it is
+                header = _pack(obj)
+                return _packed(header, (), len(header), False)
+            except OverflowError:  # an int beyond 64 bits: the walk below makes it an ext
+                pass
     encoder = _Encoder(copy, dumps=dumps, arrays=arrays)
     try:
         header = _pack(encoder.lower(obj))

@@ -80,7 +80,8 @@ async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
         mask = 1
         while mask < fold.pof2:
             peer = vrank ^ mask
-            got = await c.sendrecv(flat, fold.rank(peer), fold.rank(peer))
+            partner = fold.rank(peer)
+            got = await c.sendrecv(flat, partner, partner)
             flat = ordered(op, flat, got, peer < vrank)
             await charge(c, flat)
             mask <<= 1
