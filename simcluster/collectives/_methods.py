@@ -146,7 +146,15 @@ class CollectiveMethods:
         Costs ``ceil(log2 p) * alpha`` under AlphaBeta with the default
         dissemination algorithm (its messages count 0 bytes).
         """
-        await self._barrier(algorithm, False)
+        algo = self._choose("barrier", algorithm, 0)
+        fn = self._algorithm("barrier", algo)
+        ctx, outer, start = self._enter_collective("barrier()", algo)  # _run_collective, inline
+        try:
+            await fn(ctx)
+        finally:
+            self._leave_collective(outer)
+        if self._engine.trace is not None:
+            self._trace_collective(ctx, start)
 
     def ibarrier(self: Comm, *, algorithm: str | None = None) -> Request[None]:
         """Start a barrier; the request completes once every member has entered it."""
@@ -257,14 +265,16 @@ class CollectiveMethods:
         req: Request[Any] = self._reduce(obj, dst, op, algorithm, True)
         return req
 
-    def _all_reduce(self: Comm, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
+    def _all_reduce_setup(self: Comm, obj: Any, op: Any, algorithm: str | None
+                          ) -> tuple[str, str, Callable[..., Awaitable[Any]], ReduceOp]:
         rop = self._op("all_reduce", op)
         call = f"all_reduce(op={rop.name})"
         rop.check(obj, self.rank, call)
         algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
-        fn = self._algorithm("all_reduce", algo)
-        if not nonblocking:  # all_reduce copies the result into obj: one coroutine less per rank
-            return self._run_collective(call, fn, algo, _signature(obj), (obj, rop))
+        return call, algo, self._algorithm("all_reduce", algo), rop
+
+    def _all_reduce(self: Comm, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
+        call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
 
         async def body(c: CollContext) -> Any:
             return _in_place(obj, await fn(c, obj, rop))
@@ -276,7 +286,15 @@ class CollectiveMethods:
         Arrays are updated in place and returned; Python values come back new.
         With the ring algorithm under AlphaBeta it costs ``2(p-1)(alpha + n/p*beta)``.
         """
-        return _in_place(obj, await self._all_reduce(obj, op, algorithm, False))
+        call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
+        ctx, outer, start = self._enter_collective(call, algo, _signature(obj))  # _run_collective, inline
+        try:
+            result = await fn(ctx, obj, rop)
+        finally:
+            self._leave_collective(outer)
+        if self._engine.trace is not None:
+            self._trace_collective(ctx, start)
+        return _in_place(obj, result)
 
     def iall_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``all_reduce``."""

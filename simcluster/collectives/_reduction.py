@@ -23,6 +23,7 @@ and only after the sends that read it have completed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
@@ -173,8 +174,9 @@ class Fold:
     rem: int
 
     @classmethod
+    @functools.lru_cache(maxsize=64)
     def of(cls, size: int) -> Fold:
-        """Return the fold for ``size`` ranks."""
+        """Return the fold for ``size`` ranks (one shared, immutable object per size)."""
         pof2 = 1 << (size.bit_length() - 1)
         return cls(size, pof2, size - pof2)
 
