@@ -23,7 +23,8 @@ Two more figures, each beside a baseline measured in the same run:
 * per-message engine cost (a 2-rank ping-pong: wall / messages; each message
   is posted, matched, completed and its receiver resumed) against the bare
   cost of resuming a coroutine (``coro.send(None)`` on a coroutine that
-  awaits a trivial yielding awaitable);
+  awaits a trivial yielding awaitable), and against a toy engine that does
+  only what any Python engine must (match in a dict, resume the receiver);
 * memory per idle rank: RSS of N ranks all blocked in ``recv``, per rank,
   minus the RSS per suspended bare coroutine doing the same one await (the
   user's own coroutine frame).
@@ -133,6 +134,72 @@ def _bare_resume_seconds(n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+class _Slot:
+    """The toy floor's receive: a value and whether it has arrived."""
+
+    __slots__ = ("value", "done")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.done = False
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if not self.done:
+            yield self
+        return self.value
+
+
+def _floor_seconds(n: int) -> float:
+    """Return the wall seconds per message of the least a Python engine must do.
+
+    Two coroutines ping-pong ``n`` times through a toy engine: a receive is an
+    object the rank awaits, posted in a dict; a send finds it, stores the
+    value and puts the receiver on a ready list; the loop resumes ranks. No
+    tags, codec, envelopes, clock, checks or statistics: what is left is the
+    floor under any engine written in Python.
+    """
+    posted: dict[int, tuple[Any, _Slot]] = {}
+    mail: dict[int, Any] = {}
+    ready: list[Any] = []
+    coros: dict[int, Any] = {}
+
+    def send(dst: int, value: Any) -> None:
+        waiting = posted.pop(dst, None)
+        if waiting is None:
+            mail[dst] = value
+            return
+        coro, slot = waiting
+        slot.value, slot.done = value, True
+        ready.append(coro)
+
+    def recv(me: int) -> _Slot:
+        slot = _Slot()
+        if me in mail:
+            slot.value, slot.done = mail.pop(me), True
+        else:
+            posted[me] = (coros[me], slot)
+        return slot
+
+    async def rank(me: int, other: int) -> None:
+        for i in range(n):
+            if me == 0:
+                send(other, i)
+                await recv(me)
+            else:
+                send(other, await recv(me))
+
+    coros[0], coros[1] = rank(0, 1), rank(1, 0)
+    ready.extend([coros[1], coros[0]])
+    start = time.perf_counter()
+    while ready:
+        coro = ready.pop()
+        try:
+            coro.send(None)
+        except StopIteration:
+            pass
+    return (time.perf_counter() - start) / (2 * n)
+
+
 async def _pingpong(comm: Any, n: int) -> None:
     if comm.rank == 0:
         for i in range(n):
@@ -147,12 +214,14 @@ def _child_speed(round_trips: int, resumes: int) -> dict[str, Any]:
     from .. import runner
 
     bare = min(_bare_resume_seconds(resumes) for _ in range(3))
+    floor = min(_floor_seconds(round_trips) for _ in range(3))
     walls = []
     for _ in range(3):
         result = runner.run(_pingpong, 2, args=(round_trips,), checks="off")
         walls.append(result.wall)
     per_message = min(walls) / (2 * round_trips)
-    return {"bare_resume": bare, "per_message": per_message, "ratio": per_message / bare}
+    return {"bare_resume": bare, "floor": floor, "per_message": per_message,
+            "ratio": per_message / bare, "floor_ratio": per_message / floor}
 
 
 _IDLE_RSS: list[int] = []
@@ -299,7 +368,9 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
         print(table([
             ["per message (post, match, complete, resume)", f"{speed['per_message'] * 1e6:.2f} us",
              f"{speed['bare_resume'] * 1e6:.3f} us", f"{speed['ratio']:.1f}x",
-             "coro.send(None) on a suspended coroutine"]],
+             "coro.send(None) on a suspended coroutine"],
+            ["", "", f"{speed['floor'] * 1e6:.3f} us", f"{speed['floor_ratio']:.1f}x",
+             "toy engine: dict match + ready list (the Python floor)"]],
             ["what", "simcluster", "baseline", "ratio", "baseline is"]))
         figures["speed"] = speed
     else:
