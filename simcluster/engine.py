@@ -42,6 +42,7 @@ import numpy as np
 
 from transports import wire
 from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
+from transports.wire import PACKED_NONE
 from transports.memory import MemoryTransport
 
 from . import _frames
@@ -122,7 +123,13 @@ class _RecvRequest(Request[Any]):
     def op(self) -> str:
         return _format_op((self._op, self.buf, self.src, self.tag))
 
-    def __init__(self, engine: Engine, task: Task, op: str, peer: int | None,
+    @property  # type: ignore[override]
+    def _peer(self) -> int | None:
+        """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
+        src = self.src
+        return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
+
+    def __init__(self, engine: Engine, task: Task, op: str,
                  comm: Comm, src: int, tag: int, buf: Any, meta: bytes, nonblocking: bool) -> None:
         # Every slot set once, here: one receive is built per message.
         self._engine = engine
@@ -135,7 +142,6 @@ class _RecvRequest(Request[Any]):
         self.status = None
         self._guard = None
         self._retrieved = False
-        self._peer = peer
         self._nb = nonblocking
         self.comm = comm
         self.src = src
@@ -209,6 +215,7 @@ class Engine:
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if isinstance(transport, MemoryTransport) else _arrays.STAGED
+        self._arrive_key = self._arrive  # bound once: an event per message names it
         transport.open(world_size, self._deliver)
         # in-process transports hand envelopes straight back to _deliver: skip the call
         self._send_envelope = self._deliver if type(transport) is MemoryTransport else transport.send
@@ -507,7 +514,7 @@ class Engine:
         if self._current is None or self._current.rank != comm._world_rank:
             raise self._outside(comm.rank, op)
         try:
-            packed = wire.pack(obj, copy=False, arrays=self._arrays)
+            packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays)
         except wire.Unsendable as exc:
             packed = self._pack_opaque(comm, obj, op, exc)
         nbytes = packed.nbytes
@@ -568,8 +575,7 @@ class Engine:
         task = self._current
         if task is None or task.rank != comm._world_rank:
             raise self._outside(comm.rank, (op, buf, src, tag))
-        peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
-        req = _RecvRequest(self, task, op, peer, comm, src, tag, buf, meta, nonblocking)
+        req = _RecvRequest(self, task, op, comm, src, tag, buf, meta, nonblocking)
         if nonblocking and self.strict:
             self._track(req)
         mq = comm._mq
@@ -667,7 +673,13 @@ class Engine:
                     channels[key] = deque((chan, env))
                 else:
                     chan.append(env)
-            self._push(t, self._arrive, key)
+            later = self._later  # _push, inline: once per message
+            bucket = later.get(t)
+            if bucket is None:
+                later[t] = [(self._arrive_key, key)]
+                heapq.heappush(self._times, t)
+            else:
+                bucket.append((self._arrive_key, key))
         elif kind == CTS:
             self._clear_to_send(env)
         elif kind == DATA:
@@ -748,7 +760,7 @@ class Engine:
     def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
         local = req.comm._group._local
         source = env.src if local is None else local[env.src]
-        req.status = Status(source, env.tag, env.nbytes)
+        req.status = _new_tuple(Status, (source, env.tag, env.nbytes))
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes
         if self.trace is not None:

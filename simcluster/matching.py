@@ -171,7 +171,8 @@ class MatchQueue:
     def post(self, src: int, tag: int, receive: Any) -> None:
         """Queue a receive that found no message yet."""
         self._post_seq += 1
-        src, tag = int(src), int(tag)
+        if type(src) is not int or type(tag) is not int:  # numpy ints, the wildcard sentinels
+            src, tag = int(src), int(tag)
         if src == _ANY or tag == _ANY:
             self._wild += 1
         posted = self._posted

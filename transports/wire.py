@@ -180,8 +180,9 @@ class Packed(NamedTuple):
         )
 
 
-_PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
-_NONE_HEADER: Final = _PACKED_NONE.header
+PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
+"""The packed form of None (what a barrier sends)."""
+_NONE_HEADER: Final = PACKED_NONE.header
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
@@ -555,7 +556,7 @@ def pack(obj: object, *, copy: bool = True,
     """
     t = type(obj)
     if obj is None:
-        return _PACKED_NONE
+        return PACKED_NONE
     if t is float or t is str or t is bool or t is bytes or (
         t is int and _INT_MIN <= obj <= _INT_MAX  # type: ignore[operator]
     ):
