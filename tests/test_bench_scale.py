@@ -13,7 +13,7 @@ def test_both_fidelities_end_at_the_formula_time_and_only_messages_count_message
     analytic = scale._child_collective("analytic", collective, 64, scale.LATENCY)
     assert message["messages"] == 64 * 6  # dissemination / recursive doubling: p * log2(p)
     assert analytic["messages"] == 0
-    nbytes = 0 if collective == "barrier" else 10  # None counts 0 bytes; [1.0] encodes to 10
+    nbytes = 0 if collective == "barrier" else 9  # None counts 0 bytes; 1.0 encodes to 9
     assert message["elapsed"] == analytic["elapsed"] == pytest.approx(6 * (1e-6 + nbytes * 1e-10))
 
 

@@ -46,6 +46,11 @@ Flat = Union["NDArray[Any]", list[Any], Any]
 # ---- values ----
 
 
+def elementwise(obj: Any, op: ReduceOp) -> bool:
+    """True when ``op`` reduces ``obj`` item by item (an array under an elementwise op)."""
+    return op.elementwise and (isinstance(obj, np.ndarray) or arrays.is_array(obj))
+
+
 def flatten(obj: Any, op: ReduceOp) -> Flat:
     """Return ``obj`` as a flat value: a 1-D copy of an array when ``op`` is elementwise, else ``[obj]``."""
     if isinstance(obj, np.ndarray) and op.elementwise:
@@ -196,15 +201,19 @@ class Fold:
                                                                               vrank + self.rem + 1)
 
 
-async def fold_in(c: CollContext, fold: Fold, flat: Flat, op: ReduceOp) -> Flat:
-    """Even ranks below ``2*rem`` send their flat value up; the odd ranks fold it in (one step)."""
+async def fold_in(c: CollContext, fold: Fold, flat: Flat, op: ReduceOp, *, whole: bool = False) -> Flat:
+    """Even ranks below ``2*rem`` send their flat value up; the odd ranks fold it in (one step).
+
+    With ``whole`` the value is not flat: it is combined as one item.
+    """
     r = c.rank
     if r >= 2 * fold.rem:
         return flat
     if r % 2 == 0:
         await c.send(flat, r + 1)
         return flat
-    return await combine_flat(c, op, await c.recv(r - 1), flat)
+    step = combine if whole else combine_flat
+    return await step(c, op, await c.recv(r - 1), flat)
 
 
 async def fold_out(c: CollContext, fold: Fold, flat: Flat) -> Flat:

@@ -41,6 +41,7 @@ from ._chunks import split_bounds
 from ._reduction import (
     Fold,
     charge,
+    elementwise,
     doubling_gather,
     finish,
     flatten,
@@ -71,21 +72,30 @@ async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     """Exchange the whole partial result with the rank ``2**i`` away, for each bit ``i``.
 
     Costs ``k * (alpha + n*beta)`` on ``p = 2**k`` ranks, two more such steps
-    otherwise (MPICH's fold). Works on any payload.
+    otherwise (MPICH's fold). Works on any payload: an array under an
+    elementwise op travels as a flat copy, anything else as itself.
     """
     fold = Fold.of(c.size)
-    flat = await fold_in(c, fold, flatten(obj, op), op)
+    whole = not elementwise(obj, op)
+    value = obj if whole else flatten(obj, op)
+    if fold.rem:
+        value = await fold_in(c, fold, value, op, whole=whole)
     vrank = fold.vrank(c.rank)
     if vrank is not None:
         mask = 1
         while mask < fold.pof2:
             peer = vrank ^ mask
             partner = fold.rank(peer)
-            got = await c.sendrecv(flat, partner, partner)
-            flat = ordered(op, flat, got, peer < vrank)
-            await charge(c, flat)
+            got = await c.sendrecv(value, partner, partner)
+            if whole:
+                value = op.apply(got, value) if peer < vrank else op.apply(value, got)
+            else:
+                value = ordered(op, value, got, peer < vrank)
+            await charge(c, value)
             mask <<= 1
-    return finish(op, unflatten(await fold_out(c, fold, flat), obj), c.size, obj)
+    if fold.rem:
+        value = await fold_out(c, fold, value)
+    return finish(op, value if whole else unflatten(value, obj), c.size, obj)
 
 
 async def rabenseifner(c: CollContext, obj: Any, op: ReduceOp) -> Any:

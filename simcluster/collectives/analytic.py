@@ -81,7 +81,7 @@ def twin(name: str, algorithm: str) -> Callable[..., Awaitable[Any]]:
     return analytic
 
 
-_FLATTENING = {("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner"),
+_FLATTENING = {("all_reduce", "rabenseifner"),
                ("all_reduce", "ring"), ("reduce", "rabenseifner")}
 """Algorithms that send a payload that is not an array as the one-item list ``[obj]``."""
 
