@@ -146,8 +146,9 @@ class Request(Generic[T]):
         # would cost about 250 bytes per blocked rank, and its allocation per message.
         if self._state == PENDING:
             engine = self._engine
-            engine._check_awaiter(self)
-            if self._nb and engine.trace is not None and self._task is not None:
+            if engine._current is not self._task or self._task is None:
+                engine._check_awaiter(self)  # raises: awaited outside its rank's coroutine
+            if self._nb and engine.trace is not None:
                 return self._traced_wait()
         return self  # type: ignore[return-value]
 
@@ -155,6 +156,9 @@ class Request(Generic[T]):
         """One step of ``await``: hand this request to the engine while pending, else finish."""
         if self._state == PENDING:
             return self  # yielded to the engine, which parks the rank until we complete
+        if self._guard is None and self._error is None:  # _take_result, inline
+            self._retrieved = True
+            raise StopIteration(self._value)
         raise StopIteration(self._take_result())
 
     def _traced_wait(self) -> Generator[Any, None, T]:
