@@ -23,7 +23,7 @@ from transports import wire
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .payload import check_buffer
-from .request import DONE, Request, Status
+from .request import COMPLETED, Request, Status
 
 if TYPE_CHECKING:
     from .engine import CollectiveInfo, Engine, Task
@@ -543,7 +543,7 @@ class CollContext:
         """Send ``obj`` to member ``dst``; await the result."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
                                      op=("send", dst), nonblocking=False, meta=self._meta)
-        return DONE if req is None else req
+        return COMPLETED if req is None else req
 
     def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
         """Receive from member ``src``; await the result."""

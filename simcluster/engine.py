@@ -123,8 +123,8 @@ class _RecvRequest(Request[Any]):
     def op(self) -> str:
         return _format_op((self._op, self.buf, self.src, self.tag))
 
-    @property  # type: ignore[override]
-    def _peer(self) -> int | None:
+    @property
+    def _peer(self) -> int | None:  # type: ignore[override]
         """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
         src = self.src
         return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
@@ -663,16 +663,16 @@ class Engine:
                     self._arrived(env)
                     return
                 channels[key] = env
-            else:
-                single = type(chan) is Envelope
-                last = chan if single else chan[-1]
-                if last.time > t:
-                    t = last.time
+            elif isinstance(chan, deque):
+                if chan[-1].time > t:
+                    t = chan[-1].time
                     env = env._replace(time=t)
-                if single:
-                    channels[key] = deque((chan, env))
-                else:
-                    chan.append(env)
+                chan.append(env)
+            else:  # a second message while one is in flight: now a queue
+                if chan.time > t:
+                    t = chan.time
+                    env = env._replace(time=t)
+                channels[key] = deque((chan, env))
             later = self._later  # _push, inline: once per message
             bucket = later.get(t)
             if bucket is None:
@@ -691,7 +691,7 @@ class Engine:
     def _arrive(self, key: int) -> None:
         channels = self._channels
         chan = channels[key]
-        if type(chan) is Envelope:
+        if not isinstance(chan, deque):
             del channels[key]
             self._arrived(chan)
             return

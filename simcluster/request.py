@@ -205,10 +205,10 @@ class _Done:
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, None]:
-        return iter(())
+        return iter(())  # type: ignore[return-value]  # an empty iterator: await returns None
 
 
-DONE: Final = _Done()
+COMPLETED: Final = _Done()
 """Returned where an operation may finish at once (a send, a free reduction) instead of a coroutine."""
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from .. import arrays
-from ..request import DONE, wait_all
+from ..request import COMPLETED, wait_all
 from ._chunks import fresh
 
 if TYPE_CHECKING:
@@ -110,9 +110,9 @@ def charge(c: CollContext, value: object) -> Awaitable[None]:
     Already complete (no sizing, no sleep) when the run's model makes reductions free.
     """
     if c._engine.free_reductions:
-        return DONE
+        return COMPLETED
     seconds = c.latency.reduce_time(nbytes_of(value))
-    return c.sleep(seconds) if seconds > 0 else DONE
+    return c.sleep(seconds) if seconds > 0 else COMPLETED
 
 
 async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:

@@ -26,6 +26,22 @@ def test_awaiting_a_request_equals_calling_wait(transport: str) -> None:
     assert list(sc.run(main, world_size=2, transport=transport)) == [(None, None), ("a", "b")]
 
 
+def test_a_request_reports_its_state_in_its_repr(transport: str) -> None:
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            await comm.sleep(1e-6)
+            await comm.send("x", dst=1)
+            return None
+        req = comm.irecv(src=0)
+        pending = repr(req)
+        await req
+        return pending, repr(req), req.done(), req.cancelled
+
+    got = sc.run(main, world_size=2, transport=transport)[1]
+    assert got == ("<Request irecv(src=0, tag=ANY_TAG) pending>",
+                   "<Request irecv(src=0, tag=ANY_TAG) done>", True, False)
+
+
 def test_test_is_false_before_arrival_and_true_after(transport: str) -> None:
     async def main(comm: sc.Comm) -> object:
         if comm.rank == 0:
