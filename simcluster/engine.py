@@ -8,9 +8,10 @@ I/O, ``asyncio.sleep``) is handed to the running asyncio loop and comes back
 when that future is done.
 
 Rule 1: time only moves in ``_run_events``, to the earliest time that has
-events once none is left at the current one. A rank runs at the time of the event that resumed it, so every rank's
-clock is the engine's ``now`` while it runs, and time never jumps while a rank
-is still runnable (or is awaiting something foreign).
+events once none is left at the current one. A rank runs at the time of the
+event that resumed it, so every rank's clock is the engine's ``now`` while it
+runs, and time never jumps while a rank is still runnable (or is awaiting
+something foreign).
 Rule 2: events due at one virtual time run in batches, each in an order drawn
 from the run's seeded RNG (``_order``), so the same seed gives the same
 schedule and another seed may give another one. A request completed by an
@@ -42,8 +43,8 @@ import numpy as np
 
 from transports import wire
 from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
-from transports.wire import PACKED_NONE
 from transports.memory import MemoryTransport
+from transports.wire import PACKED_NONE
 
 from . import _frames
 from . import arrays as _arrays
@@ -673,6 +674,9 @@ class Engine:
                     t = chan.time
                     env = env._replace(time=t)
                 channels[key] = deque((chan, env))
+            if t <= self.now:  # behind a message that arrives now
+                self._due.append((self._arrive_key, key))
+                return
             later = self._later  # _push, inline: once per message
             bucket = later.get(t)
             if bucket is None:

@@ -41,8 +41,8 @@ from ._chunks import split_bounds
 from ._reduction import (
     Fold,
     charge,
-    elementwise,
     doubling_gather,
+    elementwise,
     finish,
     flatten,
     fold_in,
