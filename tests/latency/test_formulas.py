@@ -59,6 +59,21 @@ def test_models_other_than_zero_cost_nothing_to_reduce_by_default() -> None:
     assert AlphaBeta(alpha=1.0, beta=1.0).reduce_time(10**6) == 0.0
 
 
+def test_free_reductions_says_whether_reduce_time_is_zero_for_every_size() -> None:
+    free, charged = AlphaBeta(1e-6, 1e-9), AlphaBeta(1e-6, 1e-9, gamma=1e-10)
+    assert Zero().free_reductions and LogGP(1.0, 1.0, 1.0, 1.0).free_reductions
+    assert free.free_reductions and not charged.free_reductions
+    assert Hierarchical(charged, free, ranks_per_node=2).free_reductions is False  # intra reduces
+    assert Hierarchical(free, charged, ranks_per_node=2).free_reductions is True
+    assert Jitter(charged).free_reductions is False and Jitter(free).free_reductions is True
+
+    class Costly(Constant):
+        def reduce_time(self, nbytes: int) -> float:
+            return 1e-9 * nbytes
+
+    assert Costly(1.0).free_reductions is False  # a subclass that charges is never skipped
+
+
 # ---- AlphaBeta ----
 
 
