@@ -43,7 +43,6 @@ import numpy as np
 
 from transports import wire
 from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
-from transports.memory import MemoryTransport
 from transports.wire import PACKED_NONE
 
 from . import _frames
@@ -215,11 +214,10 @@ class Engine:
         self.bytes_recv = [0] * world_size
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
-        self._arrays = _arrays.IN_PROCESS if isinstance(transport, MemoryTransport) else _arrays.STAGED
+        self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
         self._arrive_key = self._arrive  # bound once: an event per message names it
         transport.open(world_size, self._deliver)
-        # in-process transports hand envelopes straight back to _deliver: skip the call
-        self._send_envelope = self._deliver if type(transport) is MemoryTransport else transport.send
+        self._send_envelope = self._deliver if transport.in_process else transport.send
 
     # ---- scheduling ----
 

@@ -141,6 +141,12 @@ class Transport(ABC):
 
     name: str = "transport"
 
+    in_process: bool = False
+    """True for a transport whose ``send`` only calls ``deliver`` with the same
+    envelope, in this process. The engine then delivers its envelopes itself
+    (one call less per message), and arrays of other libraries travel as
+    objects (a CuPy array stays on its device) instead of staged bytes."""
+
     @abstractmethod
     def open(self, world_size: int, deliver: Deliver) -> None:
         """Prepare to carry envelopes among ``world_size`` ranks.

@@ -16,6 +16,7 @@ class MemoryTransport(Transport):
     __slots__ = ("_deliver", "_world_size")
 
     name = "memory"
+    in_process = True
 
     def __init__(self) -> None:
         self._deliver: Deliver | None = None
