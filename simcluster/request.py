@@ -86,7 +86,7 @@ class Request(Generic[T]):
             self._waiter = None
             if waiter.state == 2:  # BLOCKED: it runs now
                 engine = self._engine
-                if engine._current is None and engine._looping:
+                if engine._current is None and engine._looping and engine._failure is None:
                     engine._step(waiter)  # inside an event, between rank steps: run it here
                 else:  # inside another rank's step: after it, in seeded order
                     waiter.state = 0  # READY
