@@ -306,3 +306,18 @@ def test_unknown_fidelity_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"^run\(fidelity='fast'\): unknown fidelity; valid: 'analytic' "
                                          r".*'message'"):
         sc.run(main, 2, fidelity="fast")
+
+
+@pytest.mark.parametrize("fidelity", ["message", "analytic"])
+def test_the_first_rank_to_fail_after_a_collective_stops_the_others(fidelity: str) -> None:
+    ran: list[int] = []
+
+    async def main(comm: sc.Comm) -> None:
+        await comm.barrier()
+        ran.append(comm.rank)
+        raise ValueError(f"rank {comm.rank} gives up")
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=8, fidelity=fidelity)
+    assert len(ran) == 1  # the run ended at the first failure; no other rank went on
+    assert info.value.rank == ran[0]
