@@ -480,14 +480,7 @@ class Host:
             task = tasks[rank] = Task(rank, None)  # type: ignore[arg-type]
             self.tasks.append(task)
         for task in self.tasks:
-            comm = world.member(task.rank)
-            task.comm = comm
-            coro = fn(comm, *args, **kwargs)
-            if not asyncio.iscoroutine(coro):
-                raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
-                                f"{type(coro).__name__}, not a coroutine; define it with async def")
-            task.coro = coro
-            engine.start(task)
+            engine.start_rank(task, world.member(task.rank), fn, args, kwargs)
 
     async def _loop(self) -> Any:
         engine = self.engine

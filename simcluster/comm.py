@@ -494,8 +494,8 @@ class CollContext:
     called a different collective is caught at the first message.
     """
 
-    __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "_coll", "_tag",
-                 "_meta", "_engine")
+    __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "free_reductions", "_coll",
+                 "_tag", "_meta", "_engine")
 
     def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "",
                  signature: str = "") -> None:
@@ -511,6 +511,8 @@ class CollContext:
         # signature: the payload's dtype and shape where every rank must pass the same
         self._meta = f"{seq}\x00{call}\x00{algorithm}\x00{signature}".encode()
         self._engine = comm._engine
+        # the run's model charges nothing for reductions: skip sizing each partial result
+        self.free_reductions: bool = comm._engine.free_reductions
 
     @property
     def info(self) -> CollectiveInfo:

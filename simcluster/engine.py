@@ -36,7 +36,7 @@ import random
 import time as _time
 import zlib
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -293,6 +293,21 @@ class Engine:
                 due = self._later.pop(t)
             self._ready = ready = self._order(due)
         return budget
+
+    def start_rank(self, task: Task, comm: Comm, fn: Callable[..., Any], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> None:
+        """Give ``task`` its world ``comm`` and the coroutine ``fn(comm, *args, **kwargs)``; start it.
+
+        Raises:
+            TypeError: ``fn`` returned something other than a coroutine.
+        """
+        task.comm = comm
+        coro = fn(comm, *args, **kwargs)
+        if not asyncio.iscoroutine(coro):
+            raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
+                            f"{type(coro).__name__}, not a coroutine; define it with async def")
+        task.coro = coro
+        self.start(task)
 
     def start(self, task: Task) -> None:
         """Add a rank and schedule its first step at time 0."""
@@ -672,16 +687,7 @@ class Engine:
                     t = chan.time
                     env = env._replace(time=t)
                 channels[key] = deque((chan, env))
-            if t <= self.now:  # behind a message that arrives now
-                self._due.append((self._arrive_key, key))
-                return
-            later = self._later  # _push, inline: once per message
-            bucket = later.get(t)
-            if bucket is None:
-                later[t] = [(self._arrive_key, key)]
-                heapq.heappush(self._times, t)
-            else:
-                bucket.append((self._arrive_key, key))
+            self._push(t, self._arrive_key, key)
         elif kind == CTS:
             self._clear_to_send(env)
         elif kind == DATA:

@@ -294,14 +294,7 @@ async def _launch(
             task = Task(rank, None)  # type: ignore[arg-type]
             tasks.append(task)
         for rank, task in enumerate(tasks):
-            comm = world.member(rank)
-            task.comm = comm
-            coro = fn(comm, *args, **kwargs)
-            if not inspect.iscoroutine(coro):
-                raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
-                                f"{type(coro).__name__}, not a coroutine; define it with async def")
-            task.coro = coro
-            engine.start(task)
+            engine.start_rank(task, world.member(rank), fn, args, kwargs)
         if _progress is None:
             await engine.run()
         else:

@@ -200,18 +200,9 @@ def _floor_seconds(n: int) -> float:
     return (time.perf_counter() - start) / (2 * n)
 
 
-async def _pingpong(comm: Any, n: int) -> None:
-    if comm.rank == 0:
-        for i in range(n):
-            await comm.send(i, dst=1)
-            await comm.recv(src=1)
-    else:
-        for _ in range(n):
-            await comm.send(await comm.recv(src=0), dst=0)
-
-
 def _child_speed(round_trips: int, resumes: int) -> dict[str, Any]:
     from .. import runner
+    from .p2p import _pingpong  # the same ping-pong as bench p2p
 
     bare = min(_bare_resume_seconds(resumes) for _ in range(3))
     floor = min(_floor_seconds(round_trips) for _ in range(3))

@@ -109,7 +109,7 @@ def charge(c: CollContext, value: object) -> Awaitable[None]:
 
     Already complete (no sizing, no sleep) when the run's model makes reductions free.
     """
-    if c._engine.free_reductions:
+    if c.free_reductions:
         return COMPLETED
     seconds = c.latency.reduce_time(nbytes_of(value))
     return c.sleep(seconds) if seconds > 0 else COMPLETED

@@ -26,3 +26,13 @@ CONCAT = ReduceOp.custom(operator.add, commutative=False, name="concat")
 MATMUL = ReduceOp.custom(np.matmul, commutative=False)
 SHEARS = [np.array([[1, 1], [0, 1]]), np.array([[1, 0], [1, 1]]), np.array([[2, 1], [1, 1]])]
 """Matrices whose product depends on the order: non-commutative reductions show any reordering."""
+
+
+def assert_same(received: Any, sent: Any) -> None:
+    """Assert that a received item is the sent one: same type, and for arrays same dtype, shape and values."""
+    assert type(received) is type(sent)
+    if isinstance(sent, np.ndarray):
+        assert received.dtype == sent.dtype and received.shape == sent.shape
+        np.testing.assert_array_equal(received, sent)
+    else:
+        assert received == sent

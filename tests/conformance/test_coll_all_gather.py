@@ -10,7 +10,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import all_gather
-from coll_helpers import ALPHA, BETA, WORLD_SIZES
+from coll_helpers import ALPHA, BETA, WORLD_SIZES, assert_same
 
 ALGORITHMS = sorted(all_gather.ALGORITHMS)
 
@@ -30,15 +30,6 @@ def _item(rank: int) -> Any:
     return OBJECTS[rank % len(OBJECTS)]
 
 
-def _assert_same(rmsg: Any, smsg: Any) -> None:
-    assert type(rmsg) is type(smsg)
-    if isinstance(smsg, np.ndarray):
-        assert rmsg.dtype == smsg.dtype and rmsg.shape == smsg.shape
-        np.testing.assert_array_equal(rmsg, smsg)
-    else:
-        assert rmsg == smsg
-
-
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("algorithm", [*ALGORITHMS, None])
 def test_all_gather_gives_every_rank_every_item(transport: str, algorithm: str | None,
@@ -49,7 +40,7 @@ def test_all_gather_gives_every_rank_every_item(transport: str, algorithm: str |
     for got in sc.run(main, world_size=world_size, transport=transport):
         assert isinstance(got, list) and len(got) == world_size
         for src, rmsg in enumerate(got):
-            _assert_same(rmsg, _item(src))
+            assert_same(rmsg, _item(src))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -15,7 +15,7 @@ import pytest
 import simcluster as sc
 from simcluster.collectives import all_reduce
 from simcluster.ops import ReduceOp
-from coll_helpers import AFFINE, ALPHA, BETA, CONCAT, MATMUL, SHEARS, WORLD_SIZES
+from coll_helpers import AFFINE, ALPHA, BETA, CONCAT, MATMUL, SHEARS, WORLD_SIZES, assert_same
 
 ALGORITHMS = sorted(all_reduce.ALGORITHMS)
 
@@ -49,15 +49,6 @@ CASES: list[tuple[Any, Callable[[int], Any], Callable[[list[Any]], Any]]] = [
 ]
 
 
-def _same(rmsg: Any, smsg: Any) -> None:
-    assert type(rmsg) is type(smsg)
-    if isinstance(smsg, np.ndarray):
-        assert rmsg.dtype == smsg.dtype and rmsg.shape == smsg.shape
-        np.testing.assert_array_equal(rmsg, smsg)
-    else:
-        assert rmsg == smsg
-
-
 # ---- results ----
 
 
@@ -83,7 +74,7 @@ def test_all_reduce_gives_every_rank_the_rank_order_reduction(transport: str, al
     for (_, make, reference), *rmsgs in zip(CASES, *result):
         expected = reference([make(r) for r in range(world_size)])
         for rmsg in rmsgs:
-            _same(rmsg, expected)
+            assert_same(rmsg, expected)
 
 
 OP_PAYLOADS: dict[str, Callable[[int], Any]] = {

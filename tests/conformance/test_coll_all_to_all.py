@@ -10,7 +10,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import all_to_all
-from coll_helpers import ALPHA, BETA, WORLD_SIZES
+from coll_helpers import ALPHA, BETA, WORLD_SIZES, assert_same
 
 ALGORITHMS = sorted(all_to_all.ALGORITHMS)
 
@@ -36,13 +36,7 @@ def test_all_to_all_delivers_item_rank_of_every_list(transport: str, algorithm: 
     for rank, got in enumerate(sc.run(main, world_size=world_size, transport=transport)):
         assert isinstance(got, list) and len(got) == world_size
         for src, rmsg in enumerate(got):
-            smsg = _item(src, rank)
-            assert type(rmsg) is type(smsg)
-            if isinstance(smsg, np.ndarray):
-                assert rmsg.dtype == smsg.dtype and rmsg.shape == smsg.shape
-                np.testing.assert_array_equal(rmsg, smsg)
-            else:
-                assert rmsg == smsg
+            assert_same(rmsg, _item(src, rank))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -11,7 +11,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import gather, scatter
-from coll_helpers import ALPHA, BETA, WORLD_SIZES
+from coll_helpers import ALPHA, BETA, WORLD_SIZES, assert_same
 
 
 OBJECTS: list[Any] = [None, True, 2**70, -1.5, 2j, "s", b"b", [1, "x"], (1, None), {"k": [1.0]}]
@@ -27,15 +27,6 @@ def _item(rank: int, root: int) -> Any:
     if kind == 2:
         return (np.arange(3 * rank, dtype=np.int16) + root).reshape(3, rank)
     return OBJECTS[(rank + root) % len(OBJECTS)]
-
-
-def _assert_same(rmsg: Any, smsg: Any) -> None:
-    assert type(rmsg) is type(smsg)
-    if isinstance(smsg, np.ndarray):
-        assert rmsg.dtype == smsg.dtype and rmsg.shape == smsg.shape
-        np.testing.assert_array_equal(rmsg, smsg)
-    else:
-        assert rmsg == smsg
 
 
 # ---- scatter ----
@@ -54,7 +45,7 @@ def test_scatter_gives_each_rank_its_element_from_every_root(transport: str, alg
 
     for rank, rank_got in enumerate(sc.run(main, world_size=world_size, transport=transport)):
         for root, rmsg in enumerate(rank_got):
-            _assert_same(rmsg, _item(rank, root))
+            assert_same(rmsg, _item(rank, root))
 
 
 @pytest.mark.parametrize("algorithm", sorted(scatter.ALGORITHMS))
@@ -125,7 +116,7 @@ def test_gather_collects_every_item_on_every_root(transport: str, algorithm: str
                 continue
             assert isinstance(got, list) and len(got) == world_size
             for src, rmsg in enumerate(got):
-                _assert_same(rmsg, _item(src, root))
+                assert_same(rmsg, _item(src, root))
 
 
 @pytest.mark.parametrize("algorithm", sorted(gather.ALGORITHMS))
