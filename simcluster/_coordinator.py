@@ -33,10 +33,10 @@ import time as _time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
-from transports import shm as _shm
-from transports.base import Envelope, TransportError
-from transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
-from transports.tcp import log as _log
+from simcluster.transports import shm as _shm
+from simcluster.transports.base import Envelope, TransportError
+from simcluster.transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
+from simcluster.transports.tcp import log as _log
 
 from . import _hosting as H
 from . import _remote

@@ -43,9 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from transports import wire
-from transports.base import ACK, DATA, EAGER, Envelope, TransportError
-from transports.tcp import Link, TcpTransport, open_link
+from simcluster.transports import wire
+from simcluster.transports.base import ACK, DATA, EAGER, Envelope, TransportError
+from simcluster.transports.tcp import Link, TcpTransport, open_link
 
 from . import _remote
 from . import arrays as _arrays

@@ -38,7 +38,7 @@ import traceback
 import types
 from typing import Any, Final
 
-from transports import wire
+from simcluster.transports import wire
 
 _EMPTY: Final = "__simcluster_empty_cell__"
 _SCRIPT_MODULES: Final = ("__main__", "__mp_main__", "__simcluster_script__")

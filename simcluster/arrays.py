@@ -47,7 +47,7 @@ import array_api_compat as _compat
 import numpy as np
 from numpy.typing import NDArray
 
-from transports.wire import ArraySpec, ObjectBuffer, Unreadable, Unsendable
+from simcluster.transports.wire import ArraySpec, ObjectBuffer, Unreadable, Unsendable
 
 __all__ = [
     "HOST", "IN_PROCESS", "STAGED", "Codec", "checksum", "clone", "concat", "copy_into", "describe",

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
-from transports import wire
+from simcluster.transports import wire
 
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from transports import wire
-from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
-from transports.wire import PACKED_NONE
+from simcluster.transports import wire
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
+from simcluster.transports.wire import PACKED_NONE
 
 from . import _frames
 from . import arrays as _arrays

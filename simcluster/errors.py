@@ -8,8 +8,8 @@ raise them without importing this package; they are re-exported here.
 
 from __future__ import annotations
 
-from transports.base import SimclusterError as SimclusterError
-from transports.base import TransportError as TransportError
+from simcluster.transports.base import SimclusterError as SimclusterError
+from simcluster.transports.base import TransportError as TransportError
 
 
 class RankError(SimclusterError):

@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from transports.base import Transport
-from transports.memory import MemoryTransport
-from transports.shm import ShmTransport
-from transports.tcp import TcpTransport
+from simcluster.transports.base import Transport
+from simcluster.transports.memory import MemoryTransport
+from simcluster.transports.shm import ShmTransport
+from simcluster.transports.tcp import TcpTransport
 
 from . import latency as _latency
 from .collectives import check_algorithms
@@ -126,7 +126,7 @@ def _make_transport(transport: str | Transport) -> Transport:
     if factory is None:
         valid = ", ".join(sorted(_TRANSPORTS))
         raise ValueError(f"run(transport={transport!r}): unknown transport; valid: {valid}, "
-                         "or a transports.base.Transport object")
+                         "or a simcluster.transports.base.Transport object")
     return factory()
 
 

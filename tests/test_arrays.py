@@ -22,7 +22,7 @@ import simcluster as sc
 from simcluster import arrays
 from simcluster.collectives import all_reduce, broadcast, reduce, reduce_scatter
 from simcluster.ops import ReduceOp
-from transports import wire
+from simcluster.transports import wire
 
 LIBS = ["numpy", "torch", "array_api_strict"]
 FOREIGN = ["torch", "array_api_strict"]
@@ -460,7 +460,7 @@ def _frame_round_trip(obj: object, codec: Any = arrays.STAGED) -> object:
 
 
 def sc_envelope(packed: wire.Packed) -> Any:
-    from transports.base import EAGER, Envelope
+    from simcluster.transports.base import EAGER, Envelope
 
     return Envelope(EAGER, 0, 0, 1, 0, 1, packed.nbytes, 0.0, packed.header, packed.buffers)
 

@@ -20,8 +20,8 @@ import simcluster as sc
 from simcluster import arrays
 from simcluster.collectives import all_reduce, broadcast
 from simcluster.ops import ReduceOp
-from transports import wire
-from transports.base import EAGER, Envelope
+from simcluster.transports import wire
+from simcluster.transports.base import EAGER, Envelope
 
 pytestmark = pytest.mark.gpu
 

@@ -1,6 +1,7 @@
 """Dependencies point downward only: checked by parsing every module's imports with ast.
 
-* nothing under ``transports/`` imports ``simcluster``;
+* nothing under ``transports/`` (installed as ``simcluster.transports``) imports the rest of
+  ``simcluster``;
 * ``simcluster/collectives/*`` never imports ``simcluster.engine``, ``simcluster.matching``
   or ``transports`` (collectives use only Comm's public p2p and a private context);
 * ``transports/wire.py`` is sans-I/O: no ``asyncio``, no ``socket``.
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "transports":  # the top-level folder installs as simcluster.transports
+        parts.insert(0, "simcluster")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -87,18 +90,21 @@ def test_the_layers_exist() -> None:
 
 @pytest.mark.parametrize("path", TRANSPORT_FILES, ids=_ids(TRANSPORT_FILES))
 def test_transports_never_import_simcluster(path: Path) -> None:
-    assert _hits(imported_modules(path), ("simcluster",)) == []
+    outside = {m for m in imported_modules(path)
+               if m != "simcluster.transports" and not m.startswith("simcluster.transports.")}
+    assert _hits(outside, ("simcluster",)) == []
 
 
 @pytest.mark.parametrize("path", COLLECTIVE_FILES, ids=_ids(COLLECTIVE_FILES))
 def test_collectives_never_import_engine_matching_or_transports(path: Path) -> None:
-    forbidden = ("simcluster.engine", "simcluster.matching", "transports")
+    forbidden = ("simcluster.engine", "simcluster.matching", "simcluster.transports")
     assert _hits(imported_modules(path), forbidden) == []
 
 
 def test_wire_is_sans_io() -> None:
     modules = imported_modules(ROOT / "transports" / "wire.py")
-    assert _hits(modules, ("asyncio", "socket", "selectors", "simcluster")) == []
+    assert _hits(modules, ("asyncio", "socket", "selectors")) == []
+    assert [m for m in modules if m.startswith("simcluster") and "transports" not in m] == []
 
 
 def test_checker_resolves_relative_and_type_checking_imports(tmp_path: Path) -> None:
@@ -109,9 +115,25 @@ def test_checker_resolves_relative_and_type_checking_imports(tmp_path: Path) -> 
         "from ..matching import MatchQueue\n"
         "from . import ring\n"
         "if TYPE_CHECKING:\n"
-        "    import transports.wire\n",
+        "    import simcluster.transports.wire\n",
         encoding="utf-8")
     modules = imported_modules(source, package="simcluster.collectives")
-    assert _hits(modules, ("simcluster.engine", "simcluster.matching", "transports")) == [
-        "simcluster.engine", "simcluster.matching", "simcluster.matching.MatchQueue", "transports.wire"]
+    assert _hits(modules, ("simcluster.engine", "simcluster.matching", "simcluster.transports")) == [
+        "simcluster.engine", "simcluster.matching", "simcluster.matching.MatchQueue",
+        "simcluster.transports.wire"]
     assert "simcluster.collectives.ring" in modules
+
+
+def test_no_top_level_transports_package_is_installed() -> None:
+    """The folder installs under the project's name: nothing called ``transports`` lands in site-packages."""
+    import importlib.metadata
+    import sys
+
+    import simcluster.transports.base as base
+
+    assert Path(base.__file__).resolve().parent == ROOT / "transports"
+    files = importlib.metadata.distribution("simcluster").files or []
+    assert not [f for f in files if f.parts[0] == "transports"]
+    finders = [f for f in sys.meta_path if "simcluster" in getattr(f, "__module__", "")]
+    for finder in finders:  # an editable install's finder maps only the simcluster package
+        assert finder.find_spec("transports", None) is None

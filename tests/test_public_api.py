@@ -54,7 +54,7 @@ def test_every_error_derives_from_simcluster_error(name: str) -> None:
 
 
 def test_transport_error_is_the_one_from_transports_base() -> None:
-    from transports import base
+    from simcluster.transports import base
 
     assert sc.TransportError is base.TransportError
     assert sc.SimclusterError is base.SimclusterError

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import simcluster as sc
-from transports.tcp import TcpTransport
+from simcluster.transports.tcp import TcpTransport
 
 FAST = 10.0  # seconds: every failure must be reported well within this
 

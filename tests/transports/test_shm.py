@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from transports import shm
+from simcluster.transports import shm
 
 BIG = 1 << 20  # bytes: well above the shared-memory threshold
 

@@ -10,9 +10,9 @@ import struct
 import pytest
 
 import simcluster as sc
-from transports import wire
-from transports.base import EAGER, Envelope, TransportError
-from transports.tcp import TcpTransport, open_link
+from simcluster.transports import wire
+from simcluster.transports.base import EAGER, Envelope, TransportError
+from simcluster.transports.tcp import TcpTransport, open_link
 
 SECRET = b"s" * 32
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transports.base import TransportError
-from transports.wire import (
+from simcluster.transports.base import TransportError
+from simcluster.transports.wire import (
     EXT_NDARRAY,
     MAX_DEPTH,
     Unsendable,

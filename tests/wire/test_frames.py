@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, TransportError
-from transports.wire import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame, pack, unpack
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, TransportError
+from simcluster.transports.wire import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame, pack, unpack
 
 # ---- envelopes to carry ----
 
