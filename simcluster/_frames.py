@@ -29,7 +29,16 @@ def _where(frame: FrameType) -> str:
 
 
 def coroutine_line(coro: Any) -> str:
-    """Return ``file:line`` of the innermost user frame where ``coro`` is suspended."""
+    """Return ``file:line`` of the innermost user frame where ``coro`` is suspended.
+
+    A synchronous rank (``_sync.SyncRank``) offers its innermost frame instead
+    of an await chain; its user frame is found walking outwards.
+    """
+    inner = getattr(coro, "suspended_frame", None)
+    if inner is not None:
+        while inner is not None and _is_ours(inner.f_code.co_filename):
+            inner = inner.f_back
+        return "?" if inner is None else _where(inner)
     best = "?"
     obj = coro
     while obj is not None:

@@ -45,7 +45,7 @@ from simcluster.transports import wire
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
 from simcluster.transports.wire import PACKED_NONE
 
-from . import _frames
+from . import _frames, _sync
 from . import arrays as _arrays
 from .errors import (
     BufferHazardError,
@@ -172,6 +172,9 @@ class Engine:
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
         self.rng = random.Random(seed)
+        self.seed = seed
+        self.compute = 0.0  # run(compute="wall:F"): F, charged by synchronous ranks
+        self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
         self.eager_limit = eager_limit
         self.strict = strict
         self.timeout = timeout
@@ -298,10 +301,21 @@ class Engine:
                    kwargs: dict[str, Any]) -> None:
         """Give ``task`` its world ``comm`` and the coroutine ``fn(comm, *args, **kwargs)``; start it.
 
+        A plain (non-async) ``fn`` becomes a synchronous rank (``_sync.SyncRank``)
+        called as ``fn(MPI_COMM_WORLD, *args, **kwargs)``.
+
         Raises:
             TypeError: ``fn`` returned something other than a coroutine.
         """
         task.comm = comm
+        if not _sync.is_async(fn):  # a plain function: a synchronous rank on a stack of its own
+            if not self._sync_ranks:
+                self._sync_ranks = True
+                _sync.start_run(self.seed)
+            task.coro = _sync.SyncRank(fn, (_sync.world(comm), *args), kwargs, comm, task.rank,  # type: ignore[assignment]
+                                       self.compute)
+            self.start(task)
+            return
         coro = fn(comm, *args, **kwargs)
         if not asyncio.iscoroutine(coro):
             raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
@@ -508,6 +522,9 @@ class Engine:
                     except Exception:  # noqa: BLE001 - see the docstring
                         pass
         finally:
+            if self._sync_ranks:
+                self._sync_ranks = False
+                _sync.end_run()
             self.transport.close()
 
     @property

@@ -25,6 +25,7 @@ from simcluster.transports.memory import MemoryTransport
 from simcluster.transports.shm import ShmTransport
 from simcluster.transports.tcp import TcpTransport
 
+from . import _sync
 from . import latency as _latency
 from .collectives import check_algorithms
 from .comm import Group
@@ -133,17 +134,11 @@ def _make_transport(transport: str | Transport) -> Transport:
 def _check_fn(fn: object) -> None:
     if inspect.iscoroutine(fn):
         fn.close()
-        raise TypeError("run(main(...)): expected an async function, got a coroutine object; "
+        raise TypeError("run(main(...)): expected a function, got a coroutine object; "
                         "pass main, not main(...)")
     if not callable(fn):
-        raise TypeError(f"run({fn!r}): expected an async function taking comm first; got "
-                        f"{type(fn).__name__}")
-    target = getattr(fn, "__call__", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
-    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
-            or inspect.iscoroutinefunction(getattr(fn, "func", None))):
-        name = getattr(fn, "__name__", type(fn).__name__)
-        raise TypeError(f"run({name}): expected an async function (async def {name}(comm): ...), "
-                        f"got a regular function; define it with async def and await the comm calls")
+        raise TypeError(f"run({fn!r}): expected a function taking comm first (async def, or a "
+                        f"plain def for a synchronous rank); got {type(fn).__name__}")
 
 
 def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: float | None,
@@ -204,7 +199,7 @@ def _warn_leaks(result: RunResult) -> None:
                       SimclusterWarning, stacklevel=3)
 
 
-async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> RunResult:
+async def launch(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
     """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks inside a running loop.
 
     Returns the per-rank results as a ``RunResult``. Takes the same keywords
@@ -222,7 +217,7 @@ async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords:
 
 
 async def _launch(
-    fn: Callable[..., Awaitable[Any]],
+    fn: Callable[..., Any],
     world_size: int,
     *,
     args: Sequence[Any] = (),
@@ -236,6 +231,7 @@ async def _launch(
     checks: Checks = "strict",
     algorithms: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    compute: str | None = None,
     fidelity: Fidelity = "message",
     serializer: Serializer = "msgpack",
     nnodes: int = 1,
@@ -258,6 +254,7 @@ async def _launch(
         raise TypeError(f"run(latency={latency!r}): expected a simcluster.latency model such as "
                         "sc.latency.AlphaBeta(1e-6, 1e-9)")
     kwargs = dict(kwargs or {})
+    compute_factor = _sync.parse_compute(compute)
     wall_start = _time.perf_counter()
     tp = _make_transport(transport)
     multiprocess = isinstance(tp, TcpTransport)  # ShmTransport is one too
@@ -266,6 +263,10 @@ async def _launch(
         raise ValueError(f"run(transport={transport!r}, fidelity='analytic'): analytic collectives "
                          "meet inside one process; use transport='memory', or fidelity='message'")
     if isinstance(tp, TcpTransport):  # shm and tcp: ranks hosted by several processes (_coordinator)
+        if compute_factor:
+            raise ValueError(f"run(compute={compute!r}, transport={transport!r}): compute= is "
+                             "measured on the memory transport only; leave it out, or use "
+                             "transport='memory'")
         from . import _coordinator
 
         result: RunResult = await _coordinator.launch(
@@ -277,6 +278,7 @@ async def _launch(
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
                     eager_limit=eager_limit, strict=checks == "strict", timeout=timeout, model=model)
     engine.algorithms = forced
+    engine.compute = compute_factor
     engine.fidelity = fidelity
     if serializer == "pickle":
         import pickle
@@ -318,7 +320,7 @@ async def _launch(
                      _time.perf_counter() - wall_start, engine.trace, leaks)
 
 
-def run(fn: Callable[..., Awaitable[Any]], world_size: int, **keywords: Any) -> RunResult:
+def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
     """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks; block until done.
 
     Keywords as in DESIGN.md: ``args``, ``kwargs``, ``transport``, ``procs``,

@@ -1,0 +1,390 @@
+"""Synchronous ranks: plain ``def`` rank functions, each on a stack of its own.
+
+The engine steps every rank as a coroutine (``send(None)`` until it yields a
+request, ``close()`` to cancel it). A synchronous rank is an object with that
+same face, ``SyncRank``, whose body runs on a greenlet: a blocking call made
+anywhere in the rank's code (``block(awaitable)``) drives the awaitable and,
+where it would ``await`` a pending request, switches back to the engine with
+that request. So synchronous ranks get the engine, matching, virtual time,
+checks and traces of async ranks unchanged.
+
+The stack mechanism is one class: another one (OS threads, for code that
+blocks inside C extensions) needs ``send``, ``close`` and ``suspended_frame``
+and a ``block`` of its own.
+
+Per-rank process state, swapped as ranks run:
+- Python's ``random`` and numpy's global generator: while a run has
+  synchronous ranks, the module-level functions (``random.random``,
+  ``np.random.seed``, ...) are wrapped so that the first call a rank makes
+  after another rank used the generator swaps that rank's own state in.
+  Each rank starts from a state seeded by the run's seed and its rank; code
+  outside synchronous ranks keeps the process's own state.
+- torch's default generator (where torch is loaded): swapped at every switch
+  between ranks (it is cheap, and torch's C++ draws from it directly).
+- ``time.sleep`` inside a synchronous rank is a virtual sleep of that rank.
+- ``on_switch(enter, leave)`` lets a launcher swap more (``sys.argv``,
+  ``sys.modules["__main__"]``) for one rank.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import sys
+import time as _time
+from collections.abc import Awaitable, Callable, Sequence
+from types import FrameType
+from typing import Any, TypeVar
+
+import greenlet
+
+T = TypeVar("T")
+
+_perf = _time.perf_counter
+_real_sleep = _time.sleep
+
+
+class _RankGreenlet(greenlet.greenlet):  # type: ignore[misc]
+    """The greenlet a synchronous rank runs on; knows its rank."""
+
+    rank: SyncRank
+
+
+class SyncRank:
+    """A plain rank function presented to the engine as a coroutine.
+
+    ``send(None)`` runs the rank until it blocks (returning the request it
+    waits for) or returns (raising ``StopIteration`` with its value);
+    exceptions the rank raises come out of ``send`` as they would from a
+    coroutine, traceback intact.
+    """
+
+    __slots__ = ("_glet", "_hub", "_fn", "_args", "_kwargs", "comm", "closing", "factor",
+                 "resumed", "enter", "leave", "rng", "np_rng", "torch_rng", "rank")
+
+    def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+                 comm: Any, rank: int, factor: float = 0.0) -> None:
+        self._glet = _RankGreenlet(self._main)
+        self._glet.rank = self
+        self._hub: greenlet.greenlet | None = None
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+        self.comm = comm  # the rank's world simcluster.Comm (for sleep and compute charges)
+        self.rank = rank
+        self.closing = False
+        self.factor = factor  # compute="wall:FACTOR": wall seconds between calls x FACTOR
+        self.resumed = 0.0
+        self.enter: Callable[[], None] | None = None
+        self.leave: Callable[[], None] | None = None
+        self.rng: Any = None  # this rank's saved random / numpy / torch states (None: not yet made)
+        self.np_rng: Any = None
+        self.torch_rng: Any = None
+
+    def _main(self) -> Any:
+        self.resumed = _perf()
+        value = self._fn(*self._args, **self._kwargs)
+        if _is_awaitable(value):
+            close = getattr(value, "close", None)
+            if close is not None:
+                close()
+            name = getattr(self._fn, "__name__", "fn")
+            raise TypeError(f"rank {self.rank}: {name}(comm) returned an awaitable from a plain "
+                            f"function; define it with async def {name}(comm), or call the "
+                            "blocking simcluster.MPI methods instead of awaiting")
+        if self.factor:
+            _charge(self)
+        return value
+
+    def send(self, _value: None) -> Any:
+        glet = self._glet
+        self._hub = greenlet.getcurrent()
+        if _states.torch is not None:
+            _states.torch_in(self)
+        enter = self.enter
+        if enter is not None:
+            enter()
+        try:
+            yielded = glet.switch()
+        finally:
+            leave = self.leave
+            if leave is not None:
+                leave()
+            if _states.torch is not None:
+                _states.torch_out(self)
+        if glet.dead:
+            raise StopIteration(yielded)
+        return yielded
+
+    def close(self) -> None:
+        """Cancel the rank: unwind its stack (its ``finally`` blocks run) with GreenletExit."""
+        glet = self._glet
+        if glet.dead or not glet:  # finished, or never started
+            return
+        self.closing = True
+        self._hub = greenlet.getcurrent()
+        glet.throw(greenlet.GreenletExit)
+
+    @property
+    def suspended_frame(self) -> FrameType | None:
+        """The innermost frame of the rank's stack while it is suspended."""
+        frame: FrameType | None = self._glet.gr_frame
+        return frame
+
+
+def is_async(fn: object) -> bool:
+    """Return whether ``fn`` is an async function (also through ``functools.partial`` or ``__call__``)."""
+    import inspect
+
+    while True:
+        if inspect.iscoroutinefunction(fn):
+            return True
+        inner = getattr(fn, "func", None)  # functools.partial
+        if inner is not None:
+            fn = inner
+            continue
+        call = getattr(fn, "__call__", None)
+        return (not inspect.isfunction(fn) and not inspect.ismethod(fn) and call is not None
+                and inspect.iscoroutinefunction(call))
+
+
+def world(comm: Any) -> Any:
+    """Return what a synchronous rank's function gets as ``comm``: its ``simcluster.MPI.COMM_WORLD``."""
+    from . import MPI
+
+    return MPI._world(comm)
+
+
+def _is_awaitable(value: object) -> bool:
+    return hasattr(value, "__await__") and not isinstance(value, type)
+
+
+def current() -> SyncRank | None:
+    """Return the synchronous rank running now, or None outside one."""
+    glet = greenlet.getcurrent()
+    return glet.rank if type(glet) is _RankGreenlet else None
+
+
+def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
+    """Run ``awaitable`` to completion from a synchronous rank; return its value.
+
+    Where the awaitable would suspend on a request, the rank switches back to
+    the engine, which resumes it here when the request completes.
+
+    Raises:
+        RuntimeError: called outside a synchronous rank (the awaitable is closed).
+    """
+    if rank is None:
+        glet = greenlet.getcurrent()
+        if type(glet) is not _RankGreenlet:
+            _close(awaitable)
+            raise RuntimeError(
+                "a blocking simcluster call was made outside any synchronous rank; call it from "
+                "the plain function passed to sc.run (or a script under simcluster mpirun)")
+        rank = glet.rank
+    if rank.closing:
+        _close(awaitable)
+        raise RuntimeError(f"rank {rank.rank}: a blocking simcluster call was made while the run "
+                           "was being cancelled; nothing can complete any more")
+    if rank.factor:
+        _charge(rank)
+    it = awaitable.__await__()
+    try:
+        yielded = it.__next__()
+        while True:
+            rank._hub.switch(yielded)  # type: ignore[union-attr]
+            if rank.factor:
+                rank.resumed = _perf()
+            yielded = it.__next__()
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    except BaseException:
+        _close(it)
+        raise
+
+
+def _close(obj: object) -> None:
+    close = getattr(obj, "close", None)
+    if close is not None:
+        close()
+
+
+def _charge(rank: SyncRank) -> None:
+    """compute="wall": advance the rank's virtual clock by its wall time since it last ran."""
+    spent = (_perf() - rank.resumed) * rank.factor
+    if spent > 0:
+        factor, rank.factor = rank.factor, 0.0  # the sleep itself is not charged
+        try:
+            block(rank.comm.sleep(spent), rank)
+        finally:
+            rank.factor = factor
+            rank.resumed = _perf()
+
+
+def on_switch(enter: Callable[[], None] | None, leave: Callable[[], None] | None) -> None:
+    """Call ``enter`` each time the current synchronous rank resumes, ``leave`` each time it stops.
+
+    For launchers that give each rank process state of its own (``sys.argv``,
+    ``sys.modules["__main__"]``). Calls ``enter`` once now, since the rank is running.
+    """
+    rank = current()
+    if rank is None:
+        raise RuntimeError("on_switch(): called outside a synchronous rank")
+    rank.enter, rank.leave = enter, leave
+    if enter is not None:
+        enter()
+
+
+def parse_compute(compute: object) -> float:
+    """Return the wall-time factor of ``compute=`` ("wall" or "wall:FACTOR"; None: 0)."""
+    if compute is None:
+        return 0.0
+    if isinstance(compute, str) and (compute == "wall" or compute.startswith("wall:")):
+        text = compute[5:] if compute.startswith("wall:") else "1"
+        try:
+            factor = float(text)
+        except ValueError:
+            factor = -1.0
+        if factor > 0 and factor != float("inf"):
+            return factor
+    raise ValueError(f"run(compute={compute!r}): compute must be None, 'wall' or 'wall:FACTOR' "
+                     "with FACTOR a positive number (wall seconds between calls x FACTOR are "
+                     "charged to the rank's virtual clock)")
+
+
+# ---- per-rank process state ----
+
+
+class _States:
+    """The generators whose state each synchronous rank has of its own, while a run needs them."""
+
+    def __init__(self) -> None:
+        self.users = 0  # runs with synchronous ranks going on now
+        self.seed = 0
+        self.py_owner: SyncRank | None = None  # whose state `random` holds (None: the process's)
+        self.py_saved: Any = None
+        self.np_owner: SyncRank | None = None
+        self.np_saved: Any = None
+        self.torch: Any = None  # torch.default_generator while swapped
+        self.torch_saved: Any = None
+        self.patched: list[tuple[Any, str, Any]] = []
+
+    # random / numpy: swapped in by the first call a rank makes after another rank's
+    def py_in(self) -> None:
+        rank = current()
+        if rank is self.py_owner:
+            return
+        inst = _random._inst  # type: ignore[attr-defined]  # its methods: the module's are wrapped
+        state = inst.getstate()
+        if self.py_owner is None:
+            self.py_saved = state
+        else:
+            self.py_owner.rng = state
+        if rank is None:
+            inst.setstate(self.py_saved)
+        elif rank.rng is None:
+            inst.seed(f"simcluster:{self.seed}:{rank.rank}")
+        else:
+            inst.setstate(rank.rng)
+        self.py_owner = rank
+
+    def np_in(self) -> None:
+        rank = current()
+        if rank is self.np_owner:
+            return
+        np_random = sys.modules["numpy"].random.mtrand._rand  # its methods: the module's are wrapped
+        state = np_random.get_state()
+        if self.np_owner is None:
+            self.np_saved = state
+        else:
+            self.np_owner.np_rng = state
+        if rank is None:
+            np_random.set_state(self.np_saved)
+        elif rank.np_rng is None:
+            np_random.seed((self.seed * 1_000_003 + rank.rank) % 2**32)
+        else:
+            np_random.set_state(rank.np_rng)
+        self.np_owner = rank
+
+    def torch_in(self, rank: SyncRank) -> None:
+        gen = self.torch
+        if rank.torch_rng is None:
+            rank.torch_rng = self.torch_saved  # as a fresh process: the process's state at start
+        gen.set_state(rank.torch_rng)
+
+    def torch_out(self, rank: SyncRank) -> None:
+        rank.torch_rng = self.torch.get_state()
+
+    def start(self, seed: int) -> None:
+        self.users += 1
+        if self.users > 1:
+            return
+        self.seed = seed
+        self._wrap(_random, self.py_in, _random._inst)  # type: ignore[attr-defined]
+        np = sys.modules.get("numpy")
+        if np is not None:
+            self._wrap(np.random, self.np_in, np.random.mtrand._rand)
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "default_generator"):
+            self.torch = torch.default_generator
+            self.torch_saved = self.torch.get_state()
+        self.patched.append((_time, "sleep", _time.sleep))
+        _time.sleep = _sleep
+
+    def stop(self) -> None:
+        self.users -= 1
+        if self.users:
+            return
+        for module, name, original in reversed(self.patched):
+            setattr(module, name, original)
+        self.patched.clear()
+        if self.py_owner is not None:
+            self.py_owner = None
+            _random._inst.setstate(self.py_saved)  # type: ignore[attr-defined]
+        if self.np_owner is not None:
+            self.np_owner = None
+            sys.modules["numpy"].random.mtrand._rand.set_state(self.np_saved)
+        if self.torch is not None:
+            self.torch.set_state(self.torch_saved)
+            self.torch = None
+
+    def _wrap(self, module: Any, ensure: Callable[[], None], instance: Any) -> None:
+        for name in dir(module):
+            fn = getattr(module, name)
+            if getattr(fn, "__self__", None) is instance and callable(fn):
+                self.patched.append((module, name, fn))
+                setattr(module, name, _guarded(fn, ensure))
+
+
+def _guarded(fn: Callable[..., Any], ensure: Callable[[], None]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        ensure()
+        return fn(*args, **kwargs)
+
+    call.__name__ = getattr(fn, "__name__", "call")
+    call.__qualname__ = getattr(fn, "__qualname__", call.__name__)
+    call.__doc__ = fn.__doc__
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def _sleep(seconds: float) -> None:
+    """``time.sleep`` while synchronous ranks run: a virtual sleep inside a rank."""
+    rank = current()
+    if rank is None:
+        _real_sleep(seconds)
+        return
+    block(rank.comm.sleep(seconds), rank)
+
+
+_states = _States()
+
+
+def start_run(seed: int) -> None:
+    """A run with synchronous ranks begins: install the per-rank state swapping."""
+    _states.start(seed)
+
+
+def end_run() -> None:
+    """That run ended: restore the process's generators and ``time.sleep``."""
+    _states.stop()
