@@ -11,6 +11,15 @@ from __future__ import annotations
 from simcluster.transports.base import SimclusterError as SimclusterError
 from simcluster.transports.base import TransportError as TransportError
 
+__all__ = [
+    "BufferHazardError", "CollectiveMismatchError", "DeadlockError", "RankError", "RunTimeoutError",
+    "SimclusterError", "SimclusterWarning", "TransportError", "TruncationError",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 
 class RankError(SimclusterError):
     """A rank raised; the run was stopped and the other ranks cancelled.

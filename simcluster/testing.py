@@ -33,6 +33,10 @@ from .runner import RunResult, run
 __all__ = ["ExploreFailure", "distributed", "explore"]
 
 
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
+
 # ---- distributed: one test, every rank ----
 
 
