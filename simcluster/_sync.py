@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random as _random
 import sys
+import threading
 import time as _time
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
@@ -115,6 +116,10 @@ class SyncRank:
             raise StopIteration(yielded)
         return yielded
 
+    def suspend(self, yielded: Any) -> None:
+        """From the rank's own stack: hand ``yielded`` to the engine; return when resumed."""
+        self._hub.switch(yielded)  # type: ignore[union-attr]
+
     def close(self) -> None:
         """Cancel the rank: unwind its stack (its ``finally`` blocks run) with GreenletExit."""
         glet = self._glet
@@ -128,6 +133,103 @@ class SyncRank:
     def suspended_frame(self) -> FrameType | None:
         """The innermost frame of the rank's stack while it is suspended."""
         frame: FrameType | None = self._glet.gr_frame
+        return frame
+
+
+class _Cancelled(BaseException):
+    """Raised inside a thread rank's blocking call when the run cancels the rank."""
+
+
+_thread_ranks = threading.local()
+
+
+class ThreadRank(SyncRank):
+    """A synchronous rank on an OS thread of its own; one rank runs at a time.
+
+    For code that blocks inside C extensions or keeps thread-local state in
+    C++ (torch): every rank is a real thread, so such state is per rank, and
+    a blocking call hands a baton back to the engine's thread instead of
+    switching greenlets. The engine still steps one rank at a time, so the
+    schedule is the engine's, not the OS scheduler's: deterministic.
+    """
+
+    __slots__ = ("_thread", "_go", "_back", "_out", "_finished")
+
+    def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+                 comm: Any, rank: int, factor: float = 0.0) -> None:
+        super().__init__(fn, args, kwargs, comm, rank, factor)
+        self._thread: threading.Thread | None = None
+        self._go = threading.Semaphore(0)  # the engine lets the rank run
+        self._back = threading.Semaphore(0)  # the rank hands control back
+        self._out: tuple[bool, Any] = (False, None)  # (finished, value) or (False, yielded)
+        self._finished = False
+
+    def _body(self) -> None:
+        _thread_ranks.rank = self
+        self._go.acquire()
+        try:
+            if not self.closing:
+                self._out = (True, self._main())
+        except _Cancelled:
+            self._out = (True, None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the engine's thread
+            self._out = (True, exc)
+            self._finished = True
+        else:
+            self._finished = True
+        finally:
+            self._finished = True
+            self._back.release()
+
+    def send(self, _value: None) -> Any:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._body, name=f"simcluster rank {self.rank}",
+                                            daemon=True)
+            self._thread.start()
+        if _states.torch is not None:
+            _states.torch_in(self)
+        enter = self.enter
+        try:
+            if enter is not None:
+                enter()
+            self._go.release()
+            self._back.acquire()
+        finally:
+            leave = self.leave
+            if leave is not None:
+                leave()
+            if _states.torch is not None:
+                _states.torch_out(self)
+        finished, value = self._out
+        if finished:
+            if isinstance(value, BaseException):
+                raise value
+            raise StopIteration(value)
+        return value
+
+    def suspend(self, yielded: Any) -> None:
+        self._out = (False, yielded)
+        self._back.release()
+        self._go.acquire()
+        if self.closing:
+            raise _Cancelled
+
+    def close(self) -> None:
+        """Cancel the rank: its blocking call raises, its stack unwinds on its own thread."""
+        if self._thread is None or self._finished:
+            return
+        self.closing = True
+        self._go.release()
+        self._back.acquire()
+
+    @property
+    def suspended_frame(self) -> FrameType | None:
+        thread = self._thread
+        if thread is None or thread.ident is None:
+            return None
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None and frame.f_code.co_filename == threading.__file__:
+            frame = frame.f_back  # the baton's semaphore: not where the rank is
         return frame
 
 
@@ -161,7 +263,10 @@ def _is_awaitable(value: object) -> bool:
 def current() -> SyncRank | None:
     """Return the synchronous rank running now, or None outside one."""
     glet = greenlet.getcurrent()
-    return glet.rank if type(glet) is _RankGreenlet else None
+    if type(glet) is _RankGreenlet:
+        return glet.rank
+    rank: SyncRank | None = getattr(_thread_ranks, "rank", None)
+    return rank
 
 
 def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
@@ -175,12 +280,12 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     """
     if rank is None:
         glet = greenlet.getcurrent()
-        if type(glet) is not _RankGreenlet:
+        rank = glet.rank if type(glet) is _RankGreenlet else getattr(_thread_ranks, "rank", None)
+        if rank is None:
             _close(awaitable)
             raise RuntimeError(
                 "a blocking simcluster call was made outside any synchronous rank; call it from "
                 "the plain function passed to sc.run (or a script under simcluster mpirun)")
-        rank = glet.rank
     if rank.closing:
         _close(awaitable)
         raise RuntimeError(f"rank {rank.rank}: a blocking simcluster call was made while the run "
@@ -191,7 +296,7 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     try:
         yielded = it.__next__()
         while True:
-            rank._hub.switch(yielded)  # type: ignore[union-attr]
+            rank.suspend(yielded)
             if rank.factor:
                 rank.resumed = _perf()
             yielded = it.__next__()
@@ -323,7 +428,8 @@ class _States:
         self._wrap(_random, self.py_in, _random._inst)  # type: ignore[attr-defined]
         np = sys.modules.get("numpy")
         if np is not None:
-            self._wrap(np.random, self.np_in, np.random.mtrand._rand)
+            self._wrap(np.random, self.np_in, np.random.mtrand._rand,
+                       ("seed", "ranf", "sample", "get_bit_generator", "set_bit_generator"))
         torch = sys.modules.get("torch")
         if torch is not None and hasattr(torch, "default_generator"):
             self.torch = torch.default_generator
@@ -348,10 +454,12 @@ class _States:
             self.torch.set_state(self.torch_saved)
             self.torch = None
 
-    def _wrap(self, module: Any, ensure: Callable[[], None], instance: Any) -> None:
+    def _wrap(self, module: Any, ensure: Callable[[], None], instance: Any,
+              functions: Sequence[str] = ()) -> None:
+        """Wrap the module's methods of ``instance``, and its ``functions`` that use it."""
         for name in dir(module):
             fn = getattr(module, name)
-            if getattr(fn, "__self__", None) is instance and callable(fn):
+            if callable(fn) and (getattr(fn, "__self__", None) is instance or name in functions):
                 self.patched.append((module, name, fn))
                 setattr(module, name, _guarded(fn, ensure))
 

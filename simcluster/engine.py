@@ -312,8 +312,9 @@ class Engine:
             if not self._sync_ranks:
                 self._sync_ranks = True
                 _sync.start_run(self.seed)
-            task.coro = _sync.SyncRank(fn, (_sync.world(comm), *args), kwargs, comm, task.rank,  # type: ignore[assignment]
-                                       self.compute)
+            stack = _sync.ThreadRank if getattr(fn, "__simcluster_stack__", "") == "thread" else _sync.SyncRank
+            task.coro = stack(fn, (_sync.world(comm), *args), kwargs, comm, task.rank,  # type: ignore[assignment]
+                              self.compute)
             self.start(task)
             return
         coro = fn(comm, *args, **kwargs)
