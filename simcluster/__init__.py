@@ -7,6 +7,7 @@ virtual time. Start with ``sc.run(main, world_size=4)``.
 from . import dist as dist
 from . import latency as latency
 from . import testing as testing
+from . import trace as trace
 from .comm import Comm as Comm
 from .errors import BufferHazardError as BufferHazardError
 from .errors import CollectiveMismatchError as CollectiveMismatchError
@@ -38,5 +39,9 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
     "DeadlockError", "RankError", "ReduceOp", "dist", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
-    "launch", "run", "test_all", "testing", "test_any", "wait_all", "wait_any", "wait_some",
+    "launch", "run", "test_all", "testing", "test_any", "trace", "wait_all", "wait_any", "wait_some",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir(); submodules stay importable

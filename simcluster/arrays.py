@@ -55,6 +55,10 @@ __all__ = [
     "library", "namespace", "nbytes", "reshape", "size", "to_host",
 ]
 
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 _NUMPY_NAMES: Final = frozenset({
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",

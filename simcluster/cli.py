@@ -14,6 +14,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+__all__ = ["main"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
+
 BENCHMARKS = ("p2p", "collectives", "transports", "scale")
 
 

@@ -53,6 +53,10 @@ __all__ = [
     "parse",
 ]
 
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 _IDLE: Final = -math.inf
 """Timer value of a port that has carried nothing yet."""
 

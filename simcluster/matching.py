@@ -22,6 +22,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
+__all__ = ["ANY_SOURCE", "ANY_TAG", "MatchQueue"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 
 class _Wildcard(int):
     """An int sentinel with a readable repr."""

@@ -50,6 +50,12 @@ import numpy as np
 
 from . import arrays as _arrays
 
+__all__ = ["ALIASES", "ReduceOp", "as_op"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 _ANY_NUMBER: Final = frozenset("biufc")
 _REAL: Final = frozenset("biuf")
 _INTEGER: Final = frozenset("biu")

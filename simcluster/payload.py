@@ -14,6 +14,12 @@ import numpy as np
 
 from . import arrays
 
+__all__ = ["check_buffer", "describe"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
 
 def describe(buf: Any) -> str:
     """Return a short description of an array such as ``float64[4]`` or ``torch.float32[2, 3]``."""

@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+__all__ = ["Message", "Span", "Trace", "load", "messages_of", "plot", "show", "world_size_of"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
+
 _US = 1e6  # Chrome traces count microseconds
 
 

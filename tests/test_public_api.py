@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +26,16 @@ ERRORS = ["DeadlockError", "RankError", "TruncationError", "BufferHazardError",
           "CollectiveMismatchError", "TransportError", "RunTimeoutError"]
 
 INIT = Path(sc.__file__)
+
+PUBLIC_MODULES = [
+    "simcluster", "simcluster.arrays", "simcluster.cli", "simcluster.dist", "simcluster.errors",
+    "simcluster.latency", "simcluster.matching", "simcluster.ops", "simcluster.payload",
+    "simcluster.testing", "simcluster.trace",
+]
+"""The modules a user imports or meets in the docs: dir() shows their public names only."""
+
+STRAY = {"Any", "np", "overload", "annotations", "TYPE_CHECKING", "Final", "Callable", "dataclass",
+         "field", "Path", "os", "json", "re", "sys"}
 
 
 @pytest.mark.parametrize("name", PUBLIC_NAMES)
@@ -88,6 +102,46 @@ def test_status_is_a_frozen_record() -> None:
         status.tag = 5  # type: ignore[misc]
 
 
+# ---- dir(): what tab completion and help() show ----
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_dir_of_a_public_module_lists_exactly_its_all(name: str) -> None:
+    module = importlib.import_module(name)
+    shown = [n for n in dir(module) if not (n.startswith("__") and n.endswith("__"))]
+    assert shown == sorted(module.__all__)
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert missing == [], f"{name}.__all__ names what the module lacks"
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_dir_of_a_public_module_shows_no_stray_imports(name: str) -> None:
+    module = importlib.import_module(name)
+    stray = []
+    for attr in dir(module):
+        if attr.startswith("__") and attr.endswith("__"):
+            continue
+        value = getattr(module, attr)
+        if attr.startswith("_") or attr in STRAY:
+            stray.append(attr)
+        elif isinstance(value, ModuleType):
+            if value.__name__ != f"{name}.{attr}":  # only its own public submodules
+                stray.append(attr)
+        elif isinstance(value, TypeVar):
+            stray.append(attr)
+        elif inspect.isclass(value) or inspect.isroutine(value):
+            if not getattr(value, "__module__", "").startswith("simcluster"):
+                stray.append(attr)  # an import from the standard library or numpy
+    assert stray == [], f"dir({name}) shows names that are not its own"
+
+
+def test_dir_of_the_package_shows_what_users_reach_for() -> None:
+    assert {"run", "Comm", "ReduceOp", "latency", "testing", "trace", "dist"} <= set(dir(sc))
+    assert {"engine", "matching", "comm", "runner", "annotations"}.isdisjoint(dir(sc))
+    assert set(dir(sc.trace)) >= {"Trace", "show", "plot"}
+    assert "json" not in dir(sc.trace)
+
+
 def test_init_only_re_exports() -> None:
     tree = ast.parse(INIT.read_text(encoding="utf-8"))
     body = tree.body
@@ -100,6 +154,8 @@ def test_init_only_re_exports() -> None:
             continue
         if isinstance(node, ast.Import):
             continue
+        if isinstance(node, ast.FunctionDef) and node.name == "__dir__":
+            continue  # dir() lists __all__ only (PEP 562)
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id for t in targets if isinstance(t, ast.Name)]
