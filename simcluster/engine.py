@@ -557,7 +557,7 @@ class Engine:
         self.bytes_sent[src_w] += nbytes
         self.last_nbytes = nbytes  # for the caller's trace span
         if self.trace is not None:
-            name = comm._group.name if comm._ctx % 2 == 0 else f"{comm._group.name}:collective"
+            name = comm._group.name if comm._ctx % 2 == 0 else _collective_name(comm, self._current)
             self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
         buffers = packed.buffers
         eager = nbytes <= self.eager_limit
@@ -926,6 +926,15 @@ class Engine:
 
 BlockedEntry = tuple[int, str, list[int], Any]
 """(rank, "rank R waiting in ... at file:line", world ranks it waits on, Task.collective)."""
+
+
+def _collective_name(comm: Comm, task: Task) -> str:
+    """Name a traced collective message after its call: ``world:all_reduce#3(ring)``."""
+    coll = task.collective
+    if coll is None:
+        return f"{comm._group.name}:collective"
+    algorithm = f"({coll.algorithm})" if coll.algorithm else ""
+    return f"{comm._group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
 
 
 def deadlock_error(entries: list[BlockedEntry], now: float) -> SimclusterError:

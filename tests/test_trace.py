@@ -113,6 +113,34 @@ def test_trace_records_collectives_with_their_algorithm_and_textbook_time() -> N
     assert all(m.recv is not None and m.recv >= m.sent + ALPHA for m in result.trace.messages)
 
 
+def test_trace_names_each_collective_message_after_its_call_number_and_algorithm() -> None:
+    result = sc.run(collectives_program, world_size=3, latency=AB, trace=True,
+                    algorithms={"barrier": "dissemination", "broadcast": "binomial"})
+    names = [m.comm for m in result.trace.messages]
+    assert set(names) == {"world:barrier#1(dissemination)", "world:broadcast#2(binomial)"}
+    assert names.count("world:barrier#1(dissemination)") == 6
+
+
+def test_trace_names_nonblocking_and_sub_communicator_collectives() -> None:
+    async def main(comm: sc.Comm) -> None:
+        await comm.ibarrier()
+        half = await comm.split(comm.rank % 2)
+        await half.all_reduce(np.ones(2), algorithm="ring")
+        if comm.rank == 0:
+            await comm.send(1, 1, tag=5)  # user messages keep the comm's name
+        elif comm.rank == 1:
+            await comm.recv(src=0, tag=5)
+
+    result = sc.run(main, world_size=4, trace=True)
+    names = {m.comm for m in result.trace.messages}
+    barrier = {n for n in names if "barrier" in n}
+    assert len(barrier) == 1 and barrier.pop().startswith("world:barrier#1(")
+    sub = {n for n in names if "all_reduce" in n}
+    assert len(sub) == 2 and all(n.endswith(":all_reduce#1(ring)") and not n.startswith("world:")
+                                 for n in sub)
+    assert "world" in names
+
+
 # ---- the Chrome trace file ----
 
 
