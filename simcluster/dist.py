@@ -60,6 +60,11 @@ __all__ = [
     "new_group", "recv", "reduce", "reduce_scatter", "scatter", "scatter_object_list", "send",
 ]
 
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
+
 A = TypeVar("A")
 T = TypeVar("T")
 
