@@ -142,7 +142,14 @@ def _check_fn(fn: object) -> None:
 
 
 def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: float | None,
-                    procs: int | None, transport: object) -> None:
+                    procs: int | None, transport: object, seed: object = 0) -> int:
+    """Check the keywords every run takes; return the seed as an int (None means 0).
+
+    A run must be reproducible, so ``seed=None`` is the default seed, not a fresh
+    random one; ``sc.testing.explore`` is the way to try many schedules.
+    """
+    import numbers
+
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"run(world_size={world_size!r}): world_size must be an int >= 1; "
                          "pass the number of virtual ranks")
@@ -150,13 +157,24 @@ def _check_keywords(world_size: int, eager_limit: int, checks: str, timeout: flo
         raise ValueError(f"run(eager_limit={eager_limit!r}): eager_limit must be an int >= 0 (bytes)")
     if checks not in ("strict", "off"):
         raise ValueError(f"run(checks={checks!r}): checks must be 'strict' or 'off'")
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"run(timeout={timeout!r}): timeout must be a positive number of seconds, or None")
+    if timeout is not None:
+        bad = (f"run(timeout={timeout!r}): timeout must be a positive number of seconds; pass a "
+               "number such as timeout=5, or None for no limit")
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError(bad)
+        if not timeout > 0:
+            raise ValueError(bad)
     if procs not in (None, 1) and (transport == "memory" or isinstance(transport, MemoryTransport)):
         raise ValueError(f"run(procs={procs!r}): the memory transport hosts every rank in this "
                          "process; use procs=1, or transport='shm'/'tcp' for several processes")
     if procs is not None and (isinstance(procs, bool) or not isinstance(procs, int) or procs < 1):
         raise ValueError(f"run(procs={procs!r}): procs must be an int >= 1 (OS processes)")
+    if seed is None:
+        return 0
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"run(seed={seed!r}): seed must be an int; pass an integer such as seed=1, "
+                        "or leave it out for the default (0)")
+    return int(seed)
 
 
 def _check_nodes(serializer: str, nnodes: int, node_rank: int, procs: int | None,
@@ -243,7 +261,7 @@ async def _launch(
     # _progress (private, for the command line): called as
     # _progress(finished, world_size, now) about ten times a wall second.
     _check_fn(fn)
-    _check_keywords(world_size, eager_limit, checks, timeout, procs, transport)
+    seed = _check_keywords(world_size, eager_limit, checks, timeout, procs, transport, seed)
     if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
         raise TypeError(f"run(trace={trace!r}): trace must be True, False, or a path to write "
                         "Chrome-trace JSON to")
