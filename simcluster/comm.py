@@ -516,9 +516,9 @@ class CollContext:
 
     @property
     def info(self) -> CollectiveInfo:
-        """(context, comm name, call number, call, comm rank): what reports say of this call."""
+        """(context, comm name, call number, call, comm rank, comm size): what reports say of this call."""
         comm = self.comm
-        return (comm._ctx, comm._group.name, self.seq, self.call, comm.rank)
+        return (comm._ctx, comm._group.name, self.seq, self.call, comm.rank, comm.size)
 
     @property
     def latency(self) -> LatencyModel:

@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from .latency import LatencyModel, Ports
     from .trace import Trace
 
-CollectiveInfo = tuple[int, str, int, str, int]
-"""What a rank inside a collective is doing: (context, comm name, number, call, comm rank)."""
+CollectiveInfo = tuple[int, str, int, str, int, int]
+"""What a rank inside a collective is doing: (context, comm name, number, call, comm rank, comm size)."""
 
 # task states
 READY, RUNNING, BLOCKED, FOREIGN, FINISHED = range(5)
@@ -896,8 +896,8 @@ class Engine:
         where = _frames.coroutine_line(task.coro)
         inside = ""
         if task.collective is not None:
-            _, name, seq, call, _ = task.collective.info
-            inside = f" inside {call} (collective #{seq} on comm {name!r})"
+            info = task.collective.info
+            inside = f" inside {info[3]} (collective #{info[2]} on comm {info[1]!r})"
         return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
 
     def blocked_entries(self) -> list[BlockedEntry]:
@@ -910,7 +910,9 @@ class Engine:
         return entries
 
     def _deadlock(self) -> SimclusterError:
-        return deadlock_error(self.blocked_entries(), self.now)
+        groups = self.groups
+        return deadlock_error(self.blocked_entries(), self.now,
+                              members=lambda ctx: groups[ctx].world_ranks)
 
     def _timeout_report(self) -> str:
         lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
@@ -937,10 +939,15 @@ def _collective_name(comm: Comm, task: Task) -> str:
     return f"{comm._group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
 
 
-def deadlock_error(entries: list[BlockedEntry], now: float) -> SimclusterError:
+def deadlock_error(entries: list[BlockedEntry], now: float,
+                   members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
     """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
 
-    A collective mismatch among them is reported instead when there is one.
+    A collective mismatch among them is reported instead when there is one. A
+    collective that some members never entered gets a line naming who is inside,
+    who is not, and what those do instead (a member not blocked has finished).
+    ``members(ctx)`` gives a communicator's world ranks; without it only the
+    world's members can be named, other communicators' by their comm rank.
     """
     mismatch = _collective_mismatch([entry[3] for entry in entries])
     if mismatch is not None:
@@ -956,9 +963,64 @@ def deadlock_error(entries: list[BlockedEntry], now: float) -> SimclusterError:
     n = len(blocked)
     head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
             f"at virtual time {now:.9g}s")
-    tail = ("wait-for cycle: " + " -> ".join(map(str, cycle))) if cycle else \
-        "no wait-for cycle: some rank waits for a message nobody sends"
-    return DeadlockError("\n".join([head, *lines, tail]), blocked, cycle)
+    gaps = _collective_gaps(entries, members)
+    if cycle:
+        tail = "wait-for cycle: " + " -> ".join(map(str, cycle))
+    elif gaps:
+        tail = ("no wait-for cycle: ranks wait inside a collective that other members never "
+                "entered; every member of a comm must call its collectives, in the same order")
+    else:
+        tail = "no wait-for cycle: some rank waits for a message nobody sends"
+    return DeadlockError("\n".join([head, *lines, *gaps, tail]), blocked, cycle)
+
+
+def _collective_gaps(entries: list[BlockedEntry],
+                     members: Callable[[int], Sequence[int]] | None) -> list[str]:
+    """Lines about collectives that blocked ranks are inside but other members never entered."""
+    doing: dict[int, str] = {}
+    inside: dict[tuple[int, int], tuple[str, str, int, dict[int, int]]] = {}
+    for rank, line, _, info in entries:
+        doing.setdefault(rank, line)  # a rank's own task comes before its helpers
+        if info is None or len(info) < 6:
+            continue
+        ctx, name, seq, call, comm_rank, size = info[:6]
+        inside.setdefault((ctx, seq), (name, call, size, {}))[3][comm_rank] = rank
+    lines = []
+    for (ctx, seq), (name, call, size, entered) in sorted(inside.items()):
+        missing = [r for r in range(size) if r not in entered]
+        if not missing:
+            continue
+        world = members(ctx) if members is not None else range(size) if ctx == 0 else None
+        if world is None:  # gathered from several processes: only comm ranks are known
+            outside = f"comm {_ranks(missing)} never entered"
+        else:
+            absent = [_doing(world[r], doing) for r in missing[:_LISTED]]
+            if len(missing) > _LISTED:
+                absent.append("...")
+            outside = f"{_ranks([world[r] for r in missing])} never entered: {'; '.join(absent)}"
+        lines.append(f"{_ranks(sorted(entered.values()))} {'is' if len(entered) == 1 else 'are'} "
+                     f"inside {call} (collective #{seq} on comm {name!r}), which {outside}")
+    return lines
+
+
+_LISTED = 8  # ranks named one by one in a report line; the rest are counted
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0, 2`` or ``ranks 0, 1, ... (1000 in all)``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(map(str, ranks[:_LISTED]))
+    return f"ranks {shown}" + (f", ... ({len(ranks)} in all)" if len(ranks) > _LISTED else "")
+
+
+def _doing(rank: int, doing: dict[int, str]) -> str:
+    """What a member that never entered a collective does instead: its blocked line, or finished."""
+    line = doing.get(rank)
+    if line is None:
+        return f"rank {rank} finished"
+    prefix = f"rank {rank} "
+    return prefix + "is " + line[len(prefix):] if line.startswith(prefix) else line
 
 
 def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
@@ -998,9 +1060,9 @@ def _collective_mismatch(blocked: list[Any]) -> CollectiveMismatchError | None:
     for collective in blocked:
         if collective is None:
             continue
-        ctx, name, seq, call, rank = collective
+        ctx, name, seq, call, rank = collective[:5]
         other = first.setdefault(ctx, collective)
-        _, _, oseq, ocall, orank = other
+        oseq, ocall, orank = other[2:5]
         if (oseq, ocall) != (seq, call):
             where = f"called {ocall}" if oseq == seq else f"is in collective #{oseq}, {ocall}"
             return CollectiveMismatchError(

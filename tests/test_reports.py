@@ -67,3 +67,108 @@ def test_launch_checks_the_same_keywords() -> None:
 
     with pytest.raises(TypeError, match=re.escape("run(seed='x'): seed must be an int")):
         asyncio.run(sc.launch(_first_to_arrive, world_size=2, seed="x"))
+
+
+# ---- deadlock: a collective that some ranks never entered ----
+
+
+def _line() -> int:
+    """Return the line number of the caller."""
+    import inspect
+
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno
+
+
+def test_deadlock_names_the_rank_that_skipped_a_collective_and_finished() -> None:
+    lines: list[int] = []
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank != 1:
+            lines.append(_line() + 1)
+            await comm.all_reduce(np.ones(4))
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=3)
+    rows = str(info.value).splitlines()
+    assert rows[0] == "deadlock: 2 ranks blocked and no message in flight at virtual time 0s"
+    assert [row.split(" waiting in ")[0] for row in rows[1:3]] == ["  rank 0", "  rank 2"]
+    assert all(row.endswith(f"inside all_reduce(op=SUM) (collective #1 on comm 'world') at "
+                            f"test_reports.py:{lines[0]}") for row in rows[1:3]), rows
+    assert rows[3:] == [
+        "ranks 0, 2 are inside all_reduce(op=SUM) (collective #1 on comm 'world'), which rank 1 "
+        "never entered: rank 1 finished",
+        "no wait-for cycle: ranks wait inside a collective that other members never entered; every "
+        "member of a comm must call its collectives, in the same order",
+    ]
+    assert info.value.cycle is None
+
+
+def test_deadlock_says_what_the_ranks_outside_the_collective_do_instead() -> None:
+    where: dict[int, int] = {}
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank in (1, 3):
+            where[comm.rank] = _line() + 1
+            await comm.recv(src=2, tag=5)
+            return
+        await comm.barrier()
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=4)
+    rows = str(info.value).splitlines()
+    assert rows[-2] == (
+        "ranks 0, 2 are inside barrier() (collective #1 on comm 'world'), which ranks 1, 3 never "
+        f"entered: rank 1 is waiting in recv(src=2, tag=5) at test_reports.py:{where[1]}; "
+        f"rank 3 is waiting in recv(src=2, tag=5) at test_reports.py:{where[3]}")
+
+
+def test_deadlock_in_a_sub_communicator_names_world_ranks() -> None:
+    async def main(comm: sc.Comm) -> None:
+        evens = await comm.split(comm.rank % 2)
+        assert evens is not None
+        if comm.rank != 4:
+            await evens.all_gather(comm.rank)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=6)
+    gaps = [row for row in str(info.value).splitlines() if " never entered: " in row]
+    assert gaps == ["ranks 0, 2 are inside all_gather() (collective #1 on comm 'split(0)'), which "
+                    "rank 4 never entered: rank 4 finished"]
+
+
+def test_deadlock_names_a_nonblocking_collective_nobody_else_started() -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.iall_reduce(1.0)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=2)
+    gaps = [row for row in str(info.value).splitlines() if " never entered: " in row]
+    assert gaps == ["rank 0 is inside all_reduce(op=SUM) (collective #1 on comm 'world'), which "
+                    "rank 1 never entered: rank 1 finished"]
+
+
+def test_deadlock_without_collectives_keeps_the_message_nobody_sends() -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.recv(src=1)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=2)
+    assert str(info.value).splitlines()[-1] == \
+        "no wait-for cycle: some rank waits for a message nobody sends"
+
+
+def test_deadlock_in_a_large_world_counts_the_ranks_it_does_not_name() -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.barrier()
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=12)
+    finished = "; ".join(f"rank {r} finished" for r in range(1, 9))
+    assert str(info.value).splitlines()[-2] == (
+        "rank 0 is inside barrier() (collective #1 on comm 'world'), which ranks 1, 2, 3, 4, 5, 6, "
+        f"7, 8, ... (11 in all) never entered: {finished}; ...")
