@@ -14,6 +14,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .trace import _seconds
+
 __all__ = ["main"]
 
 
@@ -98,14 +100,6 @@ class _Progress:
             self.width = 0
 
 
-def _seconds(t: float) -> str:
-    """Format virtual seconds with a readable unit: 0 s, 12.5 us, 3.2 ms, 1.5 s."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if abs(t) >= scale:
-            return f"{t / scale:.4g} {unit}"
-    return "0 s" if t == 0 else f"{t:.3g} s"
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import errors, latency, runner
 
@@ -147,7 +141,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for rank, value in enumerate(result):
         if value is not None:
             print(f"rank {rank}: {value!r}")
-    print(f"elapsed {result.elapsed:.9g} s virtual, {result.wall:.3f} s wall, "
+    print(f"elapsed {_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
           f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes")
     if args.trace:
         print(f"wrote {args.trace}")

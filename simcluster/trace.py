@@ -34,6 +34,24 @@ def __dir__() -> list[str]:
 
 
 _US = 1e6  # Chrome traces count microseconds
+_UNITS = (("s", 1.0, "seconds"), ("ms", 1e-3, "milliseconds"), ("us", 1e-6, "microseconds"),
+          ("ns", 1e-9, "nanoseconds"))
+
+
+def _unit(seconds: float) -> tuple[str, float, str]:
+    """Return the unit that shows ``seconds`` as 1 to 999: (symbol, its seconds, its name)."""
+    if seconds == 0:
+        return _UNITS[0]
+    for unit in _UNITS:
+        if abs(seconds) >= unit[1]:
+            return unit
+    return _UNITS[-1]
+
+
+def _seconds(seconds: float) -> str:
+    """Format a virtual time with a unit for its magnitude: ``0 s``, ``4.0055 us``, ``12.3 ms``."""
+    symbol, scale, _ = _unit(seconds)
+    return f"{seconds / scale:.6g} {symbol}"
 
 
 @dataclass(slots=True)
@@ -178,11 +196,16 @@ def show(path: str | Path, *, width: int = 12) -> str:
 
     Each line is one message, in virtual-time order of its arrival: the
     arrow runs from the sender's column to the receiver's, labelled with the
-    tag and size, and the line starts with the send and receive times.
+    size and the tag (world), the communicator, or the collective call
+    (``world:all_reduce#3(ring)``: the comm's third collective, and its
+    algorithm). The line starts with the send and receive times, in the unit
+    that suits the trace's last receive.
     """
     doc = load(path)
     size = world_size_of(doc)
     msgs = messages_of(doc)
+    _, scale, unit = _unit(max((m["recv"] for m in msgs), default=0.0) / _US)
+    per_us = 1 / (scale * _US)
     col = max(width, 6)
     head = " " * 25 + "".join(f"rank {r}".ljust(col) for r in range(size))
     lines = [head.rstrip()]
@@ -209,47 +232,84 @@ def show(path: str | Path, *, width: int = 12) -> str:
                 row[start + 1] = "<"
             if not inline:  # too short an arrow for its label: write it after the columns
                 row = list("".join(row).rstrip().ljust(size * col) + label)
-        times = f"{m['sent']:10.3f} -> {m['recv']:10.3f} "
+        times = f"{m['sent'] * per_us:10.3f} -> {m['recv'] * per_us:10.3f} "
         lines.append(times + "".join(row).rstrip())
-    lines.append(f"{len(msgs)} messages; times in virtual microseconds (send -> receive)")
+    lines.append(f"{len(msgs)} messages; times in virtual {unit} (send -> receive)")
     return "\n".join(lines)
 
 
 def plot(path: str | Path, output: str | Path = "timeline.png") -> None:
     """Draw a timeline PNG: ranks as rows, operations as bars, messages as arrows.
 
-    Needs matplotlib (``pip install 'simcluster[plot]'``).
+    Operations that take no virtual time (an eager ``send``, ``isend``,
+    ``irecv``) are drawn as diamonds over the bars. Needs matplotlib
+    (``pip install 'simcluster[plot]'``).
     """
+    fig = _figure(load(path))
+    import matplotlib.pyplot as plt
+
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+
+
+def _instants(spans: list[dict[str, Any]]) -> dict[tuple[float, int], list[str]]:
+    """Group the spans of no width by (time, rank): the names of each, in recorded order."""
+    out: dict[tuple[float, int], list[str]] = {}
+    for e in spans:
+        if e["dur"] == 0:
+            out.setdefault((e["ts"], e["tid"]), []).append(e["name"])
+    return out
+
+
+def _figure(doc: dict[str, Any]) -> Any:
+    """Draw a trace document's timeline; return the matplotlib Figure."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
         from matplotlib.patches import Rectangle
     except ImportError:
         raise ImportError("trace plot needs matplotlib; install it with "
                           "python -m pip install 'simcluster[plot]'") from None
-    doc = load(path)
     size = world_size_of(doc)
     fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * size))
-    names = sorted({e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"})
-    colors = {n: plt.get_cmap("tab20")(i % 20) for i, n in enumerate(names)}
     spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    end = max([e["ts"] + e["dur"] for e in spans] + [1e-9])
+    msgs = messages_of(doc)
+    names = sorted({e["name"] for e in spans})
+    colors = {n: plt.get_cmap("tab20")(i % 20) for i, n in enumerate(names)}
+    end_us = max([e["ts"] + e["dur"] for e in spans] + [m["recv"] for m in msgs] + [0.0])
+    symbol, scale, _ = _unit(end_us / _US)
+    per_us = 1 / (scale * _US)  # the axis's unit per trace microsecond
+    end = max(end_us * per_us, 1e-9)
+    instants: dict[str, list[tuple[float, float]]] = {}
+    for (ts, rank), same in _instants(spans).items():  # a bar of no width would not show
+        for k, name in enumerate(same):  # markers at one time and rank stacked, all visible
+            instants.setdefault(name, []).append((ts * per_us, rank + 0.25 * (k - (len(same) - 1) / 2)))
     for e in spans:
-        dur = max(e["dur"], end * 0.002)  # keep instants visible
-        ax.broken_barh([(e["ts"], dur)], (e["tid"] - 0.35, 0.7), color=colors[e["name"]],
-                       edgecolor="black", linewidth=0.3)
-    for m in messages_of(doc):
-        ax.annotate("", xy=(m["recv"], m["dst"]), xytext=(m["sent"], m["src"]),
-                    arrowprops={"arrowstyle": "->", "color": "0.25", "lw": 0.8})
+        if e["dur"] == 0:
+            continue
+        dur = max(e["dur"] * per_us, end * 0.002)  # keep very short spans visible
+        ax.broken_barh([(e["ts"] * per_us, dur)], (e["tid"] - 0.35, 0.7), color=colors[e["name"]],
+                       edgecolor="black", linewidth=0.3, zorder=2)
+    for name, points in instants.items():
+        xs, ys = zip(*points)
+        ax.scatter(xs, ys, s=40, marker="D", color=colors[name], edgecolors="black",
+                   linewidths=0.5, zorder=3, label=name)
+    for m in msgs:
+        ax.annotate("", xy=(m["recv"] * per_us, m["dst"]), xytext=(m["sent"] * per_us, m["src"]),
+                    arrowprops={"arrowstyle": "->", "color": "0.25", "lw": 0.8}, zorder=4)
     ax.set_yticks(range(size), [f"rank {r}" for r in range(size)])
-    ax.invert_yaxis()
-    ax.set_xlabel("virtual time (microseconds)")
+    ax.set_ylim(size - 0.5, -0.5)  # rank 0 on top
+    ax.set_xlim(-0.01 * end, end * 1.01)
+    ax.set_xlabel(f"virtual time ({symbol})")
     ax.set_title("simcluster timeline")
-    handles = [Rectangle((0, 0), 1, 1, color=colors[n]) for n in names[:20]]
+    barred = {e["name"] for e in spans if e["dur"] != 0}
+    handles = [Rectangle((0, 0), 1, 1, color=colors[n]) if n in barred else
+               Line2D([], [], linestyle="", marker="D", color=colors[n], markeredgecolor="black")
+               for n in names[:20]]
     if handles:
         ax.legend(handles, names[:20], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
-    fig.savefig(output, dpi=100)
-    plt.close(fig)
+    return fig

@@ -69,7 +69,7 @@ def test_run_end_to_end_in_a_subprocess_is_quiet_when_not_a_terminal(tmp_path: P
     lines = proc.stdout.splitlines()
     assert lines[:3] == ["rank 0: 2", "rank 1: 0", "rank 2: 1"]
     # one 1-byte message per rank, in parallel: 1 us + 1 byte at 10 GB/s
-    assert lines[3].startswith("elapsed 1.0001e-06 s virtual, ")
+    assert lines[3].startswith("elapsed 1.0001 us virtual, ")
     assert lines[3].endswith(" s wall, 3 messages, 3 bytes")
     assert lines[4] == f"wrote {out_json}"
     assert proc.stderr == ""  # no progress line: stderr is a pipe
@@ -87,16 +87,19 @@ def test_run_world_size_option(capsys: pytest.CaptureFixture[str], ring: Path) -
 
 
 @pytest.mark.parametrize(("spec", "elapsed"), [
-    ("zero", "0"),
-    ("constant:5us", "5e-06"),
-    ("alphabeta:1us,10GB/s", "1.0001e-06"),
-    ("alphabeta:1e-6,1e-9", "1.001e-06"),
+    ("zero", "0 s"),
+    ("constant:5us", "5 us"),
+    ("constant:250ms", "250 ms"),
+    ("constant:2s", "2 s"),
+    ("constant:40ns", "40 ns"),
+    ("alphabeta:1us,10GB/s", "1.0001 us"),
+    ("alphabeta:1e-6,1e-9", "1.001 us"),
 ])
 def test_run_latency_option(capsys: pytest.CaptureFixture[str], ring: Path, spec: str,
                             elapsed: str) -> None:
     rc, out, _ = run_cli(capsys, "run", str(ring), "-n", "3", "--latency", spec)
     assert rc == 0
-    assert f"elapsed {elapsed} s virtual, " in out
+    assert f"elapsed {elapsed} virtual, " in out
 
 
 def test_run_seed_option_picks_the_schedule(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -206,6 +209,16 @@ def test_progress_formats_virtual_time_with_a_unit() -> None:
         "simcluster: 1/4 ranks finished, virtual time 12.3 ms",
         "simcluster: 4/4 ranks finished, virtual time 2.5 us ",  # padded over the longer line
     ]
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0.0, "0 s"), (2.5, "2.5 s"), (0.0123, "12.3 ms"), (4.0055e-06, "4.0055 us"),
+    (1.0001e-06, "1.0001 us"), (7.5e-07, "750 ns"), (5e-10, "0.5 ns"), (1234.5, "1234.5 s"),
+])
+def test_virtual_times_are_shown_with_a_unit_for_their_magnitude(seconds: float, shown: str) -> None:
+    stream = FakeTerminal()
+    cli._Progress(stream)(0, 1, seconds)
+    assert stream.getvalue() == f"\rsimcluster: 0/1 ranks finished, virtual time {shown}"
 
 
 # ---- simcluster trace show / plot ----

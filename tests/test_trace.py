@@ -271,6 +271,37 @@ def test_show_orders_messages_by_virtual_time(tmp_path: Path) -> None:
         ["0.000", "->", "1.000"], ["1.000", "->", "2.000"], ["2.000", "->", "3.000"]]
 
 
+async def chain(comm: sc.Comm) -> None:  # 0 -> 1 -> 2 -> 0, each after the previous
+    if comm.rank != 0:
+        await comm.recv(src=comm.rank - 1)
+    await comm.send(comm.rank, (comm.rank + 1) % comm.size)
+    if comm.rank == 0:
+        await comm.recv(src=comm.size - 1)
+
+
+@pytest.mark.parametrize(("latency", "times", "unit"), [
+    (1.5e-3, ["1.500", "3.000", "4.500"], "milliseconds"),
+    (2.0, ["2.000", "4.000", "6.000"], "seconds"),
+    (2.5e-7, ["250.000", "500.000", "750.000"], "nanoseconds"),
+])
+def test_show_picks_the_time_unit_for_the_traces_length(tmp_path: Path, latency: float,
+                                                         times: list[str], unit: str) -> None:
+    path = tmp_path / "chain.json"
+    sc.run(chain, world_size=3, latency=sc.latency.Constant(latency), trace=path)
+    *rows, footer = sctrace.show(path).splitlines()[1:]
+    assert [row.split()[2] for row in rows] == times
+    assert footer == f"3 messages; times in virtual {unit} (send -> receive)"
+
+
+def test_show_labels_collective_messages_with_their_call(tmp_path: Path) -> None:
+    path = tmp_path / "coll.json"
+    sc.run(collectives_program, world_size=3, latency=AB, trace=path,
+           algorithms={"barrier": "dissemination", "broadcast": "binomial"})
+    rows = sctrace.show(path).splitlines()[1:-1]
+    assert sum(row.endswith("world:barrier#1(dissemination) 0B") for row in rows) == 6
+    assert sum("world:broadcast#2(binomial) " in row for row in rows) == 2
+
+
 # ---- plot: the timeline picture ----
 
 
@@ -287,3 +318,34 @@ def test_plot_writes_a_png_that_is_not_blank(tmp_path: Path) -> None:
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
     colours = np.unique(image.reshape(-1, image.shape[-1]), axis=0)
     assert len(colours) > 10  # bars, arrows, labels: far from a blank canvas
+
+
+def test_plot_draws_zero_width_spans_as_markers_above_the_bars(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PathCollection
+
+    path = tmp_path / "p2p.json"
+    sc.run(p2p_program, world_size=2, latency=AB, trace=path)
+    fig = sctrace._figure(sctrace.load(path))
+    ax = fig.axes[0]
+    markers = [c for c in ax.collections if isinstance(c, PathCollection)]
+    drawn = sorted((c.get_label(), round(float(x), 9), float(y))
+                   for c in markers for x, y in c.get_offsets())
+    # send and isend complete at once on rank 0 (eager), stacked in its row; rank 1's irecv
+    # posts at 9 us
+    assert drawn == [("irecv", 9.0, 1.0), ("isend", 0.0, 0.125), ("send", 0.0, -0.125)]
+    bars = [c for c in ax.collections if not isinstance(c, PathCollection)]
+    assert len(bars) == 3  # sleep, recv, wait: the spans with a width
+    assert all(m.get_sizes()[0] >= 20 and m.zorder > b.zorder for m in markers for b in bars)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["irecv", "isend", "recv", "send", "sleep", "wait"]
+    assert ax.get_xlabel() == "virtual time (us)"
+
+
+def test_plot_picks_the_time_unit_for_the_traces_length(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "chain.json"
+    sc.run(chain, world_size=3, latency=sc.latency.Constant(1.5e-3), trace=path)
+    ax = sctrace._figure(sctrace.load(path)).axes[0]
+    assert ax.get_xlabel() == "virtual time (ms)"
+    assert ax.get_xlim()[1] == pytest.approx(4.5, rel=0.1)
