@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -173,3 +176,24 @@ def test_init_imports_are_relative_re_exports() -> None:
             for alias in node.names:
                 assert alias.asname == alias.name, (
                     f"line {node.lineno}: re-export as `{alias.name} as {alias.name}`")
+
+
+# ---- the test suite's own configuration ----
+
+
+def test_pytest_asyncio_loop_scope_is_set(pytestconfig: pytest.Config) -> None:
+    pytest.importorskip("pytest_asyncio")
+    # unset, pytest-asyncio (0.24 and later) warns about it on every run
+    assert pytestconfig.getini("asyncio_default_fixture_loop_scope") == "function"
+
+
+def test_a_pytest_run_prints_no_warnings() -> None:
+    root = Path(__file__).parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTEST_ADDOPTS")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_public_api.py",
+         "-k", "test_init_only_re_exports"],
+        capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "warning" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
