@@ -134,7 +134,7 @@ def _make_transport(transport: str | Transport) -> Transport:
 def _check_fn(fn: object) -> None:
     if inspect.iscoroutine(fn):
         fn.close()
-        raise TypeError("run(main(...)): expected a function, got a coroutine object; "
+        raise TypeError("run(main(...)): expected an async function, got a coroutine object; "
                         "pass main, not main(...)")
     if not callable(fn):
         raise TypeError(f"run({fn!r}): expected a function taking comm first (async def, or a "

@@ -315,12 +315,10 @@ def test_run_with_a_coroutine_object_coaches_the_fix(transport: str) -> None:
         sc.run(main(None), world_size=2, transport=transport)  # type: ignore[arg-type]
 
 
-def test_run_with_a_regular_function_is_type_error(transport: str) -> None:
-    def main(comm: sc.Comm) -> None:
-        pass
-
-    with pytest.raises(TypeError, match=r"^run\(main\): expected an async function.*async def"):
-        sc.run(main, world_size=2, transport=transport)  # type: ignore[arg-type]
+def test_run_with_something_not_callable_is_type_error(transport: str) -> None:
+    with pytest.raises(TypeError, match=(r"^run\(42\): expected a function taking comm first "
+                                         r"\(async def, or a plain def for a synchronous rank\); got int$")):
+        sc.run(42, world_size=2, transport=transport)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("world_size", [0, -1])
