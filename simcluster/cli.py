@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("which", choices=BENCHMARKS)
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
 
+    from . import mpirun  # its options live with it (simcluster/mpirun.py)
+
+    mpirun.add_parser(sub)
+
     trace = sub.add_parser("trace", help="show or plot a trace written by --trace / run(trace=PATH)")
     trace.add_argument("action", choices=("show", "plot"))
     trace.add_argument("file")
@@ -148,6 +152,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mpirun(args: argparse.Namespace) -> int:
+    from . import mpirun
+
+    return mpirun.run_args(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"simcluster.bench.{args.which}")
     if args.quick:
@@ -174,7 +184,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``simcluster`` console script."""
     args = _parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "bench": _cmd_bench, "trace": _cmd_trace}
+    handlers = {"run": _cmd_run, "bench": _cmd_bench, "trace": _cmd_trace, "mpirun": _cmd_mpirun}
     return handlers[args.command](args)
 
 

@@ -1,0 +1,694 @@
+"""``simcluster mpirun``: run an mpi4py script once per virtual rank, as ``mpiexec`` would.
+
+Owns what a launcher owns: turning one script into N ranks of one process
+(or of ``--procs`` hosting processes), and their standard streams and exit
+status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
+
+- Each rank runs the script's code as ``__main__`` in a module of its own,
+  with its own ``sys.argv``; ``sys.modules["__main__"]``, ``sys.argv`` and
+  ``sys.stdin`` are swapped in each time the rank resumes (``_sync.on_switch``).
+  Modules the script imports are imported once per process and shared.
+- ``import mpi4py`` / ``from mpi4py import MPI`` give ``simcluster.MPI`` for
+  the run (``sys.modules`` entries and a meta-path finder installed for the
+  run and removed after), whether or not the real mpi4py is installed;
+  nothing of the real one is imported.
+- Output: ``sys.stdout`` and ``sys.stderr`` are replaced for the run by
+  streams that file each completed line under (virtual time, rank, order of
+  writing). Lines are written to the real streams in that order, so the
+  same program and seed print the same text on every transport.
+
+Rule 1: a line is written out only once no rank can still print one that
+sorts before it: a rank prints at the engine's current time or later, so
+line (t, r) is final once t < now, or t == now and every rank below r has
+finished. Rule 2: everything swapped in for a run is swapped back when it
+ends, also when it fails.
+
+With ``--transport shm|tcp`` the ranks live in hosting processes: the rank
+function is ``_script_rank`` (importable by module path), each process sets
+the same things up for its own ranks, and each rank's lines and outcome come
+back through a file in a per-run folder, merged and written by the caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import heapq
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+import types
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final, TextIO
+
+PROG: Final = "simcluster mpirun"
+OUT: Final = 1  # stream numbers in a line record
+ERR: Final = 2
+#: mpi4py submodules that simcluster does not provide, with what to do instead
+_MISSING: Final = {
+    "futures": "use MPI.COMM_WORLD's methods, or simcluster.run for task parallelism",
+    "util": "its helpers (pkl5, dtlib, pool, sync) are not simulated",
+    "run": "use simcluster mpirun -m MODULE",
+    "bench": "see examples/mpi4py/ for benchmark programs",
+}
+
+Record = tuple[float, int, int, int, str]  # (time, rank, seq, stream, text)
+
+
+# ---- command line ----
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``mpirun`` subcommand to the ``simcluster`` command's subparsers."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "mpirun", help="run an mpi4py SCRIPT once per virtual rank, as mpiexec would",
+        description="Run an mpi4py script once per virtual rank, as mpiexec would: "
+                    "`from mpi4py import MPI` gives simcluster's MPI, output comes in "
+                    "virtual-time order, the exit status is the ranks'.")
+    parser.add_argument("-n", "-np", "--world-size", dest="world_size", type=int, default=1,
+                        metavar="N", help="number of ranks (default 1, as mpiexec)")
+    parser.add_argument("--latency", default="zero",
+                        help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, "
+                             "loggp:L,o,g,G")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--transport", default="memory", help="memory (default), shm or tcp")
+    parser.add_argument("--procs", type=int, default=None,
+                        help="OS processes hosting the ranks (shm/tcp)")
+    parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
+    parser.add_argument("--compute", default=None, metavar="wall[:F]",
+                        help="charge the wall time a rank computes (x F) to its virtual clock")
+    parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    parser.add_argument("--prepend-rank", "-prepend-rank", dest="prepend_rank",
+                        action="store_true", help="start every output line with [RANK] (as MPICH)")
+    parser.add_argument("-m", dest="as_module", action="store_true",
+                        help="SCRIPT is a module name, run as `python -m MODULE` runs it")
+    parser.add_argument("script", metavar="SCRIPT", help="the Python file (or module, with -m)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments for the script (its sys.argv[1:])")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``simcluster mpirun ARGV``; return the exit status."""
+    parser = argparse.ArgumentParser(prog="simcluster")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["mpirun", *(sys.argv[1:] if argv is None else argv)])
+    return run_args(args)
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run what ``simcluster mpirun`` was told (``add_parser``'s namespace); return the exit status."""
+    from . import _sync, latency
+
+    try:
+        model = latency.parse(args.latency)
+        _sync.parse_compute(args.compute)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "transport": args.transport,
+                                "timeout": args.timeout}
+    for name in ("procs", "trace", "compute"):
+        if getattr(args, name) is not None:
+            keywords[name] = getattr(args, name)
+    if args.transport != "memory":
+        # the lowercase methods pickle, as mpi4py does; these processes run the user's own script
+        keywords["serializer"] = "pickle"
+    return mpirun(args.script, args.world_size, args.args, module=args.as_module,
+                  prepend_rank=args.prepend_rank, **keywords)
+
+
+# ---- the launcher ----
+
+
+def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bool = False,
+           prepend_rank: bool = False, **keywords: Any) -> int:
+    """Run ``script`` (a path, or a module name with ``module=True``) once per rank.
+
+    Each rank's lines go to this process's ``sys.stdout`` / ``sys.stderr`` in
+    virtual-time order (ties by rank); ``keywords`` go to ``simcluster.run``.
+
+    Returns:
+        The exit status: 0 when every rank finished; else the first nonzero
+        ``sys.exit`` code by virtual time (ties by rank), the code given to
+        ``Abort``, 1 for an exception (its traceback printed as the rank's
+        stderr), a deadlock or a timeout (the report printed), 2 when the
+        script or the options are refused.
+    """
+    spec = _spec(script, list(argv), module)
+    if isinstance(spec, int):
+        return spec
+    hosted = keywords.get("transport", "memory") != "memory"
+    records = tempfile.mkdtemp(prefix="simcluster-mpirun-") if hosted else None
+    spec["records"] = records
+    session = _Session(spec, world_size, prepend_rank, sys.stdout, sys.stderr)
+    try:
+        loaded = session.load()
+        if loaded is not None:
+            return loaded
+        return session.launch(keywords)
+    finally:
+        if records is not None:
+            shutil.rmtree(records, ignore_errors=True)
+
+
+def _spec(script: str, argv: list[str], module: bool) -> dict[str, Any] | int:
+    """What every hosting process needs to run the script: plain data (it travels by msgpack)."""
+    if module:
+        path0 = os.getcwd()  # as `python -m`: the current folder comes first on sys.path
+        target = script
+        argv0 = script  # replaced by the module's file once it is found
+    else:
+        if not os.path.isfile(script):
+            print(f"{PROG}: {script}: no such file; pass the path of a Python script "
+                  "(or -m MODULE)", file=sys.stderr)
+            return 2
+        target = os.path.abspath(script)
+        path0 = os.path.dirname(target)
+        argv0 = script
+    return {"id": uuid.uuid4().hex, "module": module, "target": target, "path0": path0,
+            "argv": [argv0, *argv]}
+
+
+class _Refused(Exception):
+    """The script cannot be run (not found, a syntax error): the message is for the user."""
+
+
+def _load_code(spec: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
+    """Return the script's code and the ``__main__`` attributes python would give it.
+
+    Raises:
+        _Refused: no such module, or a package without ``__main__``.
+        SyntaxError: the source does not compile.
+    """
+    target: str = spec["target"]
+    if not spec["module"]:
+        with open(target, "rb") as file:
+            source = file.read()
+        code = compile(source, target, "exec", dont_inherit=True)
+        loader = importlib.machinery.SourceFileLoader("__main__", target)
+        return code, {"__file__": target, "__spec__": None, "__package__": None,
+                      "__loader__": loader, "__cached__": None}
+    name = target
+    found = _find_module(name)
+    if found.submodule_search_locations is not None:  # a package: run its __main__, as python does
+        name = f"{target}.__main__"
+        try:
+            found = _find_module(name)
+        except _Refused:
+            raise _Refused(f"-m {target}: {target} is a package and has no __main__ module; "
+                           "name a module inside it") from None
+    loader = found.loader
+    get_code = getattr(loader, "get_code", None)
+    code = None if get_code is None else get_code(name)
+    if code is None:
+        raise _Refused(f"-m {target}: {name} has no Python code to run")
+    return code, {"__file__": found.origin, "__spec__": found, "__package__": found.parent,
+                  "__loader__": loader, "__cached__": found.cached}
+
+
+def _find_module(name: str) -> importlib.machinery.ModuleSpec:
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise _Refused(f"-m {name}: {exc}") from None
+    if found is None:
+        raise _Refused(f"-m {name}: no module named {name!r}; check the name and that its "
+                       "folder is the current one or on PYTHONPATH")
+    return found
+
+
+def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
+    """The rank function: run the script as this rank's ``__main__``; return its exit code.
+
+    Module-level, so that hosting processes (shm/tcp) import it by name.
+    """
+    from . import _sync
+
+    session = _Session.current(spec)
+    task = _sync.current()
+    assert task is not None, "_script_rank runs as a synchronous rank"
+    state = session.rank_state(task)
+    _sync.on_switch(state.enter, state.leave)
+    code = 0
+    try:
+        exec(session.code, state.module.__dict__)  # noqa: S102 - running the user's script is the point
+    except SystemExit as exc:
+        code = state.exit_code(exc)
+    except BaseException as exc:
+        abort = _abort_code(exc)
+        if abort is not None:
+            state.outcome = ["abort", abort, state.now()]
+        elif isinstance(exc, Exception):  # not GreenletExit: the run cancelling this rank
+            state.print_exception(exc)
+            state.outcome = ["error", 1, state.now()]
+        raise
+    else:
+        state.outcome = ["exit", 0, state.now()]
+    finally:
+        state.finish()
+    return code
+
+
+def _abort_code(exc: BaseException) -> int | None:
+    """The code of ``MPI.Comm.Abort(code)`` when ``exc`` is its exception, else None."""
+    mpi = sys.modules.get("simcluster.MPI")
+    kind = getattr(mpi, "_AbortError", None) or getattr(mpi, "AbortError", None)
+    if kind is not None and isinstance(exc, kind):
+        code = getattr(exc, "code", 1)
+        return code if isinstance(code, int) else 1
+    return None
+
+
+# ---- one run in one process ----
+
+
+class _RankState:
+    """One rank's process state (``__main__``, ``sys.argv``, stdin) and its pending output."""
+
+    def __init__(self, session: _Session, task: Any, module: types.ModuleType,
+                 argv: list[str], stdin: TextIO) -> None:
+        self.session = session
+        self.task = task  # the _sync.SyncRank (its .comm.now is the virtual time)
+        self.rank: int = task.rank
+        self.module = module
+        self.argv = argv
+        self.stdin = stdin
+        self.partial = {OUT: "", ERR: ""}
+        self.seq = 0
+        # hosted: each line is appended to this rank's file at once, so that what a rank
+        # printed before its process was stopped still reaches the caller
+        self.sink: TextIO | None = None
+        if session.records_dir is not None:
+            path = os.path.join(session.records_dir, f"rank-{self.rank}.jsonl")
+            self.sink = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
+        # ["exit" | "abort" | "error", code, virtual time]; None: cancelled (another rank failed)
+        self.outcome: list[Any] | None = None
+
+    def now(self) -> float:
+        now: float = self.task.comm.now
+        return now
+
+    def enter(self) -> None:
+        sys.modules["__main__"] = self.module
+        sys.argv = self.argv
+        sys.stdin = self.stdin
+
+    def leave(self) -> None:
+        session = self.session
+        assert session.saved is not None
+        sys.modules["__main__"], sys.argv, sys.stdin = session.saved
+        session.flush_final(self.now())
+
+    def write(self, stream: int, text: str) -> None:
+        lines = (self.partial[stream] + text).split("\n")
+        self.partial[stream] = lines.pop()
+        for line in lines:
+            self._file(stream, line + "\n")
+
+    def _file(self, stream: int, text: str) -> None:
+        record = (self.now(), self.rank, self.seq, stream, text)
+        self.seq += 1
+        if self.sink is None:
+            self.session.file(record)
+        else:
+            self.sink.write(json.dumps(record) + "\n")
+            self.sink.flush()
+
+    def exit_code(self, exc: SystemExit) -> int:
+        """Like the interpreter: None is 0, an int is itself, anything else is printed and 1."""
+        code = exc.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code
+        else:
+            self.write(ERR, f"{code}\n")
+            status = 1
+        self.outcome = ["exit", status, self.now()]
+        return status
+
+    def print_exception(self, exc: BaseException) -> None:
+        """Write ``exc``'s traceback as this rank's stderr, from the script's frames inward."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        for chunk in traceback.format_exception(type(exc), exc, tb):
+            self.write(ERR, chunk)
+
+    def finish(self) -> None:
+        for stream in (OUT, ERR):
+            if self.partial[stream]:
+                self._file(stream, self.partial[stream])
+                self.partial[stream] = ""
+        self.session.finished(self)
+        if self.sink is not None:
+            self.sink.write(json.dumps({"outcome": self.outcome}) + "\n")
+            self.sink.close()
+
+
+class _Session:
+    """Everything one run swaps in a process, and the lines its ranks printed there.
+
+    The caller's process has one per ``mpirun`` call; a hosting process makes
+    one (``current``) when its first rank starts, and keeps it until it exits.
+    """
+
+    _by_id: dict[str, _Session] = {}
+
+    def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool,
+                 out: TextIO, err: TextIO) -> None:
+        self.spec = spec
+        self.world_size = world_size
+        self.prepend = prepend
+        self.real = {OUT: out, ERR: err}
+        self.records_dir: str | None = spec.get("records")
+        self.pid = os.getpid()
+        self.code: types.CodeType | None = None
+        self.attrs: dict[str, Any] = {}
+        self.states: dict[int, _RankState] = {}
+        self.heap: list[Record] = []
+        self.done = bytearray(world_size)
+        self.lowest = 0  # lowest rank not finished
+        self.saved: tuple[Any, list[str], TextIO] | None = None
+        self.undo: list[Any] = []
+        self.hosted_outcomes: dict[int, list[Any] | None] = {}
+
+    @classmethod
+    def current(cls, spec: dict[str, Any]) -> _Session:
+        """The session of the run ``spec`` belongs to in this process (made here when hosted)."""
+        session = cls._by_id.get(spec["id"])
+        if session is not None and session.pid == os.getpid():
+            return session
+        # a hosting process: set up once, for good (the process ends with the run)
+        from . import _sync
+
+        task = _sync.current()
+        assert task is not None
+        session = cls(spec, task.comm.size, False, sys.stdout, sys.stderr)
+        session.code, session.attrs = _load_code(spec)
+        session.install()
+        return session
+
+    def load(self) -> int | None:
+        """Compile the script here; return an exit status when it cannot run, else None."""
+        try:
+            self.code, self.attrs = _load_code(self.spec)
+        except _Refused as exc:
+            print(f"{PROG}: {exc}", file=self.real[ERR])
+            return 2
+        except SyntaxError as exc:
+            traceback.print_exception(type(exc), exc, None, file=self.real[ERR])
+            return 1
+        except OSError as exc:
+            print(f"{PROG}: {self.spec['target']}: {exc.strerror}", file=self.real[ERR])
+            return 2
+        if self.spec["module"]:
+            self.spec["argv"][0] = self.attrs["__file__"] or self.spec["target"]
+        return None
+
+    def launch(self, keywords: dict[str, Any]) -> int:
+        from . import errors, runner
+
+        self.install()
+        error: BaseException | None = None
+        try:
+            runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
+        except errors.SimclusterError as exc:
+            error = exc
+        except (TypeError, ValueError) as exc:
+            if not str(exc).startswith("run"):
+                raise  # not a message written for users: keep the traceback
+            print(f"{PROG}: {exc}", file=self.real[ERR])
+            return 2
+        finally:
+            self.uninstall()
+        if self.records_dir is not None:
+            self._collect()
+        self.flush_all()
+        return self._status(error)
+
+    def _status(self, error: BaseException | None) -> int:
+        from . import errors
+
+        outcomes = sorted((o[2], rank, o[0], o[1]) for rank, o in self.outcomes().items()
+                          if o is not None)
+        for _time, rank, kind, code in outcomes:
+            if kind == "abort":
+                print(f"{PROG}: rank {rank} called Abort({code}); the run stopped with exit "
+                      f"status {code}", file=self.real[ERR])
+                return int(code)
+        reported = {rank for _t, rank, kind, _c in outcomes if kind == "error"}
+        if error is not None and not (isinstance(error, errors.RankError) and error.rank in reported):
+            cause = error.__cause__
+            if isinstance(error, errors.RankError) and cause is not None:
+                traceback.print_exception(type(cause), cause, cause.__traceback__,
+                                          file=self.real[ERR])
+            print(f"{PROG}: {error}", file=self.real[ERR])
+        for _time, _rank, kind, code in outcomes:
+            if code:
+                return int(code)
+        return 1 if error is not None else 0
+
+    def outcomes(self) -> dict[int, list[Any] | None]:
+        """How each rank ended: its own state here, or what its hosting process wrote."""
+        got = {rank: state.outcome for rank, state in self.states.items()}
+        got.update(self.hosted_outcomes)
+        return got
+
+    # ---- ranks ----
+
+    def rank_state(self, task: Any) -> _RankState:
+        module = types.ModuleType("__main__")
+        module.__dict__.update(self.attrs)
+        module.__builtins__ = builtins  # type: ignore[attr-defined]
+        stdin = self.saved[2] if task.rank == 0 and self.saved is not None else io.StringIO("")
+        state = _RankState(self, task, module, list(self.spec["argv"]), stdin)
+        self.states[task.rank] = state
+        return state
+
+    def finished(self, state: _RankState) -> None:
+        self.done[state.rank] = 1
+        while self.lowest < self.world_size and self.done[self.lowest]:
+            self.lowest += 1
+
+    def _collect(self) -> None:
+        """Read back what each hosted rank printed and how it ended."""
+        hosted: dict[int, list[Any] | None] = {}
+        for rank in range(self.world_size):
+            path = os.path.join(self.records_dir or "", f"rank-{rank}.jsonl")
+            try:
+                with open(path, encoding="utf-8") as file:
+                    lines = file.read().splitlines()
+            except FileNotFoundError:
+                continue  # the rank never started
+            for line in lines:
+                try:
+                    got = json.loads(line)
+                except ValueError:
+                    break  # cut short by its process stopping mid-write
+                if isinstance(got, dict):
+                    hosted[rank] = got["outcome"]
+                else:
+                    time, r, seq, stream, text = got
+                    heapq.heappush(self.heap, (time, r, seq, stream, text))
+        self.hosted_outcomes = hosted
+
+    # ---- output ----
+
+    def file(self, record: Record) -> None:
+        heapq.heappush(self.heap, record)
+
+    def flush_final(self, now: float) -> None:
+        """Write out every line no rank can still precede (Rule 1)."""
+        heap = self.heap
+        if not heap:
+            return
+        limit = (now, self.lowest)
+        wrote = False
+        while heap and heap[0][:2] < limit:
+            self._emit(heapq.heappop(heap))
+            wrote = True
+        if wrote:
+            self._flush_real()
+
+    def flush_all(self) -> None:
+        heap = self.heap
+        while heap:
+            self._emit(heapq.heappop(heap))
+        self._flush_real()
+
+    def _emit(self, record: Record) -> None:
+        _time, rank, _seq, stream, text = record
+        if self.prepend:
+            text = f"[{rank}] {text}"
+        self.real[stream].write(text)
+
+    def _flush_real(self) -> None:
+        for stream in self.real.values():
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    # ---- process state ----
+
+    def install(self) -> None:
+        """Swap in the run's mpi4py, streams and import path (Rule 2: ``uninstall`` undoes it)."""
+        from . import MPI
+
+        self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin)
+        saved_modules = {name: mod for name, mod in sys.modules.items()
+                         if name == "mpi4py" or name.startswith("mpi4py.")}
+        for name in saved_modules:
+            del sys.modules[name]
+        package = _mpi4py_package(MPI)
+        sys.modules["mpi4py"] = package
+        sys.modules["mpi4py.MPI"] = MPI
+        finder = _Finder()
+        sys.meta_path.insert(0, finder)
+        out, err = sys.stdout, sys.stderr
+        sys.stdout = _Stream(self, OUT, out)  # type: ignore[assignment]
+        sys.stderr = _Stream(self, ERR, err)  # type: ignore[assignment]
+        sys.path.insert(0, self.spec["path0"])
+        self.undo = [saved_modules, finder, out, err, sys.path[0]]
+        _Session._by_id[self.spec["id"]] = self
+
+    def uninstall(self) -> None:
+        if not self.undo:
+            return
+        saved_modules, finder, out, err, path0 = self.undo
+        self.undo = []
+        _Session._by_id.pop(self.spec["id"], None)
+        if sys.path and sys.path[0] == path0:
+            del sys.path[0]
+        elif path0 in sys.path:
+            sys.path.remove(path0)
+        sys.stdout, sys.stderr = out, err
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n == "mpi4py" or n.startswith("mpi4py.")]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+        if self.saved is not None:
+            main_module, sys.argv, sys.stdin = self.saved
+            if main_module is not None:
+                sys.modules["__main__"] = main_module
+
+
+class _Stream(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` during a run: lines go to the writing rank's record.
+
+    Text written outside any rank (the launcher, warnings at the end of the
+    run) goes straight to the real stream.
+    """
+
+    def __init__(self, session: _Session, stream: int, real: TextIO) -> None:
+        super().__init__()
+        self._session = session
+        self._stream = stream
+        self._real = real
+        self.buffer = _Bytes(self)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._real, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self._real, "errors", None)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        from . import _sync
+
+        task = _sync.current()
+        state = None if task is None else self._session.states.get(task.rank)
+        if state is None or state.task is not task:
+            return self._real.write(text)
+        state.write(self._stream, text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # lines are written out in virtual-time order, not when a rank flushes
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._real.fileno()
+
+
+class _Bytes(io.RawIOBase):
+    """``sys.stdout.buffer`` during a run: bytes decoded and written as text."""
+
+    def __init__(self, text: _Stream) -> None:
+        super().__init__()
+        self._text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raw = bytes(data)
+        self._text.write(raw.decode(self._text.encoding, errors="surrogateescape"))
+        return len(raw)
+
+
+# ---- the mpi4py that scripts import ----
+
+
+class _Rc:
+    """``mpi4py.rc``: accepted and kept; simcluster's MPI has nothing to initialize."""
+
+    initialize = True
+    threads = True
+    thread_level = "multiple"
+    finalize: bool | None = None
+    fast_reduce = True
+    recv_mprobe = True
+    irecv_bufsz = 32768
+    errors = "exception"
+
+    def __call__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            if not hasattr(self, key):
+                raise TypeError(f"mpi4py.rc: unexpected argument {key!r}")
+            setattr(self, key, value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.rc (simcluster mpirun)>"
+
+
+def _mpi4py_package(mpi: types.ModuleType) -> types.ModuleType:
+    package = types.ModuleType("mpi4py", "mpi4py's API on simcluster (set up by simcluster mpirun).")
+    package.__path__ = []  # a package: submodule imports reach _Finder, which explains
+    package.__version__ = "4.1.0"  # type: ignore[attr-defined]  # the mpi4py API simcluster.MPI follows
+    package.rc = _Rc()  # type: ignore[attr-defined]
+    package.MPI = mpi  # type: ignore[attr-defined]
+    return package
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """During a run, ``mpi4py.<anything but MPI>`` fails with a message that says why."""
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("mpi4py."):
+            return None
+        sub = fullname.split(".")[1]
+        why = _MISSING.get(sub, "simcluster's mpi4py has the MPI module only")
+        raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} ({why})",
+                                  name=fullname)
