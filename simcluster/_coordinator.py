@@ -8,7 +8,9 @@ coordinator at ``master_addr:master_port``. Either way each hosting process
 connects back over an authenticated stream (the control link) and the
 protocol of ``_hosting`` takes over: HELLO, START, READY, then rounds of
 STEP/REPORT until every rank has finished (FINISH/RESULTS), a rank fails, or
-the run deadlocks.
+the run deadlocks. A multi-node run ends with FINAL (the result, for every
+node) answered by BYE: node 0 closes the control links only after every BYE,
+so no node mistakes the close for a failure.
 
 Rule 1: never a hang. Every wait here has a deadline or watches the
 processes: a control link that closes or a process that exits ends the run
@@ -45,6 +47,9 @@ from .errors import RankError, RunTimeoutError, SimclusterError
 from .trace import Message, Span, Trace
 
 _GRACE: Final = 2.0  # seconds a process gets to exit before it is killed
+_FAREWELL: Final = 10.0  # seconds node 0 waits for every node to acknowledge the result (BYE)
+_NO_MAIN_GUARD: Final = 87  # exit code of a hosting process that re-ran an unguarded script
+_VERBOSE_ENV: Final = "SIMCLUSTER_VERBOSE"
 _LOST_WAIT: Final = 1.0  # seconds to wait for a peer's own death notice after a link error
 _SECRET_ENV: Final = "SIMCLUSTER_SECRET"
 
@@ -224,6 +229,15 @@ class Coordinator:
         elif exc is not None:
             how = f"failed ({exc})"
         fix = "look for that process's own output (out of memory? killed?)"
+        if proc.link is None and process is not None and process.exitcode == _NO_MAIN_GUARD:
+            script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+            error = TransportError(
+                None, "run", f"{proc.name()} could not start: {script} calls run() when it is "
+                "imported, and every hosting process imports it again",
+                'put the sc.run(...) call under `if __name__ == "__main__":` '
+                f"({_VERBOSE_ENV}=1 shows the hosting processes' tracebacks)", peer=proc.name())
+            error.ranks = list(range(proc.lo, proc.hi))  # type: ignore[attr-defined]
+            return error
         if proc.link is None:
             how += " before it connected"
             fix = ("look for its own output above; a script that calls run() must do so under "
@@ -388,11 +402,31 @@ class Coordinator:
                 raise RankError(bad["rank"], exc) from exc
         return got
 
+    async def farewell(self, timeout: float) -> None:
+        """Wait until every process has answered FINAL with BYE (or gone away), at most ``timeout`` s.
+
+        Only then may the control links close: a node that saw the close
+        before the result would report a failure that never happened.
+        """
+        waiting = {p.index for p in self.procs if p.link is not None and not p.dead.is_set()}
+        end = _time.monotonic() + timeout
+        while waiting:
+            try:
+                index, item = await asyncio.wait_for(self.queue.get(),
+                                                     max(0.0, end - _time.monotonic()))
+            except asyncio.TimeoutError:
+                names = ", ".join(self.procs[i].name() for i in sorted(waiting))
+                _log.warning("simcluster: %s did not acknowledge the run's result within %gs; "
+                             "closing anyway", names, timeout)
+                return
+            if item is _LOST or (isinstance(item, Envelope) and item.tag == H.BYE):
+                waiting.discard(index)
+
     def stop(self, error: BaseException | None = None) -> None:
         """Tell every process to stop (node processes get ``error`` to raise)."""
         payload = None
         if error is not None and self.check_digest:
-            payload = {"exc": _remote.encode_exception(error)}
+            payload = {"exc": _remote.encode_exception(error, cause=True)}
         for proc in self.procs:
             self.send(proc, H.STOP, payload)
 
@@ -563,6 +597,36 @@ def _unwatch(procs: list[_Proc]) -> None:
                 pass
 
 
+def _refuse_while_bootstrapping() -> None:
+    """End a hosting process that reached run() while importing the caller's script.
+
+    ``multiprocessing`` runs the main script again in every process it starts;
+    without ``if __name__ == "__main__":`` that second run reaches ``run()``
+    before the process has even started. Each such process would print a
+    multiprocessing traceback of its own; instead it exits at once with
+    ``_NO_MAIN_GUARD`` (``os._exit``: the forkserver turns any exception,
+    SystemExit included, into exit code 1), and the caller, seeing that code,
+    raises one clear error (``Coordinator._lost``). With ``SIMCLUSTER_VERBOSE=1``
+    the process prints where it was first.
+    """
+    # XX: ``_inheriting`` is private; it is what multiprocessing's own check
+    # (spawn._check_not_importing_main) reads, set only while a child imports the main script.
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    if os.environ.get(_VERBOSE_ENV, "") not in ("", "0"):
+        import traceback
+
+        print(f"simcluster: hosting process {os.getpid()} reached run() while importing the main "
+              "script (no `if __name__ == \"__main__\":`); it was here:", file=sys.stderr)
+        traceback.print_stack(file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(_NO_MAIN_GUARD)
+
+
 # ---- entry points ----
 
 
@@ -571,8 +635,10 @@ async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, transport: 
                  latency: Any, seed: int, eager_limit: int, trace: Any, checks: str,
                  algorithms: dict[str, str], timeout: float | None, serializer: str,
                  nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None,
-                 progress: Callable[[int, int, float], None] | None) -> Any:
+                 progress: Callable[[int, int, float], None] | None,
+                 schedule: str = "batch") -> Any:
     """Run ``fn`` on ``world_size`` ranks hosted by several processes; return the RunResult."""
+    _refuse_while_bootstrapping()
     wall_start = _time.perf_counter()
     if nnodes > 1 and isinstance(transport, _shm.ShmTransport):
         raise ValueError(f"run(transport='shm', nnodes={nnodes}): shared memory does not reach "
@@ -587,7 +653,7 @@ async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, transport: 
                          f"some nodes without ranks; use a world size of at least {nnodes}")
     spec = H.RunSpec(world_size, used, per, transport, latency, seed, eager_limit,
                      checks == "strict", bool(trace), dict(algorithms), serializer,
-                     getattr(fn, "__qualname__", "main"))
+                     getattr(fn, "__qualname__", "main"), schedule)
     if nnodes > 1:
         parts = await _launch_node(spec, fn, args, kwargs, node_rank, master_addr, master_port,
                                    timeout, progress)
@@ -681,10 +747,7 @@ async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Ma
         host = H.Host(_fresh(tp), node_rank, secret, run_id)
         parts = await host.serve((addr, port), load, listen_host or await _local_address(addr, port))
         if parts is None:
-            if host.stop_error is not None:
-                raise host.stop_error
-            raise TransportError(None, "run", f"node {node_rank}: the coordinator at {addr}:{port} "
-                                 "ended the run", "see node 0's error", peer=f"{addr}:{port}")
+            raise _node_failure(host, node_rank, f"{addr}:{port}")
         return dict(parts)
     coordinator = Coordinator(spec, secret, run_id, timeout=timeout, progress=progress,
                               check_digest=True)
@@ -698,12 +761,35 @@ async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Ma
         final = dict(parts)
         for proc in coordinator.procs:
             coordinator.send(proc, H.FINAL, final)
+        await coordinator.farewell(_FAREWELL)
         await asyncio.wait_for(serving, _GRACE)
         return parts
     finally:
         if serving is not None and not serving.done():
             serving.cancel()
         await coordinator.close()
+
+
+def _node_failure(host: H.Host, node_rank: int, where: str) -> BaseException:
+    """The error a node process raises when the run did not finish there.
+
+    It names only what is known: node 0's error when node 0 sent one, this
+    node's own failure, or that node 0 went away or stopped without saying why.
+    """
+    if host.stop_error is not None:
+        return host.stop_error
+    if host.failed is not None and not isinstance(host.failed, TransportError):
+        return host.failed
+    if host.ended == "lost":
+        return TransportError(None, "run", f"node {node_rank}: lost node 0 (the coordinator at "
+                              f"{where}) before the run finished",
+                              "look at node 0's own output: it may have crashed or been killed",
+                              peer=where)
+    if host.failed is not None:
+        return host.failed
+    return TransportError(None, "run", f"node {node_rank}: node 0 (the coordinator at {where}) "
+                          "stopped the run without an error",
+                          "look at node 0's own output: it may have been interrupted", peer=where)
 
 
 def _fresh(tp: TcpTransport) -> TcpTransport:

@@ -31,6 +31,16 @@ the memory transport's for programs that do not race on ANY_SOURCE.
 The control channel is a stream of frames like any link (``transports.tcp``):
 each control message is an Envelope whose ``tag`` is the opcode and whose
 payload is packed with ``transports.wire``; nothing on it is pickled.
+
+The end of a run. After FINISH every rank has finished and nothing is in
+flight, so a peer link that closes from then on is no error: each process
+closes its links as soon as it is done. A local hosting process ends when
+the coordinator closes the control link after RESULTS. A node process (one
+per host, ``nnodes > 1``) ends on FINAL, the whole run's result: it answers
+BYE, and node 0 closes the control links only once every node has said BYE
+(or gone away), so no node ever sees the close before the result. A control
+link that closes before FINAL or STOP means node 0 went away, and the node
+says so (``Host.ended``); it never blames an error that does not exist.
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ DESCRIBE: Final = 3  # the run is deadlocked: answer BLOCKED
 FINISH: Final = 4  # every rank finished: answer RESULTS
 STOP: Final = 5  # the run is over (failed elsewhere): close everything and exit
 TIMEOUT: Final = 6  # the run timed out: answer LINES
-FINAL: Final = 7  # multi-node: the whole run's result, for node processes to return
+FINAL: Final = 7  # multi-node: the whole run's result, for node processes to return; answer BYE
 # hosting process -> coordinator
 HELLO: Final = 10  # {"pid", "addr", "digest"}
 READY: Final = 11  # peers connected, ranks started
@@ -77,11 +87,12 @@ BLOCKED: Final = 13  # {"tasks": [...], "helpers": [...]}
 RESULTS: Final = 14  # {"values", "times", "stats", "leaks", "trace"}
 ERROR: Final = 15  # {"exc": encoded exception, "transport": bool}
 LINES: Final = 16  # timeout report lines
+BYE: Final = 17  # FINAL arrived: the coordinator may close the control link now
 
 OP_NAMES: Final = {
     START: "START", STEP: "STEP", DESCRIBE: "DESCRIBE", FINISH: "FINISH", STOP: "STOP",
     TIMEOUT: "TIMEOUT", FINAL: "FINAL", HELLO: "HELLO", READY: "READY", REPORT: "REPORT",
-    BLOCKED: "BLOCKED", RESULTS: "RESULTS", ERROR: "ERROR", LINES: "LINES",
+    BLOCKED: "BLOCKED", RESULTS: "RESULTS", ERROR: "ERROR", LINES: "LINES", BYE: "BYE",
 }
 
 
@@ -123,6 +134,7 @@ class RunSpec:
     algorithms: dict[str, str] = field(default_factory=dict)
     serializer: str = "msgpack"
     name: str = "main"
+    schedule: str = "batch"  # run(schedule=...): "batch" or "shuffle" (each process's own batches)
 
     def digest(self) -> str:
         """A text all nodes of a multi-node run must agree on."""
@@ -130,7 +142,7 @@ class RunSpec:
                 f"transport={self.transport.name} latency={self.latency.describe()} "
                 f"seed={self.seed} eager_limit={self.eager_limit} strict={self.strict} "
                 f"trace={self.trace} algorithms={sorted(self.algorithms.items())} "
-                f"serializer={self.serializer}")
+                f"serializer={self.serializer} schedule={self.schedule}")
 
 
 # ---- the engine of one hosting process ----
@@ -348,10 +360,15 @@ class Host:
         self.ctrl: Link | None = None
         self.queue: asyncio.Queue[Envelope | None] = asyncio.Queue()
         self.main: asyncio.Task[Any] | None = None
+        self.inner: asyncio.Task[Any] | None = None  # the hosting work (``_serve``), cancellable
         self.engine: HostedEngine | None = None
         self.tasks: list[Task] = []
         self.failed: BaseException | None = None
         self.stop_error: BaseException | None = None
+        self.finishing = False  # FINISH came: peers may close their links from now on
+        self.ended: str | None = None
+        """How the control link ended: "final" (the result came), "stop" (STOP came), or
+        "lost" (it closed, or broke, before either)."""
         self.dumps: Callable[[object], bytes] | None = None
         self.loads: Callable[[bytes], object] | None = None
 
@@ -367,12 +384,18 @@ class Host:
             self.ctrl.send(control(op, self.proc, payload, time, self.dumps))
 
     def link_failed(self, exc: BaseException) -> None:
-        """A peer link broke: tell the coordinator, then stop."""
+        """A peer link broke: tell the coordinator, then stop (after FINISH: nothing to do)."""
+        if self.finishing:  # every rank is done and nothing is in flight: the peer is done too
+            return
         if self.failed is None:
             self.failed = exc
             self.send(ERROR, {"exc": _remote.encode_exception(exc), "transport": True})
-            if self.main is not None:
-                self.main.cancel()
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Stop the hosting work wherever it waits (``serve`` then says why)."""
+        if self.inner is not None and not self.inner.done():
+            self.inner.cancel()
 
     async def _pump_control(self) -> None:
         assert self.ctrl is not None
@@ -382,16 +405,23 @@ class Host:
                 payload = payload_of(env)
                 if isinstance(payload, dict) and isinstance(payload.get("exc"), dict):
                     self.stop_error = _remote.decode_exception(payload["exc"], "coordinator")
+                self.ended = "stop"
                 raise _Stopped()
+            if env.tag == FINAL:
+                self.ended = "final"
             self.queue.put_nowait(env)
 
         try:
             await self.ctrl.pump(got)
+        except asyncio.CancelledError:
+            raise
         except BaseException:
             pass
-        self.queue.put_nowait(None)
-        if self.main is not None and not self.main.done():
-            self.main.cancel()
+        if self.ended is None:
+            self.ended = "lost"
+        self.queue.put_nowait(None)  # after every message that came before the close
+        if self.ended != "final":  # with FINAL queued, the hosting work ends by itself
+            self._interrupt()
 
     async def _next(self) -> Envelope:
         env = await self.queue.get()
@@ -403,17 +433,26 @@ class Host:
                     listen_host: str | None = None) -> Any:
         """Connect, host the ranks until the coordinator is done with us; return FINAL's payload.
 
-        Returns None when the coordinator stopped the run (or went away); a
-        node process then finds the coordinator's error in ``stop_error``.
+        Returns None when the run did not finish here: the coordinator stopped
+        it (its error, if it sent one, is in ``stop_error``), this process
+        failed (``failed``), or the control link closed first (``ended``).
         """
-        self.main = asyncio.current_task()
+        self.main = main = asyncio.current_task()
+        assert main is not None
         tp = self.transport
         try:
             self.ctrl = await open_link(address[0], address[1], self.secret, peer="coordinator",
                                         max_frame=tp.max_frame, timeout=tp.connect_timeout)
             pump = asyncio.ensure_future(self._pump_control())
+            self.inner = asyncio.ensure_future(self._serve(load, listen_host))
             try:
-                return await self._serve(load, listen_host)
+                return await self.inner
+            except asyncio.CancelledError:
+                if main.cancelling():  # serve itself was cancelled, not just the hosting work
+                    raise
+                if self.failed is not None and self.ended is None:
+                    await self._linger()  # a broken peer link: the coordinator's STOP says why
+                return None
             finally:
                 pump.cancel()
         except (asyncio.CancelledError, _Stopped):
@@ -452,13 +491,17 @@ class Host:
             return None
 
     async def _linger(self) -> None:
-        """Give the coordinator a moment to read our last words before the link closes."""
-        assert self.ctrl is not None
+        """Give the coordinator a moment to read our last words and answer STOP."""
         try:
-            await asyncio.wait_for(self.ctrl.drain(), 2.0)
-            await asyncio.wait_for(self._next(), 2.0)
+            await asyncio.wait_for(self._until_stopped(), 2.0)
         except (asyncio.TimeoutError, _Stopped, OSError):
             pass
+
+    async def _until_stopped(self) -> None:
+        assert self.ctrl is not None
+        await self.ctrl.drain()
+        while True:
+            await self._next()  # raises _Stopped at STOP, or when the control link closes
 
     def _start(self, fn: Any, args: Any, kwargs: Any) -> None:
         from .runner import _model_rng
@@ -468,7 +511,8 @@ class Host:
         w = spec.world_size
         engine = self.engine = HostedEngine(
             w, self.transport, spec.latency.bind(w, _model_rng(spec.seed)), self.lo, self.hi,
-            seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict, model=spec.latency)
+            seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict, model=spec.latency,
+            schedule=spec.schedule)
         engine.algorithms = dict(spec.algorithms)
         engine._dumps = self.dumps
         engine._loads = self.loads
@@ -496,11 +540,19 @@ class Host:
             elif op == TIMEOUT:
                 self.send(LINES, engine.timeout_lines(), engine.now)
             elif op == FINISH:
+                self.finishing = True
                 self.send(RESULTS, self._results())
                 assert self.ctrl is not None
                 await self.ctrl.drain()
             elif op == FINAL:
-                return payload_of(env, self.loads)
+                final = payload_of(env, self.loads)
+                self.send(BYE)  # the coordinator closes the control links once all have said it
+                assert self.ctrl is not None
+                try:
+                    await asyncio.wait_for(self.ctrl.drain(), 2.0)
+                except (asyncio.TimeoutError, OSError):
+                    pass  # the result is here; the coordinator's own wait is bounded too
+                return final
 
     def _results(self) -> dict[str, Any]:
         engine = self.engine

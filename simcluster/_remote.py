@@ -187,12 +187,16 @@ def _plain(value: object) -> object | None:
     return value
 
 
-def encode_exception(exc: BaseException) -> dict[str, Any]:
-    """Describe ``exc`` as plain data: type name, args, attributes, frames and text."""
+def encode_exception(exc: BaseException, cause: bool = False) -> dict[str, Any]:
+    """Describe ``exc`` as plain data: type name, args, attributes, frames and text.
+
+    With ``cause``, its ``__cause__`` is described too (one level), for an
+    error such as ``RankError`` whose message points at its cause's traceback.
+    """
     tb = traceback.extract_tb(exc.__traceback__)[-_MAX_FRAMES:]
     state = {k: v for k, v in getattr(exc, "__dict__", {}).items()
              if not k.startswith("__") and _plain(v) is not None and k != "remote_traceback"}
-    return {
+    data: dict[str, Any] = {
         "module": type(exc).__module__,
         "qualname": type(exc).__qualname__,
         "args": _plain(list(exc.args)),
@@ -201,6 +205,9 @@ def encode_exception(exc: BaseException) -> dict[str, Any]:
         "frames": [[f.filename, f.lineno or 1, f.name] for f in tb],
         "text": "".join(traceback.format_exception(exc)),
     }
+    if cause and exc.__cause__ is not None:
+        data["cause"] = encode_exception(exc.__cause__)
+    return data
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -250,6 +257,9 @@ def decode_exception(data: dict[str, Any], where: str) -> BaseException:
         exc.remote_where = where
     except (AttributeError, TypeError):
         pass
+    cause = data.get("cause")
+    if isinstance(cause, dict):
+        exc.__cause__ = decode_exception(cause, where)
     return exc  # type: ignore[no-any-return]
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +159,46 @@ def test_serializer_pickle_carries_what_msgpack_cannot(name: str) -> None:
     assert str(info.value.__cause__) == (
         'rank 0: send(obj=Point): Point is not sendable; send a dict/list/array instead, or '
         'run(..., serializer="pickle")')
+
+
+UNGUARDED = textwrap.dedent('''
+    import simcluster as sc
+
+    async def main(comm):
+        return comm.rank
+
+    print(sc.run(main, world_size=2, transport=TRANSPORT))  # no `if __name__ == "__main__":`
+''')
+
+
+def _run_unguarded(tmp_path: Path, name: str, verbose: bool) -> tuple[int, str, Path]:
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED.replace("TRANSPORT", repr(name)))
+    env = {k: v for k, v in os.environ.items() if k != "SIMCLUSTER_VERBOSE"}
+    if verbose:
+        env["SIMCLUSTER_VERBOSE"] = "1"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+    return done.returncode, done.stderr, script
+
+
+@pytest.mark.parametrize("name", ["shm", pytest.param("tcp", marks=pytest.mark.slow)])
+def test_script_without_main_guard_gets_one_clear_message(tmp_path: Path, name: str) -> None:
+    code, err, script = _run_unguarded(tmp_path, name, verbose=False)
+    assert code == 1, err
+    last = err.rstrip().splitlines()[-1]
+    assert last.startswith("simcluster.transports.base.TransportError: run: process "), err
+    assert (f"could not start: {script} calls run() when it is imported, and every hosting "
+            "process imports it again; put the sc.run(...) call under "
+            '`if __name__ == "__main__":` (SIMCLUSTER_VERBOSE=1 shows the hosting processes\' '
+            "tracebacks)") in last, err
+    assert err.count("Traceback (most recent call last)") == 1, err  # the caller's own, only
+    assert "multiprocessing" not in err and "RuntimeError" not in err, err
+
+
+def test_script_without_main_guard_shows_child_tracebacks_when_verbose(tmp_path: Path) -> None:
+    code, err, script = _run_unguarded(tmp_path, "shm", verbose=True)
+    assert code == 1, err
+    assert f"could not start: {script} calls run() when it is imported" in err, err
+    assert "multiprocessing" in err, err  # a hosting process's stack: multiprocessing started it
+    assert f'File "{script}", line 7, in <module>' in err, err
