@@ -151,9 +151,6 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
     spec["records"] = records
     session = _Session(spec, world_size, prepend_rank, sys.stdout, sys.stderr)
     try:
-        loaded = session.load()
-        if loaded is not None:
-            return loaded
         return session.launch(keywords)
     finally:
         if records is not None:
@@ -416,11 +413,15 @@ class _Session:
         return None
 
     def launch(self, keywords: dict[str, Any]) -> int:
+        """Load the script, run it on every rank, write out its lines; return the exit status."""
         from . import errors, runner
 
-        self.install()
+        self.install()  # first: -m finds the module on the run's sys.path, as python does
         error: BaseException | None = None
         try:
+            refused = self.load()
+            if refused is not None:
+                return refused
             runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
         except errors.SimclusterError as exc:
             error = exc
