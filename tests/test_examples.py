@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.parts)
+# examples/mpi4py/ runs under `simcluster mpirun` (tests/test_mpirun.py), not plain python
+SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py")
+                 if "__pycache__" not in p.parts and p.parent.name != "mpi4py")
 SGD = EXAMPLES / "seeds" / "torch_p2p_and_sgd" / "sync_sgd.py"
 
 
