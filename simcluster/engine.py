@@ -45,7 +45,7 @@ from simcluster.transports import wire
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
 from simcluster.transports.wire import PACKED_NONE
 
-from . import _frames, _sync
+from . import _frames, _sync, _watchdog
 from . import arrays as _arrays
 from .errors import (
     BufferHazardError,
@@ -479,11 +479,32 @@ class Engine:
                 gc.enable()
 
     async def _run(self) -> None:
-        started = _time.monotonic()
-        deadline = None if self.timeout is None else started + self.timeout
+        if self.timeout is None:
+            await self._simulate(None)
+            return
+        deadline = _time.monotonic() + self.timeout
+        watchdog = _watchdog.Watchdog(self, deadline)  # for a rank that never yields
+        try:
+            await self._simulate(deadline)
+            return
+        except _watchdog.Overtime as exc:
+            overtime = exc
+        finally:
+            watchdog.stop()
+        failure = self._failure
+        if failure is not None and failure[1] is overtime:  # it landed in a rank's step
+            spinning: tuple[Task, str] | None = (failure[0], _watchdog.spinning_line(overtime))
+        else:
+            spinning = None
+        raise RunTimeoutError(None, "run", self._timeout_report(spinning), "") from None
+
+    async def _simulate(self, deadline: float | None) -> None:
+        """Run events, breathing to asyncio, until every rank finished or something stopped the run."""
         while True:
             self._run_until_quiescent()
             if self._failure is not None:
+                if isinstance(self._failure[1], _watchdog.Overtime):
+                    raise self._failure[1]  # the timeout interrupted a rank: _run reports it
                 return
             if deadline is not None and _time.monotonic() > deadline:
                 raise RunTimeoutError(None, "run", self._timeout_report(), "")
@@ -914,10 +935,16 @@ class Engine:
         return deadlock_error(self.blocked_entries(), self.now,
                               members=lambda ctx: groups[ctx].world_ranks)
 
-    def _timeout_report(self) -> str:
+    def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
+        """Say what each unfinished rank was doing when the timeout passed.
+
+        ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
+        """
         lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
         for task in [*self.tasks, *self._helpers.values()]:
-            if task.state == BLOCKED:
+            if spinning is not None and task is spinning[0]:
+                lines.append(f"  rank {task.rank} running at {spinning[1]}")
+            elif task.state == BLOCKED:
                 lines.append("  " + self._describe(task)[0])
             elif task.state != FINISHED:
                 lines.append(f"  rank {task.rank} {_TASK_STATES[task.state]} at "

@@ -172,3 +172,69 @@ def test_deadlock_in_a_large_world_counts_the_ranks_it_does_not_name() -> None:
     assert str(info.value).splitlines()[-2] == (
         "rank 0 is inside barrier() (collective #1 on comm 'world'), which ranks 1, 2, 3, 4, 5, 6, "
         f"7, 8, ... (11 in all) never entered: {finished}; ...")
+
+
+# ---- timeout: a rank that spins without awaiting ----
+
+
+def _spin_forever() -> None:
+    while True: pass  # noqa: E701 - one line, so the interrupt lands on it whatever the bytecode
+
+
+def test_timeout_stops_a_rank_that_spins_without_yielding() -> None:
+    where: list[int] = []
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 1:
+            where.append(_line() + 1)
+            await comm.recv(src=0)
+        else:
+            await comm.sleep(1.0)
+            where.append(_line() + 1)
+            _spin_forever()
+
+    with pytest.raises(sc.RunTimeoutError) as info:
+        sc.run(main, world_size=2, timeout=0.3)
+    spin_line = _spin_forever.__code__.co_firstlineno + 1
+    assert str(info.value).splitlines()[:3] == [
+        "run: timed out after 0.3s of wall time at virtual time 1s",
+        f"  rank 0 running at test_reports.py:{spin_line}",
+        f"  rank 1 waiting in recv(src=0, tag=ANY_TAG) at test_reports.py:{where[0]}",
+    ]
+
+
+def test_timeout_stops_a_rank_that_swallows_the_first_interrupt() -> None:
+    async def main(comm: sc.Comm) -> None:
+        try:
+            _spin_forever()
+        except BaseException:  # noqa: BLE001 - what a careless rank does
+            pass
+        _spin_forever()
+
+    with pytest.raises(sc.RunTimeoutError, match=r"rank 0 running at test_reports\.py:"):
+        sc.run(main, world_size=1, timeout=0.2)
+
+
+def test_the_watchdog_never_fires_after_the_run_ended() -> None:
+    import time
+
+    async def main(comm: sc.Comm) -> int:
+        return comm.rank
+
+    for _ in range(20):
+        assert list(sc.run(main, world_size=2, timeout=0.05)) == [0, 1]
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:  # a spin of our own, past every deadline above
+        pass
+
+
+def test_a_real_ctrl_c_is_still_a_keyboard_interrupt_under_a_timeout() -> None:
+    import _thread
+
+    async def main(comm: sc.Comm) -> None:
+        _thread.interrupt_main()  # what Ctrl-C does
+        for _ in range(100):
+            await comm.sleep(1.0)
+
+    with pytest.raises(KeyboardInterrupt):
+        sc.run(main, world_size=1, timeout=5)
