@@ -191,9 +191,9 @@ def _load_code(spec: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
         with open(target, "rb") as file:
             source = file.read()
         code = compile(source, target, "exec", dont_inherit=True)
-        loader = importlib.machinery.SourceFileLoader("__main__", target)
         return code, {"__file__": target, "__spec__": None, "__package__": None,
-                      "__loader__": loader, "__cached__": None}
+                      "__loader__": importlib.machinery.SourceFileLoader("__main__", target),
+                      "__cached__": None}
     name = target
     found = _find_module(name)
     if found.submodule_search_locations is not None:  # a package: run its __main__, as python does
@@ -205,11 +205,11 @@ def _load_code(spec: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
                            "name a module inside it") from None
     loader = found.loader
     get_code = getattr(loader, "get_code", None)
-    code = None if get_code is None else get_code(name)
-    if code is None:
+    module_code = None if get_code is None else get_code(name)
+    if not isinstance(module_code, types.CodeType):
         raise _Refused(f"-m {target}: {name} has no Python code to run")
-    return code, {"__file__": found.origin, "__spec__": found, "__package__": found.parent,
-                  "__loader__": loader, "__cached__": found.cached}
+    return module_code, {"__file__": found.origin, "__spec__": found, "__package__": found.parent,
+                         "__loader__": loader, "__cached__": found.cached}
 
 
 def _find_module(name: str) -> importlib.machinery.ModuleSpec:
@@ -236,6 +236,7 @@ def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
     state = session.rank_state(task)
     _sync.on_switch(state.enter, state.leave)
     code = 0
+    assert session.code is not None
     try:
         exec(session.code, state.module.__dict__)  # noqa: S102 - running the user's script is the point
     except SystemExit as exc:
@@ -391,8 +392,8 @@ class _Session:
         task = _sync.current()
         assert task is not None
         session = cls(spec, task.comm.size, False, sys.stdout, sys.stderr)
+        session.install()  # first: -m finds the module on the run's sys.path
         session.code, session.attrs = _load_code(spec)
-        session.install()
         return session
 
     def load(self) -> int | None:
@@ -557,8 +558,8 @@ class _Session:
         finder = _Finder()
         sys.meta_path.insert(0, finder)
         out, err = sys.stdout, sys.stderr
-        sys.stdout = _Stream(self, OUT, out)  # type: ignore[assignment]
-        sys.stderr = _Stream(self, ERR, err)  # type: ignore[assignment]
+        sys.stdout = _Stream(self, OUT, out)
+        sys.stderr = _Stream(self, ERR, err)
         sys.path.insert(0, self.spec["path0"])
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
         _Session._by_id[self.spec["id"]] = self
