@@ -20,6 +20,14 @@ _PACKAGE_DIRS = tuple(
 )
 
 
+def skip(directory: str) -> None:
+    """Treat frames under ``directory`` as library code too (simcluster.torch: torch's own)."""
+    global _PACKAGE_DIRS
+    path = os.path.abspath(directory) + os.sep
+    if path not in _PACKAGE_DIRS:
+        _PACKAGE_DIRS = (*_PACKAGE_DIRS, path)
+
+
 def _is_ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIRS)
 

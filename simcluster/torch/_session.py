@@ -1,0 +1,208 @@
+"""One spawn's process-wide setup, and each rank's own torch.distributed world.
+
+torch.distributed keeps its state in module globals of ``distributed_c10d``
+(the default group, the group registry, the group counter) and reads
+``os.environ``; real ranks are processes, each with its own. Here ranks are
+threads of one process that run one at a time (``_sync.ThreadRank``), so a
+``Session`` gives each rank a ``RankState`` of its own and swaps it in
+whenever that rank resumes (``_sync.on_switch``): the c10d globals and the
+environment. Thread-local torch state (grad mode, autocast) is per thread
+already; the default generator is swapped by ``_sync``; the C++ group
+registry is made per thread (``_set_thread_isolation_mode``).
+
+Rule 1: whatever a session changes in the process (the c10d globals, the
+environment, torch's rendezvous handlers, the C++ registry mode,
+``sys.excepthook``) is restored exactly when it ends, also after a failure,
+so gloo and a second spawn work afterwards.
+Rule 2: swapping is lazy: a rank's state is loaded when it resumes and the
+previous owner's saved then, so a rank that resumes twice in a row pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from simcluster import _sync
+from simcluster.comm import Comm
+from simcluster.engine import current_task
+from simcluster.errors import SimclusterError
+from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
+from simcluster.torch._rendezvous import Handlers, RunStore
+
+_C10D_NAMES = ("_world", "_pg_map", "_pg_names", "_pg_group_ranks", "_pg_backend_config",
+               "_group_count", "_tags_to_pg", "_pg_to_tag", "_backend", "_default_pg_init_method")
+"""The module globals of ``torch.distributed.distributed_c10d`` that hold a process's groups."""
+
+
+def _fresh_c10d() -> dict[str, Any]:
+    """The c10d globals of a process that has not initialised torch.distributed yet."""
+    return {"_world": c10d._World(), "_pg_map": {}, "_pg_names": {}, "_pg_group_ranks": {},
+            "_pg_backend_config": {}, "_group_count": 0, "_tags_to_pg": {}, "_pg_to_tag": {},
+            "_backend": None, "_default_pg_init_method": None}
+
+
+def _read_c10d() -> dict[str, Any]:
+    return {name: getattr(c10d, name) for name in _C10D_NAMES}
+
+
+def _write_c10d(values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        setattr(c10d, name, value)
+
+
+def _write_env(target: dict[str, str]) -> None:
+    """Make ``os.environ`` equal ``target``, touching only the variables that differ."""
+    env = os.environ
+    for name in [n for n in env if n not in target]:
+        del env[name]
+    for name, value in target.items():
+        if env.get(name) != value:
+            env[name] = value
+
+
+class RankState:
+    """One rank's process state: its c10d globals and its environment."""
+
+    __slots__ = ("rank", "comm", "c10d", "env")
+
+    def __init__(self, rank: int, comm: Comm, env: dict[str, str]) -> None:
+        self.rank = rank
+        self.comm = comm  # the rank's world simcluster Comm
+        self.c10d = _fresh_c10d()
+        self.env = dict(env)
+
+    def __repr__(self) -> str:
+        return f"<RankState rank={self.rank}>"
+
+
+_lock = threading.Lock()
+_active: Session | None = None
+
+
+def active() -> Session | None:
+    """Return the session of the spawn running now, if any."""
+    return _active
+
+
+class Session:
+    """What one ``spawn`` changes in the process, and every rank's state."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.store = RunStore()
+        self.ranks: dict[int, RankState] = {}
+        self._owner: RankState | None = None  # whose state the process holds (None: its own)
+        self._process_c10d: dict[str, Any] = {}
+        self._process_env: dict[str, str] = {}
+        self._handlers = Handlers(self._lookup)
+        self._excepthook: Any = None
+
+    # ---- process-wide ----
+
+    def __enter__(self) -> Session:
+        global _active
+        with _lock:
+            if _active is not None:
+                raise RuntimeError("simcluster.torch.spawn(): another spawn is running in this "
+                                   "process; start spawns one after another, not from a rank")
+            _active = self
+        self._process_c10d = _read_c10d()
+        self._process_env = dict(os.environ)
+        self._excepthook = sys.excepthook
+        self._handlers.install()
+        torch._C._distributed_c10d._set_thread_isolation_mode(True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        try:
+            torch._C._distributed_c10d._set_thread_isolation_mode(False)
+            self._handlers.restore()
+            sys.excepthook = self._excepthook
+            if self._owner is not None:
+                self._owner = None
+                _write_c10d(self._process_c10d)
+                _write_env(self._process_env)
+            self.ranks.clear()
+        finally:
+            _active = None
+
+    # ---- per rank ----
+
+    def start_rank(self) -> RankState:
+        """From a new rank's thread: make its state and have it swapped in whenever it resumes."""
+        task = current_task()
+        assert task is not None and task.comm is not None, "called from a spawned rank"
+        state = RankState(task.rank, task.comm, self._process_env)
+        self.ranks[task.rank] = state
+        _sync.on_switch(lambda: self._switch(state), None)
+        return state
+
+    def _switch(self, state: RankState) -> None:
+        owner = self._owner
+        if owner is state:
+            return
+        if owner is None:
+            _write_c10d(state.c10d)
+        else:
+            owner.c10d = _read_c10d()
+            owner.env = dict(os.environ)
+            _write_c10d(state.c10d)
+        _write_env(state.env)
+        self._owner = state
+
+    def current(self) -> RankState | None:
+        """Return the state of the rank running now, or None outside this run's ranks."""
+        task = current_task()
+        if task is None or _sync.current() is None:
+            return None
+        return self.ranks.get(task.rank)
+
+    def _lookup(self) -> tuple[int, int, RunStore] | None:
+        state = self.current()
+        return None if state is None else (state.rank, self.world_size, self.store)
+
+
+# ---- the backend's creator ----
+
+
+def create(options: Any, _backend_options: Any = None) -> ProcessGroupSimcluster:
+    """Make the ``"simcluster"`` process group torch asks for (extended API of register_backend).
+
+    Raises:
+        SimclusterError: called outside ``simcluster.torch.spawn``.
+        ValueError: a rank or world size other than the run's.
+    """
+    session = _active
+    state = session.current() if session is not None else None
+    if session is None or state is None:
+        raise SimclusterError(None, f"init_process_group(backend={BACKEND!r})",
+                              "no simcluster.torch.spawn is running this code",
+                              "launch the function with simcluster.torch.spawn(fn, args=..., "
+                              "nprocs=N), which runs fn(rank, *args) on N virtual ranks")
+    ranks = list(options.global_ranks_in_group)
+    rank, size = options.group_rank, options.group_size
+    if not ranks:  # the default group: the world
+        if rank != state.rank or size != session.world_size:
+            raise ValueError(f"rank {state.rank}: init_process_group(rank={rank}, world_size={size}): "
+                             f"this function runs as rank {state.rank} of "
+                             f"simcluster.torch.spawn(nprocs={session.world_size}); pass the rank "
+                             "spawn gave fn and world_size=nprocs, or leave both out")
+        return ProcessGroupSimcluster(state.comm, str(options.group_id))
+    comm = subcomm(state.comm, str(options.group_id), ranks)
+    return ProcessGroupSimcluster(comm, str(options.group_id))
+
+
+def register() -> None:
+    """Register the ``"simcluster"`` backend with torch.distributed (once per process)."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=devices)

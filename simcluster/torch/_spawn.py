@@ -1,0 +1,95 @@
+"""spawn(): ``torch.multiprocessing.spawn`` on virtual ranks.
+
+``spawn(fn, args, nprocs)`` runs ``fn(rank, *args)`` once per rank, as
+``torch.multiprocessing.spawn`` does, but every rank is a thread of this
+process stepped by simcluster's engine (``_sync.ThreadRank``): one runs at a
+time, in virtual time, with the run's latency model, checks and trace. Inside
+a rank, ``dist.init_process_group("simcluster")`` rendezvous in memory
+(``_rendezvous.py``) and each rank has a torch.distributed world of its own
+(``_session.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from simcluster.runner import RunResult, run
+from simcluster.torch._session import Session
+
+RUN_KEYWORDS = ("latency", "seed", "trace", "checks", "timeout", "algorithms", "eager_limit",
+                "compute")
+"""The keywords of ``simcluster.run`` that ``spawn`` passes on."""
+
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def _check(fn: object, args: object, nprocs: object, join: object, daemon: object,
+           start_method: object, run_keywords: dict[str, Any]) -> None:
+    if not callable(fn):
+        raise TypeError(f"spawn(fn={fn!r}): fn must be a function called as fn(rank, *args)")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"spawn(args={args!r}): args must be a tuple; fn is called as fn(rank, *args)")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"spawn(nprocs={nprocs!r}): nprocs must be an int >= 1 (virtual ranks)")
+    if join is not True:
+        raise ValueError(f"spawn(join={join!r}): simcluster runs every rank inside this call and "
+                         "returns their results when all have finished, so there is no process "
+                         "context to join later; use join=True (the default)")
+    if not isinstance(daemon, bool):
+        raise TypeError(f"spawn(daemon={daemon!r}): daemon must be a bool")
+    if start_method not in START_METHODS:
+        raise ValueError(f"spawn(start_method={start_method!r}): unknown start method; valid: "
+                         f"{', '.join(START_METHODS)} (all the same here: each rank starts as a "
+                         "fresh process would)")
+    for name in run_keywords:
+        if name not in RUN_KEYWORDS:
+            raise TypeError(f"spawn() got an unexpected keyword argument {name!r}; valid: fn, "
+                            f"args, nprocs, join, daemon, start_method, {', '.join(RUN_KEYWORDS)}")
+
+
+def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
+          daemon: bool = False, start_method: str = "spawn", **run_keywords: Any) -> RunResult:
+    """Run ``fn(rank, *args)`` on ``nprocs`` virtual ranks, as ``torch.multiprocessing.spawn`` does.
+
+    Each rank is a thread of this process that the simulator runs one at a
+    time, so the schedule, the virtual times and the results are the same on
+    every run with the same seed. Inside a rank,
+    ``dist.init_process_group("simcluster")`` (with or without ``rank``,
+    ``world_size``, ``init_method`` and ``MASTER_ADDR``/``MASTER_PORT``) opens
+    no socket; each rank has its own torch.distributed world, environment
+    variables, default generator and thread-local torch state, as a process
+    would.
+
+    Args:
+        fn: called as ``fn(rank, *args)`` on every rank.
+        args: the extra arguments of ``fn``.
+        nprocs: the number of ranks (the world size).
+        join: must be True: the call returns once every rank has finished.
+        daemon: accepted for compatibility; ranks always end with the run.
+        start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``, all alike:
+            every rank starts from this process's state at the call, with an
+            empty torch.distributed world, as a fresh process would.
+        **run_keywords: ``latency``, ``seed``, ``trace``, ``checks``,
+            ``timeout``, ``algorithms``, ``eager_limit``, ``compute``, as for
+            ``simcluster.run``.
+
+    Returns:
+        The ``RunResult``: what ``fn`` returned on each rank, with
+        ``elapsed`` (virtual seconds), ``times``, ``stats`` and ``trace``.
+
+    Raises:
+        RankError: a rank raised (the others are cancelled); ``__cause__`` is
+            its exception, where ``torch.multiprocessing.spawn`` raises
+            ``ProcessRaisedException``.
+        DeadlockError: every rank waits and nothing can arrive.
+    """
+    _check(fn, args, nprocs, join, daemon, start_method, run_keywords)
+    with Session(nprocs) as session:
+        def rank_main(_comm_world: object) -> Any:
+            state = session.start_rank()
+            return fn(state.rank, *args)
+
+        rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
+        rank_main.__qualname__ = rank_main.__name__ = getattr(fn, "__name__", "fn")
+        return run(rank_main, nprocs, **run_keywords)
