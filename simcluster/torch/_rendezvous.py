@@ -17,24 +17,23 @@ Rule 2: torch's handler table is patched only between ``install`` and
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-import importlib
-
 import torch.distributed as dist
 
+from simcluster.engine import current_task
 from simcluster.errors import SimclusterError
 
 _torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the module, not
 # the function torch.distributed re-exports under the same name
 
 SCHEMES = ("env", "tcp", "file")
-_FIX = ("the simcluster backend needs no store waits; inside simcluster.torch.spawn use "
-        "dist.init_process_group('simcluster') (gloo and nccl connect through the store and "
-        "cannot run on virtual ranks)")
+_FIX = ("inside simcluster.torch.spawn use dist.init_process_group('simcluster'): gloo and nccl "
+        "connect through the store and cannot run on virtual ranks")
 
 
 class RunStore(dist.Store):
@@ -52,8 +51,11 @@ class RunStore(dist.Store):
 
     def _missing(self, op: str, keys: list[str]) -> SimclusterError:
         shown = ", ".join(repr(k) for k in keys)
-        return SimclusterError(None, op, f"key {shown} is not set, and simcluster's in-process "
-                               "store cannot wait for another rank to set it", _FIX)
+        task = current_task()
+        return SimclusterError(None if task is None else task.rank, op,
+                               f"key {shown} is not set, and simcluster's in-process store cannot "
+                               "wait for another rank to set it (the wait would block inside C++)",
+                               _FIX)
 
     def set(self, key: str, value: Any) -> None:
         self._data[key] = self._bytes(value)

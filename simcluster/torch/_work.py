@@ -50,8 +50,6 @@ class SimclusterWork(dist.Work):
     def _complete(self, value: Any) -> None:
         self._done = True
         self._req = None
-        status = getattr(self, "_status", None)
-        del status
         finish, self._finish = self._finish, None
         if finish is not None:
             finish(value)
