@@ -66,3 +66,21 @@ class RunTimeoutError(SimclusterError):
 
 class SimclusterWarning(UserWarning):
     """Something a strict run noticed but that did not stop it (leaks, unwaited requests)."""
+
+
+class Aborted(BaseException):
+    """A rank called ``MPI.Comm.Abort(code)``: the whole run ends, as ``mpiexec`` ends the job.
+
+    A ``BaseException`` like ``SystemExit``, so ``except Exception`` in rank code
+    cannot swallow it; ``run()`` raises it as it is (not wrapped in ``RankError``).
+    ``.code`` is the error code (``simcluster mpirun`` exits with it), ``.rank``
+    the world rank that aborted, ``.op`` the call.
+    """
+
+    def __init__(self, rank: int, code: int, op: str = "Abort") -> None:
+        self.rank, self.code, self.op = rank, code, op
+        super().__init__(f"rank {rank}: {op}({code}): the run was aborted with error code {code}; "
+                         "the other ranks were cancelled")
+
+    def __reduce__(self) -> tuple[type[Aborted], tuple[int, int, str]]:
+        return (Aborted, (self.rank, self.code, self.op))

@@ -258,12 +258,9 @@ def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
 
 def _abort_code(exc: BaseException) -> int | None:
     """The code of ``MPI.Comm.Abort(code)`` when ``exc`` is its exception, else None."""
-    mpi = sys.modules.get("simcluster.MPI")
-    kind = getattr(mpi, "_AbortError", None) or getattr(mpi, "AbortError", None)
-    if kind is not None and isinstance(exc, kind):
-        code = getattr(exc, "code", 1)
-        return code if isinstance(code, int) else 1
-    return None
+    from .errors import Aborted
+
+    return exc.code if isinstance(exc, Aborted) else None
 
 
 # ---- one run in one process ----
@@ -424,7 +421,7 @@ class _Session:
             if refused is not None:
                 return refused
             runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
-        except errors.SimclusterError as exc:
+        except (errors.SimclusterError, errors.Aborted) as exc:
             error = exc
         except (TypeError, ValueError) as exc:
             if not str(exc).startswith("run"):

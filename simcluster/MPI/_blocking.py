@@ -1,0 +1,77 @@
+"""Blocking calls from a synchronous rank, and the simcluster errors they turn into MPI errors.
+
+Every MPI call that waits goes through :func:`block`, which runs a simcluster
+awaitable on the rank's own stack (``_sync.block``): the rank switches to the
+engine where it would wait, so virtual time, deadlock reports (with the user's
+own line), traces and checks are the engine's.
+
+A receive that fails the way MPI fails (a message larger than the buffer, a
+message of another type) comes back from simcluster as ``TruncationError`` or
+``TypeError``; :func:`receive_error` rewrites it as the MPI error of the call
+the user made (``Recv(buf=..., source=..., tag=...)``), keeping simcluster's
+description of the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+from .. import _sync
+from ..errors import TruncationError
+from ._errors import ERR_TRUNCATE, ERR_TYPE, _Raised, error
+
+T = TypeVar("T")
+
+
+class _Ready:
+    """An awaitable that completes at once (charges compute="wall" time without waiting)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+
+READY = _Ready()
+
+
+def block(awaitable: Awaitable[T]) -> T:
+    """Run ``awaitable`` to completion from the calling synchronous rank and return its value."""
+    return _sync.block(awaitable)
+
+
+def block_receive(awaitable: Awaitable[T], rank: int, call: Callable[[], str]) -> T:
+    """``block`` for a receive: simcluster's truncation and type errors become MPI errors of ``call()``."""
+    try:
+        return _sync.block(awaitable)
+    except (TruncationError, TypeError) as exc:
+        converted = receive_error(exc, rank, call)
+        if converted is None:
+            raise
+        raise converted from None
+
+
+def receive_error(exc: BaseException, rank: int, call: Callable[[], str]) -> _Raised | None:
+    """Return the MPI error for a failed receive, or None when ``exc`` is not a receive failure."""
+    if isinstance(exc, _Raised):
+        return None
+    text = str(exc)
+    if isinstance(exc, TruncationError):
+        problem = _problem(text, exc.op)
+        return error(ERR_TRUNCATE, rank, call(), problem,
+                     "pass a larger buffer, or size it with Probe() and Status.Get_count() first")
+    if isinstance(exc, TypeError) and " but buf has dtype " in text:
+        problem = text.split(": ", 2)[-1].split("; ")[0]
+        problem = problem.replace(" but buf has dtype ", " but the buffer holds ")
+        return error(ERR_TYPE, rank, call(), problem,
+                     "receive with the datatype the sender used (MPI type matching)")
+    return None
+
+
+def _problem(text: str, op: object) -> str:
+    """Return the 'what happened' part of a simcluster error message."""
+    head = f": {op}: "
+    start = text.find(head)
+    body = text[start + len(head):] if start >= 0 else text
+    return body.rsplit("; ", 1)[0]

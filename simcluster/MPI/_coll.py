@@ -1,0 +1,556 @@
+"""Collectives on buffers: ``Bcast``, ``Gather(v)``, ``Scatter(v)``, ``Allgather(v)``, ``Alltoall(v)``,
+``Reduce``, ``Allreduce``, ``Reduce_scatter(_block)``, ``Scan``, ``Exscan``, their ``I`` twins and
+the persistent ``*_init`` forms.
+
+Each call parses its buffer specs, takes the items to contribute (copies where
+simcluster's collective would write into them), runs the simcluster
+collective of the same family on the rank's ``Comm`` (so the algorithms,
+their virtual times, the ``algorithms=`` choices and the mismatch checks are
+simcluster's), and writes the result into the receive buffer: blocking calls
+at once, nonblocking ones when their request completes (``Wait``/``Test``).
+
+``MPI.IN_PLACE`` is accepted where MPI accepts it: as the send buffer of
+``Allreduce``, ``Reduce`` (root), ``Scan``, ``Exscan``, ``Allgather(v)``,
+``Gather(v)`` (root), ``Alltoall(v)``, ``Reduce_scatter(_block)``, and as the
+receive buffer of ``Scatter(v)`` at the root.
+
+Rule 1: nothing is written into a receive buffer before its collective completes.
+Rule 2: a result that does not fit its receive buffer is ``ERR_TRUNCATE``, a
+send and receive buffer of different datatypes or counts is ``ERR_TYPE`` /
+``ERR_COUNT``, raised on the rank that passed them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import arrays
+from ._blocking import block
+from ._buffers import Buf, blocked, is_in_place, message, vector
+from ._errors import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE, error
+from ._ops import MAXLOC, MINLOC, SUM, Op, as_buffer_op
+from ._requests import Prequest, Request
+from ._state import CommState, root as check_root
+
+if TYPE_CHECKING:
+    from ..ops import ReduceOp
+
+Start = Callable[[bool], Any]
+"""start(nonblocking) -> simcluster awaitable (blocking) or Request (nonblocking)."""
+Finish = Callable[[Any], None]
+
+
+def _copy(x: Any) -> Any:
+    return np.array(x, copy=True) if isinstance(x, np.ndarray) else arrays.clone(x)
+
+
+def _op_name(op: object) -> str:
+    return op._name.removeprefix("MPI_") if isinstance(op, Op) else repr(op)
+
+
+def _put(b: Buf, start: int, value: Any, items: int, rank: int, call: str) -> None:
+    """Write a received block into ``b`` at item ``start`` (room for ``items`` items), or ERR_TRUNCATE."""
+    room = items * b._elems
+    n = int(value.size) if isinstance(value, np.ndarray) else arrays.size(value)
+    if n > room:
+        size = b.datatype._base._size
+        raise error(ERR_TRUNCATE, rank, call, f"a block of {n * size} bytes arrived for {room * size} "
+                    "bytes of the receive buffer", "give every rank the same counts (or larger "
+                    "receive counts)")
+    b.put(start, value, items)
+
+
+class Collectives:
+    """The buffer collectives of ``MPI.Comm``."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        @property
+        def _st(self) -> CommState: ...
+
+    def _run(self, st: CommState, call: str, start: Start, finish: Finish, nonblocking: bool
+             ) -> Request | None:
+        st.rank_state.reap()
+        if nonblocking:
+            return Request._of(start(True), st.sc.rank, lambda: call,
+                               lambda raw, _status: finish(raw), owner=st.rank_state)
+        finish(block(start(False)))
+        return None
+
+    def _reduce_op(self, st: CommState, op: object, b: Buf, data: Any, call: str) -> ReduceOp:
+        rank = st.sc.rank
+        pair = b.datatype._base._np is not None and b.datatype._base._np.names is not None
+        if op in (MAXLOC, MINLOC) and not pair:
+            raise error(ERR_OP, rank, call, f"{_op_name(op)} reduces (value, index) pairs, not "
+                        f"{b.datatype._base._name}", "pass [buf, MPI.DOUBLE_INT] (or FLOAT_INT, "
+                        "LONG_INT, TWOINT, SHORT_INT) with pairs")
+        rop = as_buffer_op(op, b.datatype, rank, call)
+        try:
+            rop.check(data, rank, call)
+        except TypeError as exc:
+            problem = str(exc).split(f"{call}: ", 1)[-1].split("; ")[0]
+            raise error(ERR_OP, rank, call, problem, "use an op defined for this datatype") from None
+        return rop
+
+    @staticmethod
+    def _match(st: CommState, send: Buf, recv: Buf, call: str) -> None:
+        rank = st.sc.rank
+        if send.datatype._base._np != recv.datatype._base._np:
+            raise error(ERR_TYPE, rank, call, f"the send buffer holds {send.datatype._base._name} but "
+                        f"the receive buffer {recv.datatype._base._name}",
+                        "pass buffers of the same datatype")
+        if send.count * send._elems != recv.count * recv._elems:
+            raise error(ERR_COUNT, rank, call, f"the send buffer has {send.count} items but the "
+                        f"receive buffer {recv.count}", "pass buffers of the same count")
+
+    # ---- barrier, broadcast ----
+
+    def Barrier(self) -> None:
+        """Wait until every rank of the communicator has called Barrier."""
+        st = self._st
+        self._run(st, "Barrier()", lambda nb: st.sc.ibarrier() if nb else st.sc.barrier(),
+                  lambda _: None, False)
+
+    def Ibarrier(self) -> Request:
+        """Start a barrier; the request completes once every rank has entered it."""
+        st = self._st
+        req = self._run(st, "Ibarrier()", lambda nb: st.sc.ibarrier(), lambda _: None, True)
+        assert req is not None
+        return req
+
+    def _bcast(self, buf: Any, root: int, name: str, nonblocking: bool) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(root={root!r})"
+        r = check_root(st, root, lambda: call)
+        b = message(buf, sc.rank, call, sc.rank != r)
+        if not b._pos:
+            data = b.take(b.displ, b.count)  # filled in place by simcluster's broadcast
+            finish: Finish = lambda _: None  # noqa: E731
+        else:
+            data = b.take(b.displ, b.count) if sc.rank == r else b.empty(b.count)
+            finish = (lambda _: None) if sc.rank == r else (lambda v: b.put(b.displ, v, b.count))
+        return self._run(st, call, lambda nb: sc.ibroadcast(data, r) if nb else sc.broadcast(data, r),
+                         finish, nonblocking)
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        """Broadcast ``root``'s buffer into every rank's ``buf``."""
+        self._bcast(buf, root, "Bcast", False)
+
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        """Start a broadcast; ``buf`` is filled when the request completes."""
+        req = self._bcast(buf, root, "Ibcast", True)
+        assert req is not None
+        return req
+
+    # ---- gather ----
+
+    def _gather(self, sendbuf: Any, recvbuf: Any, root: int, name: str, v: bool, nonblocking: bool
+                ) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(root={root!r})"
+        r = check_root(st, root, lambda: call)
+        rb: Buf | None = None
+        if sc.rank == r:
+            rb = vector(recvbuf, sc.size, sc.rank, call, True) if v else \
+                blocked(recvbuf, sc.size, sc.rank, call, True)
+        starts, counts = _layout(rb, sc.size)
+        if is_in_place(sendbuf):
+            if rb is None:
+                raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE is the root's send buffer only",
+                            "pass the send buffer on the other ranks")
+            data = _copy(rb.take(starts[sc.rank], counts[sc.rank]))
+        else:
+            sb = message(sendbuf, sc.rank, call, False)
+            if rb is not None and not v:
+                self._match(st, sb, _sized(rb, rb.count), call)
+            data = sb.take(sb.displ, sb.count)
+
+        def finish(values: Any) -> None:
+            if rb is None:
+                return
+            for i, value in enumerate(values):
+                if i == sc.rank and is_in_place(sendbuf):
+                    continue
+                _put(rb, starts[i], value, counts[i], sc.rank, call)
+        return self._run(st, call, lambda nb: sc.igather(data, r) if nb else sc.gather(data, r),
+                         finish, nonblocking)
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Gather every rank's ``sendbuf`` into ``root``'s ``recvbuf``, in rank order."""
+        self._gather(sendbuf, recvbuf, root, "Gather", False, False)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Gather blocks of different sizes: ``recvbuf = [buf, (counts, displs), datatype]`` on ``root``."""
+        self._gather(sendbuf, recvbuf, root, "Gatherv", True, False)
+
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Nonblocking ``Gather``."""
+        return _req(self._gather(sendbuf, recvbuf, root, "Igather", False, True))
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Nonblocking ``Gatherv``."""
+        return _req(self._gather(sendbuf, recvbuf, root, "Igatherv", True, True))
+
+    # ---- scatter ----
+
+    def _scatter(self, sendbuf: Any, recvbuf: Any, root: int, name: str, v: bool, nonblocking: bool
+                 ) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(root={root!r})"
+        r = check_root(st, root, lambda: call)
+        objs: list[Any] | None = None
+        in_place = is_in_place(recvbuf)
+        if sc.rank == r:
+            sb = vector(sendbuf, sc.size, sc.rank, call, False) if v else \
+                blocked(sendbuf, sc.size, sc.rank, call, False)
+            starts, counts = _layout(sb, sc.size)
+            objs = [sb.take(starts[i], counts[i]) for i in range(sc.size)]
+        elif in_place:
+            raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE is the root's receive buffer only",
+                        "pass a receive buffer on the other ranks")
+        rb = None if in_place else message(recvbuf, sc.rank, call, True)
+
+        def finish(value: Any) -> None:
+            if rb is not None:
+                _put(rb, rb.displ, value, rb.count, sc.rank, call)
+        return self._run(st, call, lambda nb: sc.iscatter(objs, r) if nb else sc.scatter(objs, r),
+                         finish, nonblocking)
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Send block ``i`` of ``root``'s ``sendbuf`` into rank ``i``'s ``recvbuf``."""
+        self._scatter(sendbuf, recvbuf, root, "Scatter", False, False)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Scatter blocks of different sizes: ``sendbuf = [buf, (counts, displs), datatype]`` on ``root``."""
+        self._scatter(sendbuf, recvbuf, root, "Scatterv", True, False)
+
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Nonblocking ``Scatter``."""
+        return _req(self._scatter(sendbuf, recvbuf, root, "Iscatter", False, True))
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Nonblocking ``Scatterv``."""
+        return _req(self._scatter(sendbuf, recvbuf, root, "Iscatterv", True, True))
+
+    # ---- allgather, alltoall ----
+
+    def _allgather(self, sendbuf: Any, recvbuf: Any, name: str, v: bool, nonblocking: bool
+                   ) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}()"
+        rb = vector(recvbuf, sc.size, sc.rank, call, True) if v else \
+            blocked(recvbuf, sc.size, sc.rank, call, True)
+        starts, counts = _layout(rb, sc.size)
+        in_place = is_in_place(sendbuf)
+        if in_place:
+            data = _copy(rb.take(starts[sc.rank], counts[sc.rank]))
+        else:
+            sb = message(sendbuf, sc.rank, call, False)
+            if not v:
+                self._match(st, sb, _sized(rb, rb.count), call)
+            data = sb.take(sb.displ, sb.count)
+
+        def finish(values: Any) -> None:
+            for i, value in enumerate(values):
+                if not (in_place and i == sc.rank):
+                    _put(rb, starts[i], value, counts[i], sc.rank, call)
+        return self._run(st, call, lambda nb: sc.iall_gather(data) if nb else sc.all_gather(data),
+                         finish, nonblocking)
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Gather every rank's ``sendbuf`` into every rank's ``recvbuf``, in rank order."""
+        self._allgather(sendbuf, recvbuf, "Allgather", False, False)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """``Allgather`` with blocks of different sizes: ``recvbuf = [buf, (counts, displs), dt]``."""
+        self._allgather(sendbuf, recvbuf, "Allgatherv", True, False)
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Nonblocking ``Allgather``."""
+        return _req(self._allgather(sendbuf, recvbuf, "Iallgather", False, True))
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Nonblocking ``Allgatherv``."""
+        return _req(self._allgather(sendbuf, recvbuf, "Iallgatherv", True, True))
+
+    def _alltoall(self, sendbuf: Any, recvbuf: Any, name: str, v: bool, nonblocking: bool
+                  ) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}()"
+        parse = vector if v else blocked
+        rb = parse(recvbuf, sc.size, sc.rank, call, True)
+        rstarts, rcounts = _layout(rb, sc.size)
+        if is_in_place(sendbuf):
+            objs = [_copy(rb.take(rstarts[i], rcounts[i])) for i in range(sc.size)]
+        else:
+            sb = parse(sendbuf, sc.size, sc.rank, call, False)
+            sstarts, scounts = _layout(sb, sc.size)
+            objs = [sb.take(sstarts[i], scounts[i]) for i in range(sc.size)]
+
+        def finish(values: Any) -> None:
+            for i, value in enumerate(values):
+                _put(rb, rstarts[i], value, rcounts[i], sc.rank, call)
+        return self._run(st, call, lambda nb: sc.iall_to_all(objs) if nb else sc.all_to_all(objs),
+                         finish, nonblocking)
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Send block ``i`` of ``sendbuf`` to rank ``i``; block ``j`` of ``recvbuf`` comes from rank ``j``."""
+        self._alltoall(sendbuf, recvbuf, "Alltoall", False, False)
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """``Alltoall`` with blocks of different sizes (``[buf, (counts, displs), dt]`` on both sides)."""
+        self._alltoall(sendbuf, recvbuf, "Alltoallv", True, False)
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Nonblocking ``Alltoall``."""
+        return _req(self._alltoall(sendbuf, recvbuf, "Ialltoall", False, True))
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Nonblocking ``Alltoallv``."""
+        return _req(self._alltoall(sendbuf, recvbuf, "Ialltoallv", True, True))
+
+    # ---- reductions ----
+
+    def _operands(self, st: CommState, sendbuf: Any, recvbuf: Any, call: str, receives: bool
+                  ) -> tuple[Buf | None, Buf, Any]:
+        """Return (receive Buf or None, the Buf the data comes from, a private copy of the data)."""
+        rank = st.sc.rank
+        rb = message(recvbuf, rank, call, True) if receives else None
+        if is_in_place(sendbuf):
+            if rb is None:
+                raise error(ERR_ARG, rank, call, "MPI.IN_PLACE needs a receive buffer on this rank",
+                            "pass the send buffer instead (IN_PLACE is for the rank that receives)")
+            return rb, rb, _copy(rb.take(rb.displ, rb.count))
+        sb = message(sendbuf, rank, call, False)
+        if rb is not None:
+            self._match(st, sb, rb, call)
+        return rb, sb, _copy(sb.take(sb.displ, sb.count))
+
+    def _reduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, name: str, nonblocking: bool
+                ) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(op={_op_name(op)}, root={root!r})"
+        r = check_root(st, root, lambda: call)
+        rb, sb, data = self._operands(st, sendbuf, recvbuf, call, sc.rank == r)
+        rop = self._reduce_op(st, op, sb, data, call)
+
+        def finish(value: Any) -> None:
+            if rb is not None:
+                rb.put(rb.displ, value, rb.count)
+        return self._run(st, call, lambda nb: sc.ireduce(data, r, rop) if nb else sc.reduce(data, r, rop),
+                         finish, nonblocking)
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into ``root``'s ``recvbuf``."""
+        self._reduce(sendbuf, recvbuf, op, root, "Reduce", False)
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
+        """Nonblocking ``Reduce``."""
+        return _req(self._reduce(sendbuf, recvbuf, op, root, "Ireduce", True))
+
+    def _allreduce(self, sendbuf: Any, recvbuf: Any, op: Any, name: str, nonblocking: bool,
+                   family: str = "all_reduce") -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(op={_op_name(op)})"
+        rb, sb, data = self._operands(st, sendbuf, recvbuf, call, True)
+        assert rb is not None
+        rop = self._reduce_op(st, op, sb, data, call)
+
+        def finish(value: Any) -> None:
+            if value is not None:  # exscan gives rank 0 nothing: its recvbuf stays as it was
+                rb.put(rb.displ, value, rb.count)
+
+        def start(nb: bool) -> Any:
+            if family == "scan":
+                return sc.iscan(data, rop) if nb else sc.scan(data, rop)
+            if family == "exscan":
+                return sc.iexscan(data, rop) if nb else sc.exscan(data, rop)
+            return sc.iall_reduce(data, rop) if nb else sc.all_reduce(data, rop)
+        return self._run(st, call, start, finish, nonblocking)
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into every rank's ``recvbuf``."""
+        self._allreduce(sendbuf, recvbuf, op, "Allreduce", False)
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """Nonblocking ``Allreduce``."""
+        return _req(self._allreduce(sendbuf, recvbuf, op, "Iallreduce", True))
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Inclusive prefix reduction: rank ``i`` gets ``x0 op ... op xi``."""
+        self._allreduce(sendbuf, recvbuf, op, "Scan", False, "scan")
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """Nonblocking ``Scan``."""
+        return _req(self._allreduce(sendbuf, recvbuf, op, "Iscan", True, "scan"))
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Exclusive prefix reduction: rank ``i`` gets ``x0 op ... op x(i-1)``; rank 0's recvbuf is unchanged."""
+        self._allreduce(sendbuf, recvbuf, op, "Exscan", False, "exscan")
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """Nonblocking ``Exscan``."""
+        return _req(self._allreduce(sendbuf, recvbuf, op, "Iexscan", True, "exscan"))
+
+    def _reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, name: str,
+                        block_form: bool, nonblocking: bool) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}(op={_op_name(op)})"
+        in_place = is_in_place(sendbuf)
+        rb = message(recvbuf, sc.rank, call, True)
+        if block_form:
+            count = rb.count // sc.size if in_place else rb.count
+            counts = [count] * sc.size
+        elif recvcounts is not None:
+            counts = [int(c) for c in recvcounts]
+            if len(counts) != sc.size:
+                raise error(ERR_COUNT, sc.rank, call, f"{len(counts)} recvcounts for {sc.size} ranks",
+                            "pass one count per rank")
+        else:  # as mpi4py: every rank's receive count, gathered first
+            counts = [int(c) for c in block(sc.all_gather(rb.count))]
+        sb = rb if in_place else message(sendbuf, sc.rank, call, False)
+        if sb.count < sum(counts):
+            raise error(ERR_COUNT, sc.rank, call, f"the send buffer has {sb.count} items but the "
+                        f"receive counts add up to {sum(counts)}", "pass a send buffer with every "
+                        "rank's block")
+        starts = [sb.displ + sum(counts[:i]) for i in range(sc.size)]
+        objs = [_copy(sb.take(starts[i], counts[i])) for i in range(sc.size)]
+        rop = self._reduce_op(st, op, sb, objs[sc.rank], call)
+
+        def finish(value: Any) -> None:
+            _put(rb, rb.displ, value, counts[sc.rank] if in_place else rb.count, sc.rank, call)
+        return self._run(st, call, lambda nb: sc.ireduce_scatter(objs, rop) if nb else
+                         sc.reduce_scatter(objs, rop), finish, nonblocking)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Reduce ``size`` equal blocks elementwise; rank ``i`` gets block ``i`` in ``recvbuf``."""
+        self._reduce_scatter(sendbuf, recvbuf, None, op, "Reduce_scatter_block", True, False)
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """Nonblocking ``Reduce_scatter_block``."""
+        return _req(self._reduce_scatter(sendbuf, recvbuf, None, op, "Ireduce_scatter_block", True,
+                                         True))
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> None:
+        """Reduce blocks of ``recvcounts`` items elementwise; rank ``i`` gets block ``i``.
+
+        Without ``recvcounts``, each rank's receive buffer size is its count (gathered first, as
+        mpi4py does).
+        """
+        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter", False, False)
+
+    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
+                        ) -> Request:
+        """Nonblocking ``Reduce_scatter``."""
+        return _req(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter", False,
+                                         True))
+
+    # ---- persistent collectives (MPI-4): each Start runs the nonblocking form ----
+
+    def _init(self, nonblocking: Callable[..., Request], *args: Any) -> Prequest:
+        st = self._st
+
+        def start() -> tuple[Any, Any]:
+            req = nonblocking(*args)
+            return req._req, req._finish
+        name = getattr(nonblocking, "__name__", "collective")
+        return Prequest._persistent(start, st.sc.rank, lambda: f"{name[1:]}_init()", st.rank_state)
+
+    def Barrier_init(self, info: Any = None) -> Prequest:
+        """Persistent ``Barrier``: each ``Start`` runs an ``Ibarrier``."""
+        return self._init(self.Ibarrier)
+
+    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
+        """Persistent ``Bcast``."""
+        return self._init(self.Ibcast, buf, root)
+
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+        """Persistent ``Gather``."""
+        return self._init(self.Igather, sendbuf, recvbuf, root)
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+        """Persistent ``Gatherv``."""
+        return self._init(self.Igatherv, sendbuf, recvbuf, root)
+
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+        """Persistent ``Scatter``."""
+        return self._init(self.Iscatter, sendbuf, recvbuf, root)
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+        """Persistent ``Scatterv``."""
+        return self._init(self.Iscatterv, sendbuf, recvbuf, root)
+
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        """Persistent ``Allgather``."""
+        return self._init(self.Iallgather, sendbuf, recvbuf)
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        """Persistent ``Allgatherv``."""
+        return self._init(self.Iallgatherv, sendbuf, recvbuf)
+
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        """Persistent ``Alltoall``."""
+        return self._init(self.Ialltoall, sendbuf, recvbuf)
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        """Persistent ``Alltoallv``."""
+        return self._init(self.Ialltoallv, sendbuf, recvbuf)
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0,
+                    info: Any = None) -> Prequest:
+        """Persistent ``Reduce``."""
+        return self._init(self.Ireduce, sendbuf, recvbuf, op, root)
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+        """Persistent ``Allreduce``."""
+        return self._init(self.Iallreduce, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM,
+                                  info: Any = None) -> Prequest:
+        """Persistent ``Reduce_scatter_block``."""
+        return self._init(self.Ireduce_scatter_block, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM,
+                            info: Any = None) -> Prequest:
+        """Persistent ``Reduce_scatter``."""
+        return self._init(self.Ireduce_scatter, sendbuf, recvbuf, recvcounts, op)
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+        """Persistent ``Scan``."""
+        return self._init(self.Iscan, sendbuf, recvbuf, op)
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+        """Persistent ``Exscan``."""
+        return self._init(self.Iexscan, sendbuf, recvbuf, op)
+
+
+def _req(req: Request | None) -> Request:
+    assert req is not None
+    return req
+
+
+def _layout(b: Buf | None, size: int) -> tuple[list[int], list[int]]:
+    """Return (start item, item count) of each rank's block in ``b``."""
+    if b is None:
+        return [0] * size, [0] * size
+    if b.counts is not None and b.displs is not None:
+        return [b.displ + d for d in b.displs], list(b.counts)
+    return [b.displ + i * b.count for i in range(size)], [b.count] * size
+
+
+def _sized(b: Buf, count: int) -> Buf:
+    """A view of ``b``'s description with ``count`` items (to compare one block with a send buffer)."""
+    other = Buf(b.obj, b.flat, b.datatype, count, b.displ)
+    return other

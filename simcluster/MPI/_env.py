@@ -1,0 +1,229 @@
+"""The environment: ``Init``/``Finalize``, ``Wtime``, versions, processor names, ``Attach_buffer``.
+
+Ranks are initialised before their function runs, so ``Init`` and
+``Init_thread`` only record the call, and ``Finalize`` waits for the rank's
+buffered sends to leave. ``Wtime`` is the rank's *virtual* time: it moves only
+with messages and sleeps (``time.sleep`` inside a rank is virtual), unless the
+run charges wall time to ranks with ``compute="wall"``. ``Get_processor_name``
+names the rank's simulated node (``node0``, ``node1``, ... from
+``latency.Hierarchical``'s ``ranks_per_node``; one node otherwise).
+
+``rc`` mirrors ``mpi4py.rc``: the settings it takes are accepted (and none
+changes what simcluster does); an unknown one is a ``TypeError``, as in mpi4py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _sync
+from .. import __version__ as _version
+from ..request import wait_all
+from ._blocking import READY, block
+from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION
+from ._errors import ERR_ARG, ERR_BUFFER, error
+from ._requests import Request, immediate
+from ._state import current, node_of
+
+
+def Init() -> None:
+    """Initialise MPI (ranks already are: this records the call)."""
+    current().initialized = True
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    """Initialise with a thread level; return the level provided (the one asked for)."""
+    state = current()
+    state.initialized = True
+    state.thread_level = required
+    return required
+
+
+def Finalize() -> None:
+    """Finish MPI on this rank: wait for buffered sends still in flight."""
+    Flush_buffer()
+    current().finalized = True
+
+
+def Is_initialized() -> bool:
+    """Return True inside a rank."""
+    return current().initialized
+
+
+def Is_finalized() -> bool:
+    """Return whether this rank called ``Finalize``."""
+    return current().finalized
+
+
+def Query_thread() -> int:
+    """Return the thread level (``THREAD_SINGLE`` unless ``Init_thread`` asked for another)."""
+    return current().thread_level
+
+
+def Is_thread_main() -> bool:
+    """Return True: a rank runs on one stack."""
+    return True
+
+
+def Get_version() -> tuple[int, int]:
+    """Return the MPI standard version this facade follows: (3, 1)."""
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version() -> str:
+    """Return a description of the library: simcluster's simulated MPI."""
+    return (f"simcluster {_version}: mpi4py's API on simulated ranks (virtual time, discrete-event "
+            "engine); MPI 3.1 semantics")
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """Return ``("simcluster", version)``."""
+    parts = [int(p) for p in _version.split(".")[:3] if p.isdigit()]
+    major, minor, micro = (parts + [0, 0, 0])[:3]
+    return ("simcluster", (major, minor, micro))
+
+
+def Get_processor_name() -> str:
+    """Return the name of the calling rank's simulated node (``node0``, ``node1``, ...)."""
+    world = current().world
+    return f"node{node_of(world, world.world_rank)}"
+
+
+def Wtime() -> float:
+    """Return the calling rank's virtual time in seconds."""
+    state = current()
+    rank = _sync.current()
+    if rank is not None and rank.factor:
+        block(READY)  # compute="wall": charge the wall time spent since the last call first
+    return state.world.now
+
+
+def Wtick() -> float:
+    """Return the resolution of ``Wtime``: 1 ns (virtual time is a float of seconds)."""
+    return 1e-9
+
+
+def Pcontrol(level: int) -> None:
+    """Profiling control: accepted and ignored."""
+
+
+# ---- buffered sends ----
+
+
+def Attach_buffer(buf: Any) -> None:
+    """Give this rank ``buf`` (any writable buffer) as space for ``Bsend``."""
+    state = current()
+    if state.bsend is not None:
+        raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()", "a buffer is already attached",
+                    "Detach_buffer() first")
+    try:
+        memoryview(buf)
+    except TypeError:
+        raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()",
+                    f"a {type(buf).__name__} is not a buffer", "pass e.g. bytearray(n)") from None
+    state.bsend = buf
+
+
+def Detach_buffer() -> Any:
+    """Wait until every buffered send has left; detach and return the buffer."""
+    state = current()
+    Flush_buffer()
+    buf, state.bsend = state.bsend, None
+    return buf
+
+
+def Flush_buffer() -> None:
+    """Wait until every buffered send (and freed request) of this rank has completed."""
+    state = current()
+    if state.pending:
+        block(wait_all([req for req, _ in state.pending]))
+    state.reap()
+
+
+def Iflush_buffer() -> Request:
+    """Flush the buffered sends (at once) and return a completed request."""
+    Flush_buffer()
+    return immediate(current().world.rank, lambda: "Iflush_buffer()")
+
+
+def Alloc_mem(size: int, info: Any = None) -> memoryview:
+    """Return ``size`` bytes of memory (a memoryview of a bytearray)."""
+    return memoryview(bytearray(int(size)))
+
+
+def Free_mem(mem: Any) -> None:
+    """Release memory from ``Alloc_mem`` (garbage collection does)."""
+
+
+def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
+    """Return a balanced split of ``nnodes`` over ``dims`` dimensions (zeros in ``dims`` are free)."""
+    shape = [0] * dims if isinstance(dims, int) else list(dims)
+    fixed = math.prod(d for d in shape if d > 0)
+    free = [i for i, d in enumerate(shape) if d == 0]
+    if fixed == 0 or nnodes % fixed:
+        raise error(ERR_ARG, None, f"Compute_dims({nnodes}, {dims!r})",
+                    "the fixed dimensions do not divide nnodes", "pass dims whose nonzero entries divide it")
+    left = nnodes // fixed
+    factors: list[int] = []
+    n, p = left, 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    sizes = [1] * len(free)
+    for f in sorted(factors, reverse=True):
+        if not sizes:
+            break
+        sizes[sizes.index(min(sizes))] *= f
+    for i, s in zip(free, sorted(sizes, reverse=True)):
+        shape[i] = s
+    if not free and left != 1:
+        raise error(ERR_ARG, None, f"Compute_dims({nnodes}, {dims!r})", "dims do not multiply to nnodes",
+                    "leave some dimensions 0")
+    return shape
+
+
+def Aint_add(base: int, disp: int) -> int:
+    """Return ``base + disp``."""
+    return base + disp
+
+
+def Aint_diff(addr1: int, addr2: int) -> int:
+    """Return ``addr1 - addr2``."""
+    return addr1 - addr2
+
+
+# ---- mpi4py.rc ----
+
+
+class Rc:
+    """mpi4py's runtime settings (``mpi4py.rc``): accepted, and none changes the simulation."""
+
+    _DEFAULTS: dict[str, Any] = {"initialize": True, "threads": True, "thread_level": "multiple",
+                                 "finalize": None, "fast_reduce": True, "recv_mprobe": True,
+                                 "irecv_bufsz": 32768, "errors": "exception"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        for name, value in self._DEFAULTS.items():
+            object.__setattr__(self, name, value)
+        self(**kwargs)
+
+    def __call__(self, **kwargs: Any) -> None:
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._DEFAULTS:
+            raise TypeError(f"mpi4py.rc: unexpected argument {name!r}; valid: "
+                            f"{', '.join(self._DEFAULTS)}")
+        object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return "<mpi4py.rc>"
+
+
+rc = Rc()
+assert THREAD_SINGLE == 0

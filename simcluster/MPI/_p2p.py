@@ -1,0 +1,415 @@
+"""Point-to-point: lowercase methods for Python objects, uppercase methods for buffers.
+
+Each call checks its arguments (MPI error classes), translates MPI's
+``ANY_SOURCE``/``ANY_TAG``/``PROC_NULL`` and calls the rank's simcluster
+``Comm``: a blocking call blocks the rank (``_sync.block``), a nonblocking one
+returns an MPI ``Request`` around simcluster's. Sends and receives with
+``PROC_NULL`` complete at once and move nothing.
+
+* lowercase (``send``, ``recv``, ``isend``, ...): the object is pickled
+  (``MPI.pickle``) and travels as a uint8 array of the pickle's bytes;
+* uppercase (``Send``, ``Recv``, ``Isend``, ...): the buffer spec's items
+  travel as a numpy array of the datatype (a view of the user's memory when
+  the type is contiguous; derived types are packed), and receives fill the
+  user's buffer in place. ``Recv`` of a message larger than the buffer is
+  ``ERR_TRUNCATE``, of another datatype ``ERR_TYPE``; a shorter one fills the
+  front, as in MPI.
+
+Modes: ``Send`` is simcluster's standard send (eager up to ``eager_limit``,
+then rendezvous); ``Ssend`` completes only once matched; ``Rsend`` is a
+standard send; ``Bsend`` completes at once, holding space of the buffer given
+to ``MPI.Attach_buffer`` until the message has left.
+
+Rule 1: the user's buffers are read when the call is made (sends) and written
+only by the receive that completes (receives), as MPI allows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import payload as _payload
+from ._blocking import block, block_receive
+from ._buffers import Buf, message
+from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD
+from ._errors import ERR_BUFFER, error
+from ._message import Message
+from ._pickle import check_transport, dumps, loads
+from ._requests import Finish, Prequest, Request, _Immediate, _noop
+from ._state import CommState, dest, recv_tag, send_tag, source
+from ._status import Status
+
+if TYPE_CHECKING:
+    from ..request import Request as ScRequest
+
+
+def _fill(status: Status | None, req: ScRequest[Any]) -> None:
+    if status is not None:
+        st = req.status
+        if st is None:
+            status._clear()
+        else:
+            status._set(st.source, st.tag, st.nbytes)
+
+
+def _obj(obj: object) -> str:
+    return type(obj).__name__
+
+
+class PointToPoint:
+    """The point-to-point methods of ``MPI.Comm``."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        @property
+        def _st(self) -> CommState: ...
+
+    # ---- lowercase: Python objects ----
+
+    def _post_send(self, obj: Any, dst: int, tag: int, name: str, nonblocking: bool) -> Any:
+        st = self._st
+        sc = st.sc
+        call = lambda: f"{name}(obj={_obj(obj)}, dest={dst!r}, tag={tag!r})"  # noqa: E731
+        d = dest(st, dst, call)
+        t = send_tag(st, tag, call)
+        check_transport(sc, call)
+        st.rank_state.reap()
+        if d is None:
+            return Request._of(_Immediate(), sc.rank, call) if nonblocking else None
+        payload = dumps(obj)
+        if name in ("send", "bsend"):
+            return block(sc.send(payload, d, t))
+        if name == "ssend":
+            return block(sc.ssend(payload, d, t))
+        req = sc.issend(payload, d, t) if name == "issend" else sc.isend(payload, d, t)
+        return Request._of(req, sc.rank, call, owner=st.rank_state)
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send a Python object (pickled) to ``dest``; returns when the send buffer is free."""
+        self._post_send(obj, dest, tag, "send", False)
+
+    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Buffered send of a Python object (a standard send here: pickles are copied anyway)."""
+        self._post_send(obj, dest, tag, "bsend", False)
+
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send of a Python object: returns once ``dest`` has matched it."""
+        self._post_send(obj, dest, tag, "ssend", False)
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start sending a Python object; return a Request."""
+        req: Request = self._post_send(obj, dest, tag, "isend", True)
+        return req
+
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start a buffered send of a Python object (a standard ``isend`` here)."""
+        req: Request = self._post_send(obj, dest, tag, "isend", True)
+        return req
+
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send of a Python object; the request completes once matched."""
+        req: Request = self._post_send(obj, dest, tag, "issend", True)
+        return req
+
+    def _recv_args(self, name: str, source_: int, tag: int) -> tuple[CommState, Any, int | None, int]:
+        st = self._st
+        call = lambda: f"{name}(source={source_!r}, tag={tag!r})"  # noqa: E731
+        s = source(st, source_, call)
+        t = recv_tag(st, tag, call)
+        return st, call, s, t
+
+    def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             status: Status | None = None) -> Any:
+        """Receive a Python object and return it (``buf`` is not needed: pickles are sized on arrival)."""
+        st, call, s, t = self._recv_args("recv", source, tag)
+        check_transport(st.sc, call)
+        st.rank_state.reap()
+        if s is None:
+            if status is not None:
+                status._null()
+            return None
+        sc = st.sc
+        if status is None:
+            data = block_receive(sc.recv(src=s, tag=t), sc.rank, call)
+        else:
+            req = sc.irecv(src=s, tag=t)
+            data = block_receive(req, sc.rank, call)
+            _fill(status, req)
+        return loads(data)
+
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving a Python object; ``req.wait()`` returns it."""
+        st, call, s, t = self._recv_args("irecv", source, tag)
+        check_transport(st.sc, call)
+        if s is None:
+            return Request._of(_Immediate(None, True), st.sc.rank, call)
+        return Request._of(st.sc.irecv(src=s, tag=t), st.sc.rank, call, lambda raw, _: loads(raw),
+                           owner=st.rank_state)
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
+        """Send an object to ``dest`` and receive one from ``source`` at once; return the received one."""
+        sreq = self._post_send(sendobj, dest, sendtag, "isend", True)
+        rreq = self.irecv(None, source, recvtag)
+        value = rreq.wait(status)
+        sreq.Wait()
+        return value
+
+    def _probe(self, name: str, source_: int, tag: int, status: Status | None,
+               blocking: bool) -> bool:
+        st, call, s, t = self._recv_args(name, source_, tag)
+        st.rank_state.reap()
+        if s is None:
+            if status is not None:
+                status._null()
+            return True
+        sc = st.sc
+        found = block(sc.probe(s, t)) if blocking else sc.iprobe(s, t)
+        if found is None:
+            return False
+        if status is not None:
+            status._set(found.source, found.tag, found.nbytes)
+        return True
+
+    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """Wait until a message from ``source`` with ``tag`` has arrived; fill ``status``; return True."""
+        return self._probe("Probe", source, tag, status, True)
+
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """Return whether a matching message has arrived (filling ``status``); never blocks."""
+        return self._probe("Iprobe", source, tag, status, False)
+
+    probe = Probe
+    iprobe = Iprobe
+
+    def _mprobe(self, name: str, source_: int, tag: int, status: Status | None,
+                blocking: bool) -> Message | None:
+        st, call, s, t = self._recv_args(name, source_, tag)
+        sc = st.sc
+        if s is None:
+            if status is not None:
+                status._null()
+            return Message._of(None, sc.rank, call, null=True)
+        found = block(sc.probe(s, t)) if blocking else sc.iprobe(s, t)
+        if found is None:
+            return None
+        if status is not None:
+            status._set(found.source, found.tag, found.nbytes)
+        req = sc.irecv(src=found.source, tag=found.tag)  # claims that very message (see _message)
+        where = lambda: f"{name}(source={found.source}, tag={found.tag})"  # noqa: E731
+        return Message._of(req, sc.rank, where)
+
+    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        """Wait for a matching message and take it out of matching; receive it with ``Message.Recv``."""
+        msg = self._mprobe("Mprobe", source, tag, status, True)
+        assert msg is not None
+        return msg
+
+    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+                ) -> Message | None:
+        """Like ``Mprobe`` but never blocks: None when no matching message has arrived."""
+        return self._mprobe("Improbe", source, tag, status, False)
+
+    mprobe = Mprobe
+    improbe = Improbe
+
+    # ---- uppercase: buffers ----
+
+    def _send_buf(self, buf: Any, dst: int, tag: int, name: str) -> tuple[CommState, Any, int | None,
+                                                                          int, Buf]:
+        st = self._st
+        holder: list[Buf] = []
+        call = lambda: (f"{name}(buf={holder[0].describe() if holder else _payload.describe(buf)}, "  # noqa: E731
+                        f"dest={dst!r}, tag={tag!r})")
+        b = message(buf, st.sc.rank, f"{name}(dest={dst!r}, tag={tag!r})", False)
+        holder.append(b)
+        d = dest(st, dst, call)
+        t = send_tag(st, tag, call)
+        st.rank_state.reap()
+        return st, call, d, t, b
+
+    def _start_send(self, buf: Any, dst: int, tag: int, name: str) -> Request:
+        st, call, d, t, b = self._send_buf(buf, dst, tag, name)
+        sc = st.sc
+        if d is None:
+            return Request._of(_Immediate(), sc.rank, call)
+        data = b.take(b.displ, b.count)
+        if name == "Ibsend":
+            self._bsend(st, b, data, d, t, call)
+            return Request._of(_Immediate(), sc.rank, call)
+        req = sc.issend(data, d, t) if name == "Issend" else sc.isend(data, d, t)
+        return Request._of(req, sc.rank, call, owner=st.rank_state)
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Send a buffer (standard mode): returns once the buffer may be reused."""
+        st, call, d, t, b = self._send_buf(buf, dest, tag, "Send")
+        if d is not None:
+            block(st.sc.send(b.take(b.displ, b.count), d, t))
+
+    def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Ready-mode send (a standard send here: the receive need not be posted already)."""
+        st, call, d, t, b = self._send_buf(buf, dest, tag, "Rsend")
+        if d is not None:
+            block(st.sc.send(b.take(b.displ, b.count), d, t))
+
+    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send: returns once ``dest`` has matched the message."""
+        st, call, d, t, b = self._send_buf(buf, dest, tag, "Ssend")
+        if d is not None:
+            block(st.sc.ssend(b.take(b.displ, b.count), d, t))
+
+    def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Buffered send: returns at once, holding space of the attached buffer until the data leaves.
+
+        Raises:
+            MPI.Exception: ``ERR_BUFFER`` when no buffer is attached or it has no room left.
+        """
+        st, call, d, t, b = self._send_buf(buf, dest, tag, "Bsend")
+        if d is not None:
+            self._bsend(st, b, b.take(b.displ, b.count), d, t, call)
+
+    def _bsend(self, st: CommState, b: Buf, data: Any, d: int, t: int, call: Any) -> None:
+        rs = st.rank_state
+        need = b.nbytes + BSEND_OVERHEAD
+        size = 0 if rs.bsend is None else len(memoryview(rs.bsend).cast("B"))
+        if rs.bsend_used + need > size:
+            raise error(ERR_BUFFER, st.sc.rank, call(), f"the buffered send needs {need} bytes "
+                        f"(data + MPI.BSEND_OVERHEAD) but the attached buffer has "
+                        f"{size - rs.bsend_used} of {size} free",
+                        "MPI.Attach_buffer(bytearray(n)) with n large enough for every buffered "
+                        "send in flight")
+        copy = np.array(data, copy=True) if isinstance(data, np.ndarray) else data
+        req = st.sc.isend(copy, d, t)
+        if not req.test():  # eager: done at once; rendezvous: kept until it leaves
+            rs.bsend_used += need
+            rs.adopt(req, need)
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a standard-mode send of a buffer; do not change it until the request completes."""
+        return self._start_send(buf, dest, tag, "Isend")
+
+    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a buffered send (completes at once; see ``Bsend``)."""
+        return self._start_send(buf, dest, tag, "Ibsend")
+
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send; the request completes once ``dest`` has matched it."""
+        return self._start_send(buf, dest, tag, "Issend")
+
+    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a ready-mode send (a standard ``Isend`` here)."""
+        return self._start_send(buf, dest, tag, "Irsend")
+
+    def _recv_buf(self, buf: Any, source_: int, tag: int, name: str
+                  ) -> tuple[CommState, Any, int | None, int, Buf]:
+        st = self._st
+        holder: list[Buf] = []
+        call = lambda: (f"{name}(buf={holder[0].describe() if holder else _payload.describe(buf)}, "  # noqa: E731
+                        f"source={source_!r}, tag={tag!r})")
+        b = message(buf, st.sc.rank, f"{name}(source={source_!r}, tag={tag!r})", True)
+        holder.append(b)
+        s = source(st, source_, call)
+        t = recv_tag(st, tag, call)
+        st.rank_state.reap()
+        return st, call, s, t, b
+
+    @staticmethod
+    def _target(b: Buf) -> tuple[Any, Finish]:
+        """Return the array a receive fills and what to do once it has (unpack derived types)."""
+        if not b._pos:
+            return b.take(b.displ, b.count), _noop
+        temp = b.empty(b.count)
+
+        def finish(raw: Any, status: Any) -> None:
+            n = 0 if status is None else status.nbytes // temp.itemsize
+            b.put(b.displ, temp[:n])
+        return temp, finish
+
+    def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             status: Status | None = None) -> None:
+        """Receive into ``buf`` (filled in place); fill ``status``."""
+        st, call, s, t, b = self._recv_buf(buf, source, tag, "Recv")
+        if s is None:
+            if status is not None:
+                status._null()
+            return
+        sc = st.sc
+        target, finish = self._target(b)
+        if status is None and finish is _noop:
+            block_receive(sc.recv(target, src=s, tag=t), sc.rank, call)
+            return
+        req = sc.irecv(target, src=s, tag=t)
+        block_receive(req, sc.rank, call)
+        finish(None, req.status)
+        _fill(status, req)
+
+    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving into ``buf``; the buffer is filled once the request completes."""
+        st, call, s, t, b = self._recv_buf(buf, source, tag, "Irecv")
+        sc = st.sc
+        if s is None:
+            return Request._of(_Immediate(None, True), sc.rank, call)
+        target, finish = self._target(b)
+        return Request._of(sc.irecv(target, src=s, tag=t), sc.rank, call,
+                           lambda raw, status: finish(raw, status), owner=st.rank_state)
+
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
+        rreq = self.Irecv(recvbuf, source, recvtag)
+        sreq = self.Isend(sendbuf, dest, sendtag)
+        Request.Waitall([rreq, sreq], [status if status is not None else Status(), Status()])
+
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        """Send ``buf`` to ``dest``, then replace its contents with what ``source`` sends."""
+        st, call, d, t, b = self._send_buf(buf, dest, sendtag, "Sendrecv_replace")
+        data = b.take(b.displ, b.count)
+        copy = np.array(data, copy=True) if isinstance(data, np.ndarray) else data
+        rreq = self.Irecv(buf, source, recvtag)
+        sreq = (Request._of(_Immediate(), st.sc.rank, call) if d is None
+                else Request._of(st.sc.isend(copy, d, t), st.sc.rank, call))
+        Request.Waitall([rreq, sreq], [status if status is not None else Status(), Status()])
+
+    # ---- persistent requests ----
+
+    def _persistent(self, name: str, start: Any, call: Any) -> Prequest:
+        st = self._st
+        return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
+
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """Return a persistent send request; each ``Start`` sends the buffer's current contents."""
+        return self._send_init(buf, dest, tag, "Isend")
+
+    def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """Persistent buffered send."""
+        return self._send_init(buf, dest, tag, "Ibsend")
+
+    def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """Persistent synchronous send."""
+        return self._send_init(buf, dest, tag, "Issend")
+
+    def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """Persistent ready-mode send."""
+        return self._send_init(buf, dest, tag, "Irsend")
+
+    def _send_init(self, buf: Any, dst: int, tag: int, name: str) -> Prequest:
+        st, call, _, _, _ = self._send_buf(buf, dst, tag, name.replace("I", "", 1) + "_init")
+
+        def start() -> tuple[Any, Finish]:
+            req = self._start_send(buf, dst, tag, name)
+            return req._req, req._finish  # type: ignore[return-value]
+        return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
+
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        """Return a persistent receive request; each ``Start`` posts a receive into ``buf``."""
+        st, call, _, _, _ = self._recv_buf(buf, source, tag, "Recv_init")
+
+        def start() -> tuple[Any, Finish]:
+            req = self.Irecv(buf, source, tag)
+            return req._req, req._finish  # type: ignore[return-value]
+        return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
+

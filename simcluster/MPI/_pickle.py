@@ -1,0 +1,82 @@
+"""The lowercase methods' codec: ``MPI.pickle``, as in mpi4py (``pickle`` at its highest protocol).
+
+A Python object travels as the bytes ``MPI.pickle.dumps`` makes, carried as a
+``uint8`` array so that the message counts exactly those bytes on every
+transport (arrays count ``nbytes``; headers are free), and
+``Status.Get_count()`` after ``recv`` is the pickle's length, as with mpi4py.
+``MPI.pickle.__init__(dumps, loads, protocol)`` swaps the codec (dill,
+cloudpickle) the way mpi4py allows.
+
+Pickles run code when loaded, so the tcp transport, whose peers may be other
+hosts, accepts the lowercase methods only in runs made with
+``serializer="pickle"`` (:func:`check_transport`).
+"""
+
+from __future__ import annotations
+
+import pickle as _pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..comm import Comm as ScComm
+
+
+class Pickle:
+    """How lowercase methods turn objects into bytes and back (mpi4py's ``MPI.Pickle``)."""
+
+    def __init__(self, dumps: Callable[..., bytes] | None = None,
+                 loads: Callable[[Any], Any] | None = None, protocol: int | None = None,
+                 threshold: int | None = None) -> None:
+        self._dumps = _pickle.dumps if dumps is None else dumps
+        self._loads = _pickle.loads if loads is None else loads
+        self.PROTOCOL: int | None = _pickle.HIGHEST_PROTOCOL if protocol is None and dumps is None \
+            else protocol
+        self.THRESHOLD = 262144 if threshold is None else threshold
+
+    def dumps(self, obj: Any) -> bytes:
+        """Return ``obj`` as bytes."""
+        if self.PROTOCOL is None:
+            return self._dumps(obj)
+        return self._dumps(obj, self.PROTOCOL)
+
+    def loads(self, data: Any) -> Any:
+        """Return the object ``data`` holds."""
+        return self._loads(data)
+
+    def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
+        """Return ``obj`` as bytes and no out-of-band buffers."""
+        return self.dumps(obj), []
+
+    def loads_oob(self, data: Any, buffers: Any) -> Any:
+        """Return the object ``data`` holds (out-of-band buffers are not used)."""
+        return self.loads(data)
+
+    def __repr__(self) -> str:
+        return f"<MPI.Pickle protocol={self.PROTOCOL}>"
+
+
+pickle = Pickle()
+
+
+def dumps(obj: Any) -> np.ndarray[Any, Any]:
+    """Return ``obj`` pickled, as the uint8 array a message carries."""
+    return np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+
+
+def loads(payload: Any) -> Any:
+    """Return the object a received uint8 array holds."""
+    if isinstance(payload, np.ndarray):
+        return pickle.loads(memoryview(np.ascontiguousarray(payload)).cast("B"))
+    return pickle.loads(payload)
+
+
+def check_transport(sc: ScComm, call: Callable[[], str]) -> None:
+    """Raise unless this run's transport may carry pickles (tcp needs ``serializer="pickle"``)."""
+    if sc.transport == "tcp" and sc.serializer != "pickle":
+        raise TypeError(f"rank {sc.rank}: {call()}: the lowercase methods send pickled objects, and "
+                        "the tcp transport accepts pickles only in runs made with "
+                        "serializer=\"pickle\"; pass sc.run(..., serializer=\"pickle\") (peers you "
+                        "trust only: unpickling runs their code), or use the uppercase buffer "
+                        "methods (Send/Recv)")

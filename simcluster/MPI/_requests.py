@@ -1,0 +1,496 @@
+"""Requests: ``Wait``/``Test``/``Cancel``/``Free`` and the ``Waitall``-style class methods.
+
+An MPI ``Request`` wraps a simcluster ``Request`` (or nothing: ``REQUEST_NULL``,
+or an operation that completed at once, like a send to ``PROC_NULL``) and a
+``finish`` step that turns what simcluster delivered into what mpi4py returns
+(unpickles a lowercase receive, unpacks a derived datatype, copies a
+collective's result into the receive buffer). Waiting blocks the rank through
+``_sync.block``; the multi-request forms wait on all the pending simcluster
+requests at once (``sc.wait_all``/``wait_any``/``wait_some``), so virtual
+time and deadlock reports are the engine's.
+
+As in MPI, a completed request becomes ``REQUEST_NULL`` (``bool(req)`` is
+false, ``req == MPI.REQUEST_NULL``); waiting on it again returns at once with
+an empty status. A persistent request (``Prequest``) becomes inactive
+instead, and ``Start`` makes it active again.
+
+Rule 1: ``finish`` runs exactly once per completion, on the owning rank.
+Rule 2: a request's error is raised by the call that completes it, as the
+MPI error of the call that started it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import request as _sc
+from ._blocking import block, receive_error
+from ._constants import ERR_REQUEST, PROC_NULL, UNDEFINED
+from ._errors import error
+from ._status import Status
+
+ScRequest = _sc.Request
+Finish = Callable[[Any, Any], Any]
+"""finish(raw value, simcluster Status or None) -> the value the user gets."""
+
+
+class _Immediate:
+    """An operation that completed when it was started (``PROC_NULL``, ``Ibarrier`` on one rank...)."""
+
+    __slots__ = ("value", "null_source")
+
+    def __init__(self, value: Any = None, null_source: bool = False) -> None:
+        self.value = value
+        self.null_source = null_source  # a receive from PROC_NULL: source=PROC_NULL in its status
+
+
+def _noop(value: Any, status: Any) -> Any:
+    return value
+
+
+class Request:
+    """A nonblocking operation's handle (mpi4py's ``MPI.Request``)."""
+
+    __slots__ = ("_req", "_finish", "_rank", "_call", "_alive", "_owner", "__weakref__")
+
+    def __new__(cls, request: Request | None = None) -> Request:
+        self = object.__new__(cls)
+        self._req: ScRequest[Any] | _Immediate | None = None
+        self._finish: Finish = _noop
+        self._rank = -1
+        self._call: Callable[[], str] = lambda: "request"
+        self._alive = False
+        self._owner: Any = None  # the rank's state, for Free() of a pending request
+        if request is not None:
+            self._req, self._finish, self._rank = request._req, request._finish, request._rank
+            self._call, self._alive, self._owner = request._call, request._alive, request._owner
+        return self
+
+    @classmethod
+    def _of(cls, req: ScRequest[Any] | _Immediate, rank: int, call: Callable[[], str],
+            finish: Finish = _noop, owner: Any = None) -> Request:
+        self = cls.__new__(cls)
+        self._req, self._rank, self._call, self._finish, self._alive = req, rank, call, finish, True
+        self._owner = owner
+        return self
+
+    # ---- state ----
+
+    def __bool__(self) -> bool:
+        return self._alive
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        if not self._alive and not other._alive:
+            return True
+        return self._alive == other._alive and self._req is other._req
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        if not self._alive:
+            return "<MPI.Request REQUEST_NULL>"
+        state = "inactive" if self._req is None else "complete" if self._done() else "pending"
+        return f"<MPI.{type(self).__name__} {self._call()} {state}>"
+
+    def _done(self) -> bool:
+        req = self._req
+        return req is None or isinstance(req, _Immediate) or req.done()
+
+    def _active(self) -> bool:
+        return self._alive and self._req is not None
+
+    # ---- completion ----
+
+    def _complete(self, status: Status | None) -> Any:
+        """Finish a request that is done (or waits for it): fill ``status``, return the value."""
+        req = self._req
+        if req is None:  # null or inactive: returns at once, empty status
+            if status is not None:
+                status._clear()
+            return None
+        if isinstance(req, _Immediate):
+            value = req.value
+            if status is not None:
+                status._null() if req.null_source else status._clear()
+        else:
+            try:
+                raw = block(req)
+            except (Exception) as exc:
+                self._retire()
+                converted = receive_error(exc, self._rank, self._call)
+                if converted is None:
+                    raise
+                raise converted from None
+            if req.cancelled:
+                value = None
+                if status is not None:
+                    status._clear()
+                    status.cancelled = True
+            else:
+                value = self._finish(raw, req.status)
+                if status is not None:
+                    sc_status = req.status
+                    if sc_status is None:
+                        status._clear()
+                    else:
+                        status._set(sc_status.source, sc_status.tag, sc_status.nbytes)
+        self._retire()
+        return value
+
+    def _retire(self) -> None:
+        """After completion: a plain request becomes REQUEST_NULL."""
+        self._req = None
+        self._alive = False
+
+    # ---- the MPI calls ----
+
+    def Wait(self, status: Status | None = None) -> bool:
+        """Wait for the operation to complete; fill ``status``; return True."""
+        self._complete(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        """Return whether the operation has completed (completing it); never blocks."""
+        if not self._test():
+            return False
+        self._complete(status)
+        return True
+
+    def _test(self) -> bool:
+        req = self._req
+        if req is None or isinstance(req, _Immediate):
+            return True
+        return req.done() or _poll(req)
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        """Return whether the operation has completed, without completing it (fills ``status``)."""
+        req = self._req
+        if req is None or isinstance(req, _Immediate):
+            if status is not None:
+                status._null() if isinstance(req, _Immediate) and req.null_source else status._clear()
+            return True
+        if not req.done():
+            _poll_only(req)
+            return False
+        if status is not None:
+            sc_status = req.status
+            if req.cancelled:
+                status._clear()
+                status.cancelled = True
+            elif sc_status is None:
+                status._clear()
+            else:
+                status._set(sc_status.source, sc_status.tag, sc_status.nbytes)
+        return True
+
+    def Cancel(self) -> None:
+        """Ask to cancel the operation (a receive not yet matched); complete it with Wait or Test."""
+        req = self._req
+        if isinstance(req, ScRequest):
+            req.cancel()
+
+    def Free(self) -> None:
+        """Drop the handle; a pending operation still completes (its messages still arrive)."""
+        req = self._req
+        if isinstance(req, ScRequest) and self._owner is not None:
+            self._owner.adopt(req)
+        self._req = None
+        self._alive = False
+
+    free = Free
+
+    def wait(self, status: Status | None = None) -> Any:
+        """Wait for the operation and return its object (the received object; None for sends)."""
+        return self._complete(status)
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        """Return ``(True, object)`` once complete, else ``(False, None)``; never blocks."""
+        if not self._test():
+            return (False, None)
+        return (True, self._complete(status))
+
+    def get_status(self, status: Status | None = None) -> bool:
+        """Lowercase ``Get_status``."""
+        return self.Get_status(status)
+
+    def cancel(self) -> None:
+        """Lowercase ``Cancel``."""
+        self.Cancel()
+
+    # ---- many requests ----
+
+    @classmethod
+    def Waitall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        """Wait for every request; fill ``statuses``; return True."""
+        cls.waitall(requests, statuses)
+        return True
+
+    @classmethod
+    def waitall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> list[Any]:
+        """Wait for every request; return their objects."""
+        reqs = _checked(requests, "waitall")
+        pending = [r._req for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
+        if len(pending) > 1:
+            try:
+                block(_sc.wait_all(pending))
+            except Exception:  # noqa: BLE001 - raised again below, by the request that failed
+                pass
+        _fit(statuses, len(reqs))
+        return [r._complete(statuses[i] if statuses is not None else None) for i, r in enumerate(reqs)]
+
+    @classmethod
+    def Waitany(cls, requests: Sequence[Request], status: Status | None = None) -> int:
+        """Wait for one request; return its index (``UNDEFINED`` when none is active)."""
+        return cls.waitany(requests, status)[0]
+
+    @classmethod
+    def waitany(cls, requests: Sequence[Request], status: Status | None = None) -> tuple[int, Any]:
+        """Wait for one request; return ``(index, object)``."""
+        reqs = _checked(requests, "waitany")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            if status is not None:
+                status._clear()
+            return (UNDEFINED, None)
+        if not any(r._done() for _, r in active):
+            try:
+                block(_sc.wait_any([r._req for _, r in active]))  # type: ignore[misc]
+            except Exception:  # noqa: BLE001 - raised again below
+                pass
+        for i, r in active:
+            if r._done():
+                return (i, r._complete(status))
+        raise AssertionError("wait_any returned with no request complete")
+
+    @classmethod
+    def Waitsome(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                 ) -> list[int] | None:
+        """Wait for at least one request; return the indices completed (None when none is active)."""
+        return cls.waitsome(requests, statuses)[0]
+
+    @classmethod
+    def waitsome(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                 ) -> tuple[list[int] | None, list[Any] | None]:
+        """Wait for at least one request; return ``(indices, objects)``."""
+        reqs = _checked(requests, "waitsome")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            return (None, None)
+        if not any(r._done() for _, r in active):
+            try:
+                block(_sc.wait_any([r._req for _, r in active]))  # type: ignore[misc]
+            except Exception:  # noqa: BLE001 - raised again below
+                pass
+        return _collect(active, statuses)
+
+    @classmethod
+    def Testall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        """Return whether every request has completed (completing them all only then)."""
+        return cls.testall(requests, statuses)[0]
+
+    @classmethod
+    def testall(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                ) -> tuple[bool, list[Any] | None]:
+        """Return ``(True, objects)`` once every request has completed, else ``(False, None)``."""
+        reqs = _checked(requests, "testall")
+        pending = [r._req for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
+        if pending:
+            _poll_only(pending[0])
+            return (False, None)
+        _fit(statuses, len(reqs))
+        return (True, [r._complete(statuses[i] if statuses is not None else None)
+                       for i, r in enumerate(reqs)])
+
+    @classmethod
+    def Testany(cls, requests: Sequence[Request], status: Status | None = None) -> tuple[int, bool]:
+        """Return ``(index, True)`` for a completed request, ``(UNDEFINED, False)`` if none yet."""
+        index, flag, _ = cls.testany(requests, status)
+        return (index, flag)
+
+    @classmethod
+    def testany(cls, requests: Sequence[Request], status: Status | None = None
+                ) -> tuple[int, bool, Any]:
+        """Return ``(index, True, object)`` for a completed request, else ``(UNDEFINED, False, None)``."""
+        reqs = _checked(requests, "testany")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            if status is not None:
+                status._clear()
+            return (UNDEFINED, True, None)
+        for i, r in active:
+            if r._done():
+                return (i, True, r._complete(status))
+        _poll_only(active[0][1]._req)
+        return (UNDEFINED, False, None)
+
+    @classmethod
+    def Testsome(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                 ) -> list[int] | None:
+        """Return the indices of the requests completed now (None when none is active)."""
+        return cls.testsome(requests, statuses)[0]
+
+    @classmethod
+    def testsome(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                 ) -> tuple[list[int] | None, list[Any] | None]:
+        """Return ``(indices, objects)`` of the requests completed now."""
+        reqs = _checked(requests, "testsome")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            return (None, None)
+        if not any(r._done() for _, r in active):
+            _poll_only(active[0][1]._req)
+        return _collect(active, statuses)
+
+    @classmethod
+    def Get_status_all(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        """Return whether every request has completed, without completing them."""
+        reqs = _checked(requests, "Get_status_all")
+        _fit(statuses, len(reqs))
+        flags = [r.Get_status(statuses[i] if statuses is not None else None)
+                 for i, r in enumerate(reqs)]
+        return all(flags)
+
+    get_status_all = Get_status_all
+
+    @classmethod
+    def Get_status_any(cls, requests: Sequence[Request], status: Status | None = None
+                       ) -> tuple[int, bool]:
+        """Return ``(index, True)`` of a completed request without completing it."""
+        reqs = _checked(requests, "Get_status_any")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            return (UNDEFINED, True)
+        for i, r in active:
+            if r._done():
+                r.Get_status(status)
+                return (i, True)
+        return (UNDEFINED, False)
+
+    get_status_any = Get_status_any
+
+    @classmethod
+    def Get_status_some(cls, requests: Sequence[Request], statuses: list[Status] | None = None
+                        ) -> list[int] | None:
+        """Return the indices of the completed requests without completing them."""
+        reqs = _checked(requests, "Get_status_some")
+        active = [(i, r) for i, r in enumerate(reqs) if r._active()]
+        if not active:
+            return None
+        return [i for i, r in active if r._done()]
+
+    get_status_some = Get_status_some
+
+
+def _poll(req: ScRequest[Any]) -> bool:
+    """simcluster's test(): never blocks; counts polls so an endless loop is reported."""
+    return req.test()
+
+
+def _poll_only(req: Any) -> None:
+    if isinstance(req, ScRequest) and not req.done():
+        req.test()
+
+
+def _checked(requests: Sequence[Request], call: str) -> list[Request]:
+    reqs = list(requests)
+    for r in reqs:
+        if not isinstance(r, Request):
+            raise error(ERR_REQUEST, None, f"Request.{call}()", f"{r!r} is not an MPI.Request",
+                        "pass the requests that Isend/Irecv/I<collective> returned")
+    return reqs
+
+
+def _fit(statuses: list[Status] | None, n: int) -> None:
+    if statuses is not None:
+        while len(statuses) < n:
+            statuses.append(Status())
+
+
+def _collect(active: list[tuple[int, Request]], statuses: list[Status] | None
+             ) -> tuple[list[int] | None, list[Any] | None]:
+    done = [(i, r) for i, r in active if r._done()]
+    if statuses is not None:
+        _fit(statuses, len(done))
+    values = [r._complete(statuses[k] if statuses is not None else None)
+              for k, (_, r) in enumerate(done)]
+    return ([i for i, _ in done], values)
+
+
+class Prequest(Request):
+    """A persistent request (``Send_init``/``Recv_init``): ``Start`` it, wait, start it again."""
+
+    __slots__ = ("_start",)
+
+    def __new__(cls, request: Request | None = None) -> Prequest:
+        self = super().__new__(cls, request)
+        assert isinstance(self, Prequest)
+        self._start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]] | None = getattr(
+            request, "_start", None)
+        return self
+
+    @classmethod
+    def _persistent(cls, start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]], rank: int,
+                    call: Callable[[], str], owner: Any) -> Prequest:
+        self = cls.__new__(cls)
+        self._start, self._rank, self._call, self._alive, self._owner = start, rank, call, True, owner
+        return self
+
+    def Start(self) -> None:
+        """Start the operation again (it must be inactive)."""
+        if not self._alive or self._start is None:
+            raise error(ERR_REQUEST, self._rank, f"Prequest.Start() of {self._call()}",
+                        "the request was freed", "make a new one with Send_init/Recv_init")
+        if self._req is not None:
+            raise error(ERR_REQUEST, self._rank, f"Prequest.Start() of {self._call()}",
+                        "the request is still active", "Wait or Test it before starting it again")
+        self._req, self._finish = self._start()
+
+    @classmethod
+    def Startall(cls, requests: Sequence[Prequest]) -> None:
+        """Start every request."""
+        for r in requests:
+            r.Start()
+
+    def _retire(self) -> None:
+        self._req = None  # inactive, still usable
+
+    def Free(self) -> None:
+        """Free the persistent request (a pending operation still completes)."""
+        super().Free()
+        self._start = None
+
+
+class Grequest(Request):
+    """Generalized requests (``Grequest.Start``): not simulated."""
+
+    __slots__ = ()
+
+    @classmethod
+    def Start(cls, *args: Any, **kwargs: Any) -> Grequest:
+        """Not simulated: raises NotImplementedError."""
+        raise NotImplementedError("MPI.Grequest.Start(): generalized requests are not simulated by "
+                                  "simcluster; use Isend/Irecv or nonblocking collectives")
+
+    def Complete(self) -> None:
+        """Not simulated: raises NotImplementedError."""
+        raise NotImplementedError("MPI.Grequest.Complete(): generalized requests are not simulated")
+
+    complete = Complete
+
+
+REQUEST_NULL = Request()
+
+
+def immediate(rank: int, call: Callable[[], str], value: Any = None, null_source: bool = False,
+              cls: type[Request] = Request) -> Request:
+    """Return a request that is already complete (a send or receive with ``PROC_NULL``)."""
+    return cls._of(_Immediate(value, null_source), rank, call)
+
+
+assert PROC_NULL != UNDEFINED
