@@ -4,6 +4,9 @@ Two figures, each next to a baseline measured in the same run:
 
 * small-message round trip (a ping-pong of Python ints between two ranks)
   against a bare asyncio ping-pong between two tasks through asyncio.Queue;
+  the same ping-pong from synchronous ranks (plain functions on greenlets,
+  blocking on the same ``Comm`` calls) against the async ranks, and through
+  ``simcluster.MPI``'s pickling ``send``/``recv`` as an mpi4py script makes it;
 * bandwidth of a 64 MiB float64 array sent into the receiver's buffer
   (``recv(buf)``, the one copy a rendezvous makes) against numpy's own copy
   bandwidth (``np.copyto`` between the same two arrays).
@@ -12,11 +15,13 @@ Two figures, each next to a baseline measured in the same run:
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 
-from .. import runner
+from .. import _sync, runner
 from ..comm import Comm
+from ..engine import current_task
 from . import median_time, table
 
 ROUND_TRIPS = 20_000
@@ -32,6 +37,32 @@ async def _pingpong(comm: Comm, n: int) -> None:
         for _ in range(n):
             x = await comm.recv(src=0)
             await comm.send(x, dst=0)
+
+
+def _sync_pingpong(_mpi_world: object, n: int) -> None:
+    """``_pingpong`` from a synchronous rank: the same calls, blocking instead of awaited."""
+    task = current_task()
+    assert task is not None and task.comm is not None
+    comm, block = task.comm, _sync.block
+    if comm.rank == 0:
+        for i in range(n):
+            block(comm.send(i, dst=1))
+            block(comm.recv(src=1))
+    else:
+        for _ in range(n):
+            x = block(comm.recv(src=0))
+            block(comm.send(x, dst=0))
+
+
+def _mpi_pingpong(comm: Any, n: int) -> None:
+    """The ping-pong as an mpi4py script writes it (pickled objects)."""
+    if comm.rank == 0:
+        for i in range(n):
+            comm.send(i, dest=1)
+            comm.recv(source=1)
+    else:
+        for _ in range(n):
+            comm.send(comm.recv(source=0), dest=0)
 
 
 async def _bare_pingpong(n: int) -> None:
@@ -64,6 +95,10 @@ async def _big_send(comm: Comm, arr: np.ndarray, buf: np.ndarray) -> None:
 def measure(round_trips: int = ROUND_TRIPS, repeats: int = 5) -> dict[str, float]:
     """Return the p2p figures: seconds per round trip, bandwidths and their ratios."""
     sim = median_time(lambda: runner.run(_pingpong, 2, args=(round_trips,), checks="off"), repeats)
+    sync = median_time(lambda: runner.run(_sync_pingpong, 2, args=(round_trips,), checks="off"),
+                       repeats)
+    mpi = median_time(lambda: runner.run(_mpi_pingpong, 2, args=(round_trips,), checks="off"),
+                      repeats)
     bare = median_time(lambda: asyncio.run(_bare_pingpong(round_trips)), repeats)
     arr = np.ones(BIG // 8)
     out = np.empty_like(arr)
@@ -73,6 +108,8 @@ def measure(round_trips: int = ROUND_TRIPS, repeats: int = 5) -> dict[str, float
     return {
         "rtt_sim": sim / round_trips, "rtt_bare": bare / round_trips,
         "rtt_ratio": sim / bare, "msgs_per_s": 2 * round_trips / sim,
+        "rtt_sync": sync / round_trips, "sync_ratio": sync / sim,
+        "rtt_mpi": mpi / round_trips, "mpi_ratio": mpi / sim,
         "bw_send": BIG / send, "bw_copy": BIG / copy, "bw_ratio": copy / send,
     }
 
@@ -84,6 +121,10 @@ def main(round_trips: int = ROUND_TRIPS, repeats: int = 5) -> dict[str, float]:
         ["round trip, small message", f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['rtt_bare'] * 1e6:.2f} us",
          f"{m['rtt_ratio']:.2f}x", "asyncio.Queue ping-pong, 2 tasks"],
         ["messages per second", f"{m['msgs_per_s']:,.0f}", "", "", ""],
+        ["round trip, synchronous ranks", f"{m['rtt_sync'] * 1e6:.2f} us",
+         f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['sync_ratio']:.2f}x", "async ranks, same calls"],
+        ["round trip, MPI send/recv", f"{m['rtt_mpi'] * 1e6:.2f} us",
+         f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['mpi_ratio']:.2f}x", "async ranks (pickled objects)"],
         ["64 MiB array send", f"{m['bw_send'] / 1e9:.2f} GB/s", f"{m['bw_copy'] / 1e9:.2f} GB/s",
          f"{m['bw_copy'] and m['bw_send'] / m['bw_copy']:.2f} of", "np.copyto of 64 MiB"],
     ]

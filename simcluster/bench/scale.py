@@ -8,7 +8,10 @@ that the virtual time means something, for both fidelities:
 
 * ``message``: every message of the algorithm is simulated (dissemination
   barrier, recursive-doubling all_reduce: ``p * ceil(log2 p)`` messages);
-* ``analytic``: each collective resolves in one step (``fidelity="analytic"``).
+* ``analytic``: each collective resolves in one step (``fidelity="analytic"``);
+* ``sync``: message level, from synchronous ranks (plain functions calling
+  ``simcluster.MPI``'s ``Barrier()`` / ``allreduce(1.0)``, each rank on a
+  greenlet): what running an unmodified mpi4py program costs.
 
 Each size runs in a fresh Python process, so the peak RSS (``VmHWM``) is that
 size's own; a series stops once a size takes longer than the wall budget, and
@@ -46,7 +49,7 @@ BUDGET = 60.0
 """Wall seconds after which a series stops growing."""
 HARD_LIMIT = 900.0
 """Wall seconds after which a single size's process is killed."""
-FIDELITIES = ("message", "analytic")
+FIDELITIES = ("message", "analytic", "sync")
 COLLECTIVES = ("barrier", "all_reduce")
 LATENCY = "alphabeta:1us,10GB/s"
 """The latency model of the collective runs (``latency.parse`` form); "zero" is the run default."""
@@ -87,13 +90,37 @@ async def _all_reduce(comm: Any) -> None:
     await comm.all_reduce(1.0)
 
 
+def _sync_barrier(comm: Any) -> None:
+    if comm.rank == 0:
+        _ENGINES.append(current_engine())
+    comm.Barrier()
+
+
+def _sync_all_reduce(comm: Any) -> None:
+    if comm.rank == 0:
+        _ENGINES.append(current_engine())
+    comm.allreduce(1.0)
+
+
+def current_engine() -> Any:
+    from ..engine import current_task
+
+    task = current_task()
+    assert task is not None and task.comm is not None
+    return task.comm._engine
+
+
 def _child_collective(fidelity: str, collective: str, ranks: int, model: str) -> dict[str, Any]:
     from .. import latency, runner
 
-    fn = _barrier if collective == "barrier" else _all_reduce
+    if fidelity == "sync":
+        fn: Any = _sync_barrier if collective == "barrier" else _sync_all_reduce
+    else:
+        fn = _barrier if collective == "barrier" else _all_reduce
     before = _rss_kib()
     start = time.perf_counter()
-    result = runner.run(fn, ranks, checks="off", fidelity=fidelity, latency=latency.parse(model))
+    result = runner.run(fn, ranks, checks="off", latency=latency.parse(model),
+                        fidelity="analytic" if fidelity == "analytic" else "message")
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")
     return {"wall": wall, "events": _ENGINES[0]._events, "messages": result.stats.total_messages,

@@ -44,12 +44,11 @@ from simcluster.torch._work import Finish, SimclusterWork
 
 BACKEND = "simcluster"
 
-_RED = dist.ReduceOp.RedOpType
 _OPS: dict[Any, ReduceOp] = {
-    _RED.SUM: ReduceOp.SUM, _RED.AVG: ReduceOp.AVG, _RED.PRODUCT: ReduceOp.PRODUCT,
-    _RED.MIN: ReduceOp.MIN, _RED.MAX: ReduceOp.MAX, _RED.BAND: ReduceOp.BAND,
-    _RED.BOR: ReduceOp.BOR, _RED.BXOR: ReduceOp.BXOR,
+    getattr(dist.ReduceOp, name): getattr(ReduceOp, name)
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 }
+"""torch's ReduceOp kinds (``opts.reduceOp.op``) and the simcluster op for each."""
 
 
 class ProcessGroupSimcluster(dist.ProcessGroup):
@@ -62,7 +61,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
     """
 
     def __init__(self, comm: Comm, group_name: str = "") -> None:
-        super().__init__(comm.rank, comm.size)
+        super().__init__(comm.rank, comm.size)  # type: ignore[call-arg]  # the stubs lack it
         self._comm = comm
         self._group_name = group_name
 
@@ -152,7 +151,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
         req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]  # the older name
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor],
@@ -203,7 +202,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
         req = self._comm.iall_gather(input)
         return self._work(req, [output], _concat_to(output), "all_gather_into_tensor")
 
-    _allgather_base = all_gather_single
+    _allgather_base = all_gather_single  # type: ignore[assignment]  # the older name
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: AllgatherOptions = AllgatherOptions()  # noqa: B008
@@ -223,12 +222,12 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
         size, rank = self._comm.size, self._comm.rank
         in_splits = _splits(input, input_split_sizes, size, rank, "input")
         out_splits = _splits(output, output_split_sizes, size, rank, "output")
-        pieces = list(input.detach().split(in_splits))
+        pieces = list(torch.split(input.detach(), in_splits))
         req = self._comm.iall_to_all(pieces)
 
         def finish(values: list[torch.Tensor]) -> None:
             with torch.no_grad():
-                for target, value in zip(output.split(out_splits), values):
+                for target, value in zip(torch.split(output, out_splits), values):
                     if target.numel() != value.numel():
                         raise ValueError(
                             f"rank {rank}: all_to_all_single: output_split_sizes={out_splits} "
@@ -238,7 +237,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
                     target.copy_(value.reshape(target.shape))
         return self._work(req, [output], finish, "all_to_all_single")
 
-    alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single  # type: ignore[assignment]  # the older name
 
     # ---- barrier, point-to-point ----
 
