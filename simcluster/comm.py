@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from simcluster.transports import wire
 
+from . import _awaits
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .payload import check_buffer
@@ -68,7 +69,7 @@ class Group:
         """Return member ``rank``'s Comm, creating it on first use."""
         comm = self.members[rank]
         if comm is None:
-            comm = self.members[rank] = Comm(self, rank)
+            comm = self.members[rank] = (_StrictComm if self.engine.strict else Comm)(self, rank)
         return comm
 
     def __repr__(self) -> str:
@@ -142,6 +143,16 @@ class Comm(CollectiveMethods):
     def name(self) -> str:
         """The communicator's name ('world', or how it was made)."""
         return self._group.name
+
+    @property
+    def transport(self) -> str:
+        """The name of the run's transport (``"memory"``, ``"shm"``, ``"tcp"``, ...)."""
+        return self._engine.transport.name
+
+    @property
+    def serializer(self) -> str:
+        """``"pickle"`` in runs made with ``serializer="pickle"``, else ``"msgpack"``."""
+        return "msgpack" if self._engine._dumps is None else "pickle"
 
     @property
     def latency(self) -> LatencyModel:
@@ -367,6 +378,34 @@ class Comm(CollectiveMethods):
             group.key = key
         return group.member(world_ranks.index(self._world_rank))
 
+    def named(self, key: str, world_ranks: list[int]) -> Comm:
+        """Return this rank's Comm on the communicator of ``world_ranks`` that ``key`` names.
+
+        Not collective and sends nothing: every member that passes the same
+        ``key`` (and ranks) gets the same communicator, made on first use. For
+        communicators whose members agree on a name without the whole parent
+        taking part (``MPI_COMM_SELF``, ``MPI_Comm_create_group``); the caller
+        keeps keys unique.
+
+        Raises:
+            ValueError: this rank is not in ``world_ranks``.
+        """
+        if self._world_rank not in world_ranks:
+            raise ValueError(f"rank {self.rank}: named({key!r}, world_ranks={world_ranks!r}): this "
+                             f"rank (world rank {self._world_rank}) is not a member; pass ranks "
+                             "that include it")
+        full = f"{self._ctx}/named/{key}"
+        engine = self._engine
+        ctx = 2 * (zlib.crc32(full.encode()) + 1)
+        while ctx in engine.groups and engine.groups[ctx].key != full:
+            ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
+        group = engine.groups.get(ctx)
+        if group is None:
+            tasks = [engine.groups[0].tasks[w] for w in world_ranks]
+            group = Group(engine, ctx, list(world_ranks), key, tasks)
+            group.key = full
+        return group.member(world_ranks.index(self._world_rank))
+
     async def split(self, color: int | None, key: int = 0) -> Comm | None:
         """Split this communicator by ``color``; order each part by ``(key, rank)``.
 
@@ -445,8 +484,7 @@ class Comm(CollectiveMethods):
         ctx = self._collective(call, algorithm, signature)
         task = self._engine._current
         if task is None:
-            raise RuntimeError(f"rank {self.rank}: {call}: called outside the rank's coroutine; "
-                               "call collectives from the function passed to sc.run")
+            raise self._engine._outside(self.rank, call)
         outer = task.collective
         task.collective = ctx
         return ctx, outer, self._engine.now
@@ -465,11 +503,32 @@ class Comm(CollectiveMethods):
     def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
                           algorithm: str = "", signature: str = "") -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
+        if self._engine._current is None:
+            raise self._engine._outside(self.rank, "i" + call)
         ctx = self._collective(call, algorithm, signature)
         if self._engine.trace is not None:
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
         return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
+
+
+class _StrictComm(Comm):
+    """``Comm`` in ``checks="strict"`` runs: a blocking call made by user code notes its
+    coroutine, so that one never awaited fails its rank (``_awaits``); under
+    ``checks="off"`` ranks get ``Comm`` itself and pay nothing."""
+
+    __slots__ = ()
+
+
+_BLOCKING: Final = (
+    "send", "ssend", "recv", "sendrecv", "probe", "sleep", "split", "new_group", "dup",
+    "barrier", "broadcast", "scatter", "gather", "reduce", "all_reduce", "reduce_scatter",
+    "scan", "exscan", "all_gather", "all_to_all",
+)
+"""The ``Comm`` methods that return a coroutine."""
+
+for _name in _BLOCKING:
+    setattr(_StrictComm, _name, _awaits.noting(_name, getattr(Comm, _name)))
 
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:

@@ -38,6 +38,9 @@ caller's containers; every message goes through the rank's ``Comm``.
 Rule 2: this module's own checks (outside a rank, a bad group, a src/dst
 outside the group, a list of the wrong length) fail at the call, even when the
 awaitable is never awaited; the ``Comm`` checks the rest where it always does.
+Rule 3: under ``checks="strict"`` each awaitable is noted (``_noted``), so that
+one never awaited (``dist.all_reduce(t)``, the torch habit) fails its rank with
+the call, its line and "add await", instead of leaving ``t`` unreduced.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
+from . import _awaits
 from .comm import Comm
 from .engine import current_task
 from .matching import ANY_SOURCE
@@ -173,6 +177,19 @@ async def _after(awaitable: Coroutine[Any, Any, Any], then: Callable[[Any], T]) 
     return then(await awaitable)
 
 
+def _noted(comm: Comm, coro: Coroutine[Any, Any, T], name: str, **shown: object) -> Coroutine[Any, Any, T]:
+    """Return ``coro``; in strict runs, note it, so that one never awaited fails its rank.
+
+    torch users write ``dist.all_reduce(t)`` without ``await``; the error then
+    names ``dist.<name>(shown arguments)`` and the user's line (``_awaits``).
+    """
+    engine = comm._engine
+    if engine.strict:
+        _awaits.note(engine, coro, f"dist.{name}",
+                     tuple((key, _awaits.show(key, value)) for key, value in shown.items()))
+    return coro
+
+
 # ---- facts ----
 
 def is_initialized() -> bool:
@@ -225,7 +242,7 @@ def new_group(ranks: Sequence[int] | None = None) -> Coroutine[Any, Any, Comm | 
     """
     world = _world("new_group")
     members = list(range(world.size)) if ranks is None else sorted(ranks)
-    return world.new_group(members)
+    return _noted(world, world.new_group(members), "new_group", ranks=ranks)
 
 
 # ---- collectives ----
@@ -248,7 +265,7 @@ def barrier(group: Comm | None = None, async_op: bool = False) -> Any:
         An awaitable; with ``async_op=True`` the started ``Request``.
     """
     comm = _comm("barrier", group)
-    return comm.ibarrier() if async_op else comm.barrier()
+    return comm.ibarrier() if async_op else _noted(comm, comm.barrier(), "barrier")
 
 
 @overload
@@ -278,7 +295,9 @@ def all_reduce(tensor: Any, op: Op = ReduceOp.SUM, group: Comm | None = None,
         async_op: return the started ``Request`` instead of a coroutine.
     """
     comm = _comm("all_reduce", group)
-    return comm.iall_reduce(tensor, op) if async_op else comm.all_reduce(tensor, op)
+    if async_op:
+        return comm.iall_reduce(tensor, op)
+    return _noted(comm, comm.all_reduce(tensor, op), "all_reduce", op=op)
 
 
 @overload
@@ -311,7 +330,9 @@ def broadcast(tensor: Any, src: int = 0, group: Comm | None = None, async_op: bo
     """
     comm = _comm("broadcast", group)
     root = _local(comm, "broadcast", "src", src)
-    return comm.ibroadcast(tensor, root) if async_op else comm.broadcast(tensor, root)
+    if async_op:
+        return comm.ibroadcast(tensor, root)
+    return _noted(comm, comm.broadcast(tensor, root), "broadcast", src=src)
 
 
 @overload
@@ -335,7 +356,9 @@ def reduce(tensor: Any, dst: int = 0, op: Op = ReduceOp.SUM, group: Comm | None 
     """
     comm = _comm("reduce", group)
     root = _local(comm, "reduce", "dst", dst)
-    return comm.ireduce(tensor, root, op) if async_op else comm.reduce(tensor, root, op)
+    if async_op:
+        return comm.ireduce(tensor, root, op)
+    return _noted(comm, comm.reduce(tensor, root, op), "reduce", dst=dst, op=op)
 
 
 @overload
@@ -372,7 +395,9 @@ def all_gather(tensor_list_or_obj: Any, tensor: object = None, group: Comm | Non
     """
     comm = _comm("all_gather", group)
     if tensor is None:
-        return comm.iall_gather(tensor_list_or_obj) if async_op else comm.all_gather(tensor_list_or_obj)
+        if async_op:
+            return comm.iall_gather(tensor_list_or_obj)
+        return _noted(comm, comm.all_gather(tensor_list_or_obj), "all_gather")
     name = "all_gather(tensor_list, tensor)"
     out = _check_list(comm, name, "tensor_list", tensor_list_or_obj)
 
@@ -380,7 +405,7 @@ def all_gather(tensor_list_or_obj: Any, tensor: object = None, group: Comm | Non
         return _fill_list(out, values, name, comm.world_rank)
     if async_op:
         return _then(comm, comm.iall_gather(tensor), then, name)
-    return _after(comm.all_gather(tensor), then)
+    return _noted(comm, _after(comm.all_gather(tensor), then), "all_gather")
 
 
 @overload
@@ -409,7 +434,9 @@ def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst:
     comm = _comm("gather", group)
     root = _local(comm, "gather", "dst", dst)
     if gather_list is None or comm.rank != root:
-        return comm.igather(tensor, root) if async_op else comm.gather(tensor, root)
+        if async_op:
+            return comm.igather(tensor, root)
+        return _noted(comm, comm.gather(tensor, root), "gather", dst=dst)
     name = f"gather(dst={dst})"
     out = _check_list(comm, name, "gather_list", gather_list)
 
@@ -417,7 +444,7 @@ def gather(tensor: object, gather_list: MutableSequence[Any] | None = None, dst:
         return _fill_list(out, values, name, comm.world_rank)
     if async_op:
         return _then(comm, comm.igather(tensor, root), then, name)
-    return _after(comm.gather(tensor, root), then)
+    return _noted(comm, _after(comm.gather(tensor, root), then), "gather", dst=dst)
 
 
 @overload
@@ -445,7 +472,7 @@ def scatter(tensor: Any, scatter_list: Sequence[Any] | None = None, src: int = 0
     items = _root_items(comm, f"scatter(src={src})", "scatter_list", scatter_list, root)
     if async_op:
         return comm.iscatter(items, root, buf=tensor)
-    return comm.scatter(items, root, buf=tensor)
+    return _noted(comm, comm.scatter(items, root, buf=tensor), "scatter", src=src)
 
 
 @overload
@@ -473,7 +500,7 @@ def reduce_scatter(output: Any, input_list: Sequence[Any], op: Op = ReduceOp.SUM
         return value if output is None else _fill(output, value, name, comm.world_rank)
     if async_op:
         return _then(comm, comm.ireduce_scatter(input_list, op), then, name)
-    return _after(comm.reduce_scatter(input_list, op), then)
+    return _noted(comm, _after(comm.reduce_scatter(input_list, op), then), "reduce_scatter", op=op)
 
 
 @overload
@@ -499,14 +526,16 @@ def all_to_all(output_list: MutableSequence[Any] | None, input_list: Sequence[An
     comm = _comm("all_to_all", group)
     name = "all_to_all(output_list, input_list)"
     if output_list is None:
-        return comm.iall_to_all(input_list) if async_op else comm.all_to_all(input_list)
+        if async_op:
+            return comm.iall_to_all(input_list)
+        return _noted(comm, comm.all_to_all(input_list), "all_to_all")
     out = _check_list(comm, name, "output_list", output_list)
 
     def then(values: list[Any]) -> Any:
         return _fill_list(out, values, name, comm.world_rank)
     if async_op:
         return _then(comm, comm.iall_to_all(input_list), then, name)
-    return _after(comm.all_to_all(input_list), then)
+    return _noted(comm, _after(comm.all_to_all(input_list), then), "all_to_all")
 
 
 # ---- object collectives (torch's *_object functions; blocking only, as in torch) ----
@@ -520,7 +549,7 @@ def all_gather_object(object_list: MutableSequence[Any], obj: object,
     def then(values: list[Any]) -> MutableSequence[Any]:
         out[:] = values
         return out
-    return _after(comm.all_gather(obj), then)
+    return _noted(comm, _after(comm.all_gather(obj), then), "all_gather_object")
 
 
 def broadcast_object_list(object_list: MutableSequence[Any], src: int = 0,
@@ -543,13 +572,15 @@ def broadcast_object_list(object_list: MutableSequence[Any], src: int = 0,
                              "the same length on every rank")
         object_list[:] = values
         return object_list
-    return _after(comm.broadcast(list(object_list) if comm.rank == root else None, root), then)
+    coro = _after(comm.broadcast(list(object_list) if comm.rank == root else None, root), then)
+    return _noted(comm, coro, "broadcast_object_list", src=src)
 
 
 def gather_object(obj: object, object_gather_list: MutableSequence[Any] | None = None, dst: int = 0,
                   group: Comm | None = None) -> Coroutine[Any, Any, list[Any] | None]:
     """Collect every rank's ``obj`` on world rank ``dst`` (into ``object_gather_list`` when given)."""
-    return gather(obj, object_gather_list, dst, group)
+    coro = gather(obj, object_gather_list, dst, group)
+    return _noted(_comm("gather_object", group), coro, "gather_object", dst=dst)
 
 
 def scatter_object_list(scatter_object_output_list: MutableSequence[Any],
@@ -567,7 +598,7 @@ def scatter_object_list(scatter_object_output_list: MutableSequence[Any],
     def then(value: Any) -> Any:
         scatter_object_output_list[0] = value
         return value
-    return _after(comm.scatter(items, root), then)
+    return _noted(comm, _after(comm.scatter(items, root), then), "scatter_object_list", src=src)
 
 
 # ---- point-to-point ----
@@ -579,7 +610,7 @@ def send(tensor: object, dst: int, group: Comm | None = None, tag: int = 0) -> C
     posted a matching receive and the data has arrived (rendezvous).
     """
     comm = _comm("send", group)
-    return comm.send(tensor, _local(comm, "send", "dst", dst), tag)
+    return _noted(comm, comm.send(tensor, _local(comm, "send", "dst", dst), tag), "send", dst=dst, tag=tag)
 
 
 def isend(tensor: object, dst: int, group: Comm | None = None, tag: int = 0) -> Request[None]:
@@ -625,7 +656,7 @@ def recv(tensor: object = None, src: int | None = None, group: Comm | None = Non
         status = req.status
         assert status is not None  # a completed receive always has one
         return comm.world_ranks[status.source]
-    return wait()
+    return _noted(comm, wait(), "recv", src=src, tag=tag)
 
 
 def irecv(tensor: object = None, src: int | None = None, group: Comm | None = None,

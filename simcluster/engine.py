@@ -45,7 +45,8 @@ from simcluster.transports import wire
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport
 from simcluster.transports.wire import PACKED_NONE
 
-from . import _frames, _sync, _watchdog
+from . import _awaits, _frames, _sync, _watchdog
+from . import _schedule
 from . import arrays as _arrays
 from .errors import (
     BufferHazardError,
@@ -164,6 +165,7 @@ class Engine:
         strict: bool = True,
         timeout: float | None = None,
         model: LatencyModel | None = None,
+        schedule: object = "batch",
     ) -> None:
         self.world_size = world_size
         self.transport = transport
@@ -201,6 +203,7 @@ class Engine:
         self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
         self._tracked: dict[int, Request[Any]] = {}
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
+        self._calls: list[_awaits.Note] = []  # strict: calls not yet awaited (_awaits.check)
         self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
         self.last_nbytes = 0
         self.fidelity = "message"  # or "analytic": collectives resolve in one step (meet)
@@ -219,6 +222,7 @@ class Engine:
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
         self._arrive_key = self._arrive  # bound once: an event per message names it
+        self._use_schedule(schedule, model)  # before the transport takes _deliver
         transport.open(world_size, self._deliver)
         self._send_envelope = self._deliver if transport.in_process else transport.send
 
@@ -261,6 +265,41 @@ class Engine:
                 events.reverse()
         return events
 
+    def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
+        """Set up run(schedule=...): "batch" changes nothing; the others replace methods here.
+
+        The default path stays as it is: "shuffle" replaces ``_order``, a chooser
+        (a list of choices, explore's search) replaces ``_run_loop``, and a chooser
+        that needs footprints gets ``_step`` and ``_deliver`` wrappers that note
+        which ranks each event touches (``_schedule``).
+        """
+        self._chooser: _schedule.Chooser | None = None
+        self._touched: set[int] | None = None  # ranks the running event touched (chooser runs)
+        self._noisy = False  # the latency model draws from one RNG per message
+        if schedule == "batch":
+            return
+        if schedule == "shuffle":
+            self._order = self._shuffled  # type: ignore[method-assign]
+            return
+        self._chooser = chooser = _schedule.chooser(schedule)
+        self._order = _as_scheduled  # type: ignore[method-assign]
+        self._run_loop = self._run_loop_chosen  # type: ignore[method-assign]
+        if chooser.footprints:
+            self._noisy = _schedule.draws_noise(model)
+            self._step = self._step_noted  # type: ignore[method-assign]
+            self._deliver = self._deliver_noted  # type: ignore[method-assign]
+
+    def _shuffled(self, events: list[tuple[Callable[[Any], None], Any]]
+                  ) -> list[tuple[Callable[[Any], None], Any]]:
+        """``_order`` under schedule="shuffle": a full seeded permutation of the batch.
+
+        Every order of n simultaneous events occurs under some seed (the
+        rotations of ``_order`` reach 2n of them); it costs a random draw per
+        event and scatters a big round's memory accesses, hence not the default.
+        """
+        self.rng.shuffle(events)
+        return events
+
     def _run_events(self, limit: float, budget: int) -> int:
         """Run due events in seeded order, moving time up to ``limit``; return the budget left.
 
@@ -296,6 +335,69 @@ class Engine:
                 due = self._later.pop(t)
             self._ready = ready = self._order(due)
         return budget
+
+    def _run_loop_chosen(self, limit: float, budget: int) -> int:
+        """``_run_loop`` under a chooser: it picks each event of a batch in turn (``_schedule``).
+
+        A batch keeps the order its events were scheduled in; the members of an
+        analytic collective completed by one ``_finish_each`` event count as one
+        event each here, so their order is a choice too.
+        """
+        chooser = self._chooser
+        assert chooser is not None
+        ready = self._ready
+        while budget and self._failure is None:
+            if ready:
+                fn, arg = ready.pop(chooser.pick(len(ready)))
+                self._touched = touched = self._owner(fn, arg)
+                fn(arg)
+                self._touched = None
+                chooser.ran(touched)
+                budget -= 1
+                continue
+            if self._due:
+                due, self._due = self._due, []
+            else:
+                times = self._times
+                if not times or times[0] > limit or self._foreign:
+                    break
+                t = heapq.heappop(times)
+                self.now = t
+                due = self._later.pop(t)
+            self._ready = ready = _one_each(due)
+            chooser.batch(len(ready))
+        return budget
+
+    def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """Return the ranks an event touches by itself (None: unknown, so every rank)."""
+        func = getattr(fn, "__func__", fn)
+        if func is Engine._resume:
+            return {arg.rank}
+        if func is Engine._arrive:
+            return {arg % self.world_size}  # the key of channel (src, dst): src*world_size + dst
+        if func is _finish_request or func is _finish_one:
+            task = (arg if func is _finish_request else arg[0])._task
+            return None if task is None else {task.rank}
+        if func is Engine._data_arrived:
+            return {arg.src, arg.dst}
+        return None
+
+    def _step_noted(self, task: Task) -> None:
+        """``_step`` while exploring: note the rank as touched by the running event."""
+        touched = self._touched
+        if touched is not None:
+            touched.add(task.rank)
+        type(self)._step(self, task)
+
+    def _deliver_noted(self, env: Envelope) -> None:
+        """``_deliver`` while exploring: both ends' queues and ports are touched (the RNG too: -1)."""
+        touched = self._touched
+        if touched is not None:
+            touched.add(env.src)
+            touched.add(env.dst)
+            if self._noisy:
+                touched.add(-1)
+        type(self)._deliver(self, env)
 
     def start_rank(self, task: Task, comm: Comm, fn: Callable[..., Any], args: Sequence[Any],
                    kwargs: dict[str, Any]) -> None:
@@ -399,6 +501,8 @@ class Engine:
             return
         finally:
             self._current = _running = None
+            if self._calls:  # strict runs only: was every simcluster call awaited?
+                _awaits.check(self)
         if type(yielded) is _RecvRequest or isinstance(yielded, Request):  # the common case, inline
             task.state = BLOCKED
             task.waiting = yielded
@@ -431,13 +535,15 @@ class Engine:
             task.state = FOREIGN
             task.waiting = yielded
             self._foreign += 1
-            yielded.add_done_callback(lambda _f, task=task: self._foreign_done(task))
+            yielded.add_done_callback(lambda f, task=task: self._foreign_done(task, f))
         else:
             self._failure = self._failure or (task, RuntimeError(
                 f"rank {task.rank}: a rank awaited {yielded!r}, which is neither a simcluster "
                 "request nor an asyncio future; await simcluster calls or asyncio awaitables only"))
 
-    def _foreign_done(self, task: Task) -> None:
+    def _foreign_done(self, task: Task, fut: Any = None) -> None:
+        if fut is not None and not fut.cancelled():
+            fut.exception()  # retrieved: the rank reads it when it resumes, unless the run stopped
         if task.state != FOREIGN:
             return
         self._foreign -= 1
@@ -645,8 +751,7 @@ class Engine:
         who = "outside any rank" if self._current is None else f"by rank {self._current.rank}"
         return RuntimeError(
             f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "
-            "(asyncio.gather/create_task run coroutines outside the simulator); "
-            "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead")
+            f"(asyncio.gather/create_task run coroutines outside the simulator); {_awaits.advice(call)}")
 
     def iprobe(self, comm: Comm, src: int, tag: int) -> Status | None:
         """Return the status of a message a receive for (src, tag) would take now, if any."""
@@ -1105,6 +1210,30 @@ def _info(task: Task) -> CollectiveInfo | None:
 
 def _finish_request(req: Request[Any]) -> None:
     req._finish()
+
+
+def _finish_one(pair: tuple[Request[Any], Any]) -> None:
+    """Complete one (request, value) pair of a ``_finish_each`` (chosen schedules)."""
+    pair[0]._finish(pair[1])
+
+
+def _one_each(due: list[tuple[Callable[[Any], None], Any]]) -> list[tuple[Callable[[Any], None], Any]]:
+    """Return a batch with each ``_finish_each`` event split into one event per member."""
+    if all(fn is not _finish_each for fn, _ in due):
+        return due
+    events: list[tuple[Callable[[Any], None], Any]] = []
+    for fn, arg in due:
+        if fn is _finish_each:
+            events.extend((_finish_one, pair) for pair in reversed(arg))
+        else:
+            events.append((fn, arg))
+    return events
+
+
+def _as_scheduled(events: list[tuple[Callable[[Any], None], Any]]
+                  ) -> list[tuple[Callable[[Any], None], Any]]:
+    """``Engine._order`` under a chooser: the chooser orders each batch as it runs."""
+    return events
 
 
 def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:

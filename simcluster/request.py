@@ -9,11 +9,14 @@ Rule 1: only the engine completes a request (``_finish``); users only look.
 Rule 2: a request is awaited only from the coroutine of the rank that owns it;
 an ``asyncio.gather`` of simcluster calls inside a rank is refused with a clear
 error, because asyncio would drive those coroutines, not the simulator.
+Rule 3: ``wait()``, ``wait_all``, ``wait_any`` and ``wait_some`` check their
+arguments at the call and return a coroutine that strict runs note
+(``_awaits``): a wait that is never awaited fails its rank, naming the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
@@ -137,8 +140,17 @@ class Request(Generic[T]):
             self._engine._wake(waiter)
         return True
 
-    async def wait(self) -> T:
-        """Wait until the operation completes and return its result."""
+    def wait(self) -> Coroutine[Any, Any, T]:
+        """Wait until the operation completes and return its result (``await req.wait()``)."""
+        coro = self._wait()
+        engine = self._engine
+        if engine.strict:
+            from . import _awaits
+
+            _awaits.note(engine, coro, "Request.wait")
+        return coro
+
+    async def _wait(self) -> T:
         return await self
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -247,13 +259,30 @@ def _unwait(requests: Sequence[Request[Any]]) -> None:
         r._waiter = None
 
 
-async def wait_all(requests: Iterable[Request[Any]]) -> list[Any]:
-    """Wait for every request; return their results in order.
+def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) -> Coroutine[Any, Any, T]:
+    """Return ``coro``; in strict runs, note it so that one never awaited fails its rank."""
+    if reqs and reqs[0]._engine.strict:
+        from . import _awaits
+
+        count = f"{len(reqs)} request{'s' if len(reqs) != 1 else ''}"
+        _awaits.note(reqs[0]._engine, coro, name, (("", count),))
+    return coro
+
+
+def wait_all(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[Any]]:
+    """Wait for every request; return their results in order (``await sc.wait_all(reqs)``).
 
     Completes at the latest completion time among them. If one fails, its
     error is raised after all have completed.
+
+    Raises:
+        TypeError: an item is not a ``Request`` (at the call).
     """
     reqs = _as_list(requests)
+    return _noted("wait_all", _wait_all(reqs), reqs)
+
+
+async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
     results: list[Any] = []
     first_error: BaseException | None = None
     for r in reqs:
@@ -268,17 +297,22 @@ async def wait_all(requests: Iterable[Request[Any]]) -> list[Any]:
     return results
 
 
-async def wait_any(requests: Iterable[Request[Any]]) -> tuple[int, Any]:
-    """Wait until one request completes; return ``(index, result)``.
+def wait_any(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, tuple[int, Any]]:
+    """Wait until one request completes; return ``(index, result)`` (``await sc.wait_any(reqs)``).
 
     Among requests already complete, the lowest index wins.
 
     Raises:
-        ValueError: the list is empty.
+        ValueError: the list is empty (at the call).
+        TypeError: an item is not a ``Request`` (at the call).
     """
     reqs = _as_list(requests)
     if not reqs:
         raise ValueError("wait_any([]): no requests to wait for; pass at least one request")
+    return _noted("wait_any", _wait_any(reqs), reqs)
+
+
+async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
     start = reqs[0]._engine.now
     while True:
         for i, r in enumerate(reqs):
@@ -289,9 +323,17 @@ async def wait_any(requests: Iterable[Request[Any]]) -> tuple[int, Any]:
         _unwait(reqs)
 
 
-async def wait_some(requests: Iterable[Request[Any]]) -> list[tuple[int, Any]]:
-    """Wait until at least one request completes; return every completed ``(index, result)``."""
-    reqs = [r for r in _as_list(requests)]
+def wait_some(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[tuple[int, Any]]]:
+    """Wait until at least one request completes; return every completed ``(index, result)``.
+
+    ``await sc.wait_some(reqs)``; requests already retrieved are skipped, and
+    with none left it returns ``[]`` at once.
+    """
+    reqs = _as_list(requests)
+    return _noted("wait_some", _wait_some(reqs), reqs)
+
+
+async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
     active = [r for r in reqs if not r._retrieved]
     if not active:
         return []

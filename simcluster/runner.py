@@ -25,12 +25,12 @@ from simcluster.transports.memory import MemoryTransport
 from simcluster.transports.shm import ShmTransport
 from simcluster.transports.tcp import TcpTransport
 
-from . import _sync
+from . import _schedule, _sync
 from . import latency as _latency
 from .collectives import check_algorithms
 from .comm import Group
 from .engine import Engine, Task
-from .errors import RankError, SimclusterWarning
+from .errors import RankError, SimclusterError, SimclusterWarning
 from .trace import Trace
 
 TransportName = Literal["memory", "shm", "tcp"]
@@ -221,15 +221,21 @@ async def launch(fn: Callable[..., Any], world_size: int, **keywords: Any) -> Ru
     """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks inside a running loop.
 
     Returns the per-rank results as a ``RunResult``. Takes the same keywords
-    as ``run``; see DESIGN.md for each.
+    as ``run``; docs/run.md describes each.
 
     Raises:
         RankError: a rank raised; ``__cause__`` is its exception.
         DeadlockError: every rank blocked with nothing in flight.
         RunTimeoutError: ``timeout`` wall seconds passed.
     """
+    __tracebackhide__ = True  # pytest: show the caller's line, then the report (see run)
     _check_names("launch", keywords)
-    result = await _launch(fn, world_size, **keywords)
+    try:
+        result = await _launch(fn, world_size, **keywords)
+    except (SimclusterError, TypeError, ValueError) as exc:
+        if not _for_the_user(exc):
+            raise
+        raise exc.with_traceback(None)  # noqa: B904 - the same error, without our frames
     _warn_leaks(result)
     return result
 
@@ -244,6 +250,7 @@ async def _launch(
     procs: int | None = None,
     latency: _latency.LatencyModel | None = None,
     seed: int = 0,
+    schedule: str | Sequence[int] = "batch",
     eager_limit: int = 65536,
     trace: bool | str | os.PathLike[str] | None = None,
     checks: Checks = "strict",
@@ -277,6 +284,7 @@ async def _launch(
     tp = _make_transport(transport)
     multiprocess = isinstance(tp, TcpTransport)  # ShmTransport is one too
     _check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
+    _schedule.check(schedule, tp.name if multiprocess else None)
     if multiprocess and fidelity == "analytic":
         raise ValueError(f"run(transport={transport!r}, fidelity='analytic'): analytic collectives "
                          "meet inside one process; use transport='memory', or fidelity='message'")
@@ -291,10 +299,12 @@ async def _launch(
             fn, world_size, tp, procs=procs, args=args, kwargs=kwargs, latency=model, seed=seed,
             eager_limit=eager_limit, trace=trace, checks=checks, algorithms=forced,
             timeout=timeout, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
-            master_addr=master_addr, master_port=master_port, progress=_progress)
+            master_addr=master_addr, master_port=master_port, progress=_progress,
+            schedule=schedule)
         return result
     engine = Engine(world_size, tp, model.bind(world_size, _model_rng(seed)), seed=seed,
-                    eager_limit=eager_limit, strict=checks == "strict", timeout=timeout, model=model)
+                    eager_limit=eager_limit, strict=checks == "strict", timeout=timeout, model=model,
+                    schedule=schedule)
     engine.algorithms = forced
     engine.compute = compute_factor
     engine.fidelity = fidelity
@@ -341,11 +351,13 @@ async def _launch(
 def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
     """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` virtual ranks; block until done.
 
-    Keywords as in DESIGN.md: ``args``, ``kwargs``, ``transport``, ``procs``,
+    Keywords (docs/run.md has the table): ``args``, ``kwargs``, ``transport``, ``procs``,
     ``latency``, ``seed``, ``eager_limit``, ``trace``, ``checks``,
-    ``algorithms``, ``timeout``; ``fidelity="analytic"`` to resolve each
-    collective in one step (memory transport); ``serializer="pickle"`` to pickle what
-    msgpack cannot carry (only with peers you trust: unpickling runs their
+    ``algorithms``, ``timeout``; ``schedule="shuffle"`` to order simultaneous
+    events by a full seeded permutation (``"batch"``, the default, rotates
+    them), or a list of choices from ``sc.testing.explore`` to replay;
+    ``fidelity="analytic"`` to resolve each collective in one step (memory
+    transport); ``serializer="pickle"`` to pickle what msgpack cannot carry (only with peers you trust: unpickling runs their
     code); for tcp on several hosts, ``nnodes``, ``node_rank``,
     ``master_addr`` and ``master_port`` (default: ``MASTER_ADDR`` and
     ``MASTER_PORT`` from the environment), as torchrun takes them. From code
@@ -357,10 +369,23 @@ def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
         pass
     else:
         raise RuntimeError("run(): called from a running event loop; use `await sc.launch(...)` there")
+    __tracebackhide__ = True  # pytest: show the caller's line, then the report
     _check_names("run", keywords)
-    result = asyncio.run(_launch(fn, world_size, **keywords))
+    try:
+        result = asyncio.run(_launch(fn, world_size, **keywords))
+    except (SimclusterError, TypeError, ValueError) as exc:
+        if not _for_the_user(exc):
+            raise
+        # the report (a deadlock's blocked calls, a rank's error with its own traceback as
+        # __cause__) says what happened; our frames and asyncio's would add 60 lines above it
+        raise exc.with_traceback(None)  # noqa: B904 - the same error, without our frames
     _warn_leaks(result)
     return result
+
+
+def _for_the_user(exc: BaseException) -> bool:
+    """True for what a run reports about the program or its keywords, not a bug of simcluster."""
+    return isinstance(exc, SimclusterError) or str(exc).startswith(("run(", "run:"))
 
 
 async def _with_progress(engine: Engine, report: Callable[[int, int, float], None]) -> None:

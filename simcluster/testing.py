@@ -23,14 +23,16 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from . import _schedule
 from . import latency as _latency
-from .errors import RankError, SimclusterError
+from .errors import RankError, SimclusterError, SimclusterWarning
 from .runner import RunResult, run
 
-__all__ = ["ExploreFailure", "distributed", "explore"]
+__all__ = ["Exploration", "ExploreFailure", "distributed", "explore"]
 
 
 def __dir__() -> list[str]:
@@ -142,109 +144,250 @@ def _assertion_text(exc: AssertionError) -> str:
 
 
 class ExploreFailure(SimclusterError, AssertionError):
-    """A seed under which the explored program failed.
+    """A schedule under which the explored program failed.
 
     Both an ``AssertionError`` (pytest reports it as a test failure) and a
     ``SimclusterError`` (``.rank``, ``.op``). ``__cause__`` is what the run
     raised (None when ``check`` returned False).
 
     Attributes:
-        seed: the first failing seed.
+        seed: the failing run's seed.
+        schedule: its schedule: ``"shuffle"`` (or the ``schedule`` passed to
+            explore) over seeds, a list of choices under ``"exhaustive"``.
         reproduction: one line of Python that replays it, e.g.
-            ``sc.run(race, world_size=3, seed=7)``.
-        passed: the seeds that passed before it.
+            ``sc.run(race, world_size=3, seed=7, schedule='shuffle')``.
+        passed: the seeds (exhaustive: the lists of choices) that passed before it.
         result: the ``RunResult`` when ``check`` rejected it, else None.
     """
 
     def __init__(self, fn_name: str, world_size: int, seed: int, reproduction: str, problem: str,
-                 rank: int | None, passed: list[int], result: RunResult | None = None) -> None:
+                 rank: int | None, passed: list[Any], result: RunResult | None = None,
+                 schedule: str | list[int] = "shuffle") -> None:
         self.seed = seed
+        self.schedule = schedule
         self.reproduction = reproduction
         self.passed = passed
         self.result = result
-        after = f" after {len(passed)} passing seed{'s' if len(passed) != 1 else ''}" if passed else ""
+        unit, which = ("schedule", f"schedule {schedule}") if isinstance(schedule, list) else (
+            "seed", f"seed {seed}")
+        after = f" after {len(passed)} passing {unit}{'s' if len(passed) != 1 else ''}" if passed else ""
         super().__init__(None, f"explore({fn_name}, world_size={world_size})",
-                         f"seed {seed} failed{after}: {problem}", f"reproduce with {reproduction}")
+                         f"{which} failed{after}: {problem}", f"reproduce with {reproduction}")
         self.rank = rank  # the failing rank, when a rank raised
+
+
+class Exploration(list[RunResult]):
+    """What ``explore`` returns when every run passed: the ``RunResult`` of each, in order.
+
+    A list, with two attributes more.
+
+    Attributes:
+        runs: how many times the program ran. Exhaustive exploration also
+            counts the runs it stopped early because they could only repeat
+            a schedule already run, so ``runs >= len(self)``.
+        complete: True when every distinct order of simultaneous events ran
+            (``schedule="exhaustive"`` within ``max_runs``); always False over
+            seeds, which sample orders.
+    """
+
+    def __init__(self, results: list[RunResult], runs: int, complete: bool) -> None:
+        super().__init__(results)
+        self.runs = runs
+        self.complete = complete
+
+    def __repr__(self) -> str:
+        return f"<Exploration {len(self)} passed, runs={self.runs}, complete={self.complete}>"
+
+
+_EXPLORE_SCHEDULES = ("shuffle", "batch", "exhaustive")
 
 
 def explore(
     fn: Callable[..., Awaitable[Any]],
     world_size: int,
-    seeds: Iterable[int] = range(100),
+    seeds: Iterable[int] | None = None,
     *,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     check: Callable[[RunResult], object] | None = None,
     jitter: float | None = None,
+    schedule: str = "shuffle",
+    max_runs: int | None = None,
     **run_kwargs: Any,
-) -> list[RunResult]:
-    """Run ``fn`` on ``world_size`` ranks once per seed; raise on the first failing seed.
+) -> Exploration:
+    """Run ``fn`` on ``world_size`` ranks under many schedules; raise on the first that fails.
 
-    A seed fails when the run raises (a rank's exception, a deadlock, a
-    collective mismatch, a timeout, a leak warning turned into an error), or
-    when ``check(result)`` returns a false value or raises. Each seed shuffles
-    the order of simultaneous events; ``jitter=0.1`` also wraps the latency
-    model in ``sc.latency.Jitter(model, rel=0.1)`` so each seed perturbs
-    message delays by up to 10% (it has no effect on ``Zero()`` latency,
-    whose delays are all 0).
+    A run fails when it raises (a rank's exception, a deadlock, a collective
+    mismatch, a timeout, a leak warning turned into an error), or when
+    ``check(result)`` returns a false value or raises.
+
+    Over seeds (``schedule="shuffle"``, the default), each seed orders every
+    batch of simultaneous events by a full seeded permutation, so every order
+    of n simultaneous events occurs under some seed; ``schedule="batch"``
+    keeps ``sc.run``'s default, cheaper order (rotations of each batch).
+    ``jitter=0.1`` also wraps the latency model in
+    ``sc.latency.Jitter(model, rel=0.1)`` so each seed perturbs message
+    delays by up to 10% (it has no effect on ``Zero()`` latency).
+
+    ``schedule="exhaustive"`` runs every distinct order of simultaneous
+    events once, as a stateless model checker does (depth-first over the
+    choice points, replaying a recorded prefix of choices): two orders are
+    distinct when some pair of simultaneous events that touch the same rank
+    (its messages, its requests, its ports) runs in the other order; events
+    of unrelated ranks are not reordered against each other. It stops after
+    ``max_runs`` runs and says whether it covered every order
+    (``.complete``, with a ``SimclusterWarning`` when not). Ranks must share
+    nothing but messages, and each run must depend only on its arguments.
 
     Example::
 
         sc.testing.explore(race, world_size=3, seeds=range(50))
+        done = sc.testing.explore(race, world_size=3, schedule="exhaustive")
+        assert done.complete
 
     Args:
         fn: the rank function, ``async def fn(comm, *args, **kwargs)``.
         world_size: number of ranks.
-        seeds: the seeds to try, in order.
+        seeds: the seeds to try, in order (default ``range(100)``; exhaustive:
+            ``[0]``, and each seed given is explored exhaustively in turn).
         args, kwargs: passed to every rank, as in ``sc.run``.
         check: optional test of each ``RunResult``.
         jitter: relative delay noise, or None for none.
+        schedule: ``"shuffle"`` (default), ``"batch"`` or ``"exhaustive"``.
+        max_runs: the most runs exhaustive exploration makes (default 1000).
         **run_kwargs: other ``sc.run`` keywords (``latency``, ``eager_limit``, ...).
 
     Returns:
-        The ``RunResult`` of every seed, in order, when all pass.
+        An ``Exploration``: the ``RunResult`` of every run that passed, in
+        order, with ``.runs`` and ``.complete``.
 
     Raises:
-        ExploreFailure: the first failing seed, with ``.seed`` and
-            ``.reproduction``; its message gives the first line of what went
-            wrong, and ``__cause__`` is the run's whole exception.
+        ExploreFailure: the first failing run, with ``.seed``, ``.schedule``
+            and ``.reproduction``; its message gives the first line of what
+            went wrong, and ``__cause__`` is the run's whole exception.
         TypeError / ValueError: bad keywords (raised at once, not as a failure).
+        RuntimeError: (exhaustive) a replayed run went otherwise than recorded.
     """
     __tracebackhide__ = True  # pytest: show the failure, not this loop
     if "seed" in run_kwargs:
         raise TypeError("explore(seed=...): explore picks the seeds; pass seeds=[...] instead")
+    if schedule not in _EXPLORE_SCHEDULES:
+        raise ValueError(f"explore(schedule={schedule!r}): unknown schedule; valid: 'shuffle' (the "
+                         "default: a full seeded permutation per seed), 'batch' (sc.run's default "
+                         "order per seed), 'exhaustive' (every distinct order once)")
+    exhaustive = schedule == "exhaustive"
+    if max_runs is not None and not exhaustive:
+        raise TypeError(f"explore(max_runs={max_runs!r}): max_runs bounds schedule='exhaustive' "
+                        "only; over seeds, pass fewer seeds")
+    if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int)
+                                 or max_runs < 1):
+        raise ValueError(f"explore(max_runs={max_runs!r}): max_runs must be an int >= 1")
     model = run_kwargs.pop("latency", None)
     if jitter is not None:
         model = _latency.Jitter(_latency.Zero() if model is None else model, rel=jitter)
     if model is not None:
         run_kwargs["latency"] = model
-    name = getattr(fn, "__name__", repr(fn))
+    trial = _Trial(fn, world_size, args, kwargs, check, run_kwargs)
+    if exhaustive:
+        return _exhaustive(trial, [0] if seeds is None else seeds,
+                           1000 if max_runs is None else max_runs)
     results: list[RunResult] = []
-    passed: list[int] = []
+    for seed in range(100) if seeds is None else seeds:
+        results.append(trial.run(seed, schedule, schedule, results))
+    return Exploration(results, len(results), False)
+
+
+def _exhaustive(trial: _Trial, seeds: Iterable[int], max_runs: int) -> Exploration:
+    """Run every distinct order of simultaneous events under each seed, at most ``max_runs`` runs."""
+    __tracebackhide__ = True
+    results: list[RunResult] = []
+    runs = 0
     for seed in seeds:
-        repro = _reproduction(name, world_size, seed, args, kwargs, run_kwargs)
+        explorer = _schedule.Explorer()
+        more = True
+        while more and runs < max_runs:
+            runs += 1
+            try:
+                results.append(trial.run(seed, explorer, explorer.choices, results))
+            except _schedule.Pruned:
+                pass  # it could only have repeated a schedule already run
+            more = explorer.advance()
+        if more:
+            warnings.warn(f"explore({trial.name}, world_size={trial.world_size}, schedule="
+                          f"'exhaustive'): stopped after max_runs={max_runs} runs with "
+                          f"{len(results)} passed; not every order of simultaneous events ran; "
+                          "raise max_runs=, or explore a smaller program",
+                          SimclusterWarning, stacklevel=3)
+            return Exploration(results, runs, False)
+    return Exploration(results, runs, True)
+
+
+class _Trial:
+    """One program and its keywords: run it under a schedule; turn a failure into ExploreFailure."""
+
+    def __init__(self, fn: Callable[..., Awaitable[Any]], world_size: int, args: Sequence[Any],
+                 kwargs: Mapping[str, Any] | None, check: Callable[[RunResult], object] | None,
+                 run_kwargs: dict[str, Any]) -> None:
+        self.fn, self.world_size, self.args, self.kwargs = fn, world_size, args, kwargs
+        self.check, self.run_kwargs = check, run_kwargs
+        self.name = getattr(fn, "__name__", repr(fn))
+        self.passed: list[Any] = []
+
+    def run(self, seed: int, schedule: object, choices: str | list[int],
+            results: list[RunResult]) -> RunResult:
+        """Run once; return the result, or raise ExploreFailure (``choices``: what replays it)."""
+        __tracebackhide__ = True
+        name, size, passed = self.name, self.world_size, self.passed
         try:
-            result = run(fn, world_size, seed=seed, args=args, kwargs=kwargs, **run_kwargs)
+            result = run(self.fn, size, seed=seed, schedule=schedule, args=self.args,
+                         kwargs=self.kwargs, **self.run_kwargs)
         except (TypeError, ValueError) as exc:
             if not passed and not isinstance(exc, SimclusterError) and _is_usage_error(exc):
                 raise  # a bad keyword: the same for every seed, not a schedule
-            raise _failure(name, world_size, seed, repro, exc, passed) from exc
+            raise self._failure(seed, choices, exc) from exc
+        except (_schedule.Pruned, _schedule.Diverged):
+            raise
         except Exception as exc:
-            raise _failure(name, world_size, seed, repro, exc, passed) from exc
-        if check is not None:
+            raise self._failure(seed, choices, exc) from exc
+        if self.check is not None:
             try:
-                verdict = check(result)
+                verdict = self.check(result)
             except Exception as exc:
-                raise _failure(name, world_size, seed, f"result = {repro}", exc, passed,
-                               "check(result) raised ") from exc
+                raise self._failure(seed, choices, exc, "check(result) raised ") from exc
             if not verdict:
-                raise ExploreFailure(name, world_size, seed, f"result = {repro}",
+                kept = self._kept(choices)
+                raise ExploreFailure(name, size, seed, f"result = {self._line(seed, kept)}",
                                      f"check(result) returned {verdict!r} for {result!r}", None,
-                                     passed, result)
-        results.append(result)
-        passed.append(seed)
-    return results
+                                     list(passed), result, kept)
+        passed.append(seed if isinstance(choices, str) else self._kept(choices))
+        return result
+
+    @staticmethod
+    def _kept(choices: str | list[int]) -> str | list[int]:
+        return choices if isinstance(choices, str) else _schedule.replayable(choices)
+
+    def _line(self, seed: int, schedule: str | list[int]) -> str:
+        return _reproduction(self.name, self.world_size, seed, schedule, self.args, self.kwargs,
+                             self.run_kwargs)
+
+    def _failure(self, seed: int, choices: str | list[int], exc: Exception,
+                 lead: str = "") -> ExploreFailure:
+        # only the first line of what went wrong, so the message stays short and the
+        # reproduction stays in view; the whole error (a deadlock report, pytest's
+        # assertion details) is the failure's __cause__
+        kept = self._kept(choices)
+        line = self._line(seed, kept)
+        if lead:
+            line = f"result = {line}"
+        rank = getattr(exc, "rank", None)
+        cause = exc.__cause__ if isinstance(exc, RankError) and exc.__cause__ is not None else exc
+        text = (str(cause).splitlines() or [""])[0]
+        if isinstance(exc, RankError):
+            problem = f"rank {exc.rank} raised {type(cause).__name__}: {text}"
+        else:
+            problem = f"{type(exc).__name__}: {text}"
+        return ExploreFailure(self.name, self.world_size, seed, line, lead + problem, rank,
+                              list(self.passed), None, kept)
 
 
 def _is_usage_error(exc: Exception) -> bool:
@@ -253,30 +396,16 @@ def _is_usage_error(exc: Exception) -> bool:
     return text.startswith(("run(", "run:")) or "unexpected keyword argument" in text
 
 
-def _failure(name: str, world_size: int, seed: int, repro: str, exc: Exception, passed: list[int],
-             lead: str = "") -> ExploreFailure:
-    # only the first line of what went wrong, so the message stays short and the
-    # reproduction stays in view; the whole error (a deadlock report, pytest's
-    # assertion details) is the failure's __cause__
-    rank = getattr(exc, "rank", None)
-    cause = exc.__cause__ if isinstance(exc, RankError) and exc.__cause__ is not None else exc
-    text = (str(cause).splitlines() or [""])[0]
-    if isinstance(exc, RankError):
-        problem = f"rank {exc.rank} raised {type(cause).__name__}: {text}"
-    else:
-        problem = f"{type(exc).__name__}: {text}"
-    return ExploreFailure(name, world_size, seed, repro, lead + problem, rank, passed)
-
-
 _MODEL_NAMES = "|".join(sorted(n for n in dir(_latency) if isinstance(getattr(_latency, n), type)
                                and issubclass(getattr(_latency, n), _latency.LatencyModel)
                                and not n.startswith("_")))
 
 
-def _reproduction(name: str, world_size: int, seed: int, args: Sequence[Any],
-                  kwargs: Mapping[str, Any] | None, run_kwargs: Mapping[str, Any]) -> str:
-    """Return the one-line ``sc.run(...)`` call that replays one seed."""
-    parts = [name, f"world_size={world_size}", f"seed={seed}"]
+def _reproduction(name: str, world_size: int, seed: int, schedule: str | list[int],
+                  args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+                  run_kwargs: Mapping[str, Any]) -> str:
+    """Return the one-line ``sc.run(...)`` call that replays one run."""
+    parts = [name, f"world_size={world_size}", f"seed={seed}", f"schedule={schedule!r}"]
     if args:
         parts.append(f"args={tuple(args)!r}")
     if kwargs:

@@ -238,3 +238,189 @@ def test_a_real_ctrl_c_is_still_a_keyboard_interrupt_under_a_timeout() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         sc.run(main, world_size=1, timeout=5)
+
+
+# ---- a simcluster call without await ----
+
+
+def _cause(info: pytest.ExceptionInfo[sc.RankError]) -> BaseException:
+    cause = info.value.__cause__
+    assert cause is not None
+    return cause
+
+
+def test_dist_all_reduce_without_await_names_the_rank_the_call_and_the_line() -> None:
+    import simcluster.dist as dist
+
+    where: list[int] = []
+
+    async def main(comm: sc.Comm) -> list[float]:
+        t = np.ones(2)
+        if comm.rank == 1:
+            where.append(_line() + 1)
+            dist.all_reduce(t)  # the torch habit: no await
+        await comm.barrier()
+        return t.tolist()
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2)
+    assert info.value.rank == 1
+    cause = _cause(info)
+    assert isinstance(cause, sc.SimclusterError)
+    assert (cause.rank, cause.op) == (1, "dist.all_reduce(op=SUM)")
+    assert str(cause) == (
+        f"rank 1: dist.all_reduce(op=SUM): the call at test_reports.py:{where[0]} was never awaited, "
+        "so it never ran; add await: await dist.all_reduce(...), as every simcluster.dist call is a "
+        "coroutine (torch.distributed's return at once)")
+
+
+def _reduce_in_a_helper(t: np.ndarray) -> None:
+    import simcluster.dist as dist
+
+    dist.all_reduce(t, op="MAX")  # a synchronous helper that forgot the await
+
+
+def test_a_missing_await_in_a_synchronous_helper_names_the_helper_line() -> None:
+    async def main(comm: sc.Comm) -> None:
+        _reduce_in_a_helper(np.ones(2))
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2)
+    line = _reduce_in_a_helper.__code__.co_firstlineno + 3
+    assert re.match(rf"^rank [01]: dist\.all_reduce\(op=MAX\): the call at test_reports\.py:{line} "
+                    "was never awaited, so it never ran; add await", str(_cause(info)))
+
+
+def test_a_comm_call_without_await_fails_its_rank_when_it_finishes() -> None:
+    where: list[int] = []
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            where.append(_line() + 1)
+            comm.send("hello", dst=1)
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2)
+    assert info.value.rank == 0
+    assert str(_cause(info)) == (
+        f"rank 0: send(dst=1, tag=0): the call at test_reports.py:{where[0]} was never awaited, so it "
+        "never ran; write await comm.send(...), or start it with comm.isend(...) and wait on the "
+        "request")
+
+
+@pytest.mark.parametrize(("call", "text", "fix"), [
+    (lambda comm: comm.all_reduce(np.ones(3)), "all_reduce(op=SUM)",
+     "write await comm.all_reduce(...), or start it with comm.iall_reduce(...) and wait on the request"),
+    (lambda comm: comm.reduce(1, dst=1, op=sc.ReduceOp.MAX), "reduce(dst=1, op=MAX)",
+     "write await comm.reduce(...), or start it with comm.ireduce(...) and wait on the request"),
+    (lambda comm: comm.recv(np.zeros(4), src=1, tag=3), "recv(buf=float64[4], src=1, tag=3)",
+     "write await comm.recv(...), or start it with comm.irecv(...) and wait on the request"),
+    (lambda comm: comm.sleep(2.5), "sleep(seconds=2.5)", "write await comm.sleep(...)"),
+    (lambda comm: comm.isend(1, dst=1).wait(), "isend(dst=1, tag=0).wait()",
+     "write await req.wait(), or await req"),
+    (lambda comm: sc.wait_all([comm.isend(1, dst=1), comm.isend(2, dst=1)]), "wait_all(2 requests)",
+     "write await sc.wait_all(...)"),
+], ids=["all_reduce", "reduce", "recv", "sleep", "wait", "wait_all"])
+def test_each_kind_of_call_without_await_is_named(call: object, text: str, fix: str) -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            call(comm)  # type: ignore[operator]
+            await comm.sleep(1.0)
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=2)
+    cause = _cause(info)
+    assert isinstance(cause, sc.SimclusterError)
+    assert cause.op == text
+    assert re.match(rf"^rank 0: {re.escape(text)}: the call at test_reports\.py:\d+ was never "
+                    rf"awaited, so it never ran; {re.escape(fix)}$", str(cause)), str(cause)
+
+
+def test_a_call_kept_and_awaited_later_is_fine() -> None:
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            later = comm.recv(src=1)
+            await comm.sleep(1.0)  # back to the engine while `later` has not started
+            sends = [comm.send(np.full(4, i), dst=1) for i in range(3)]
+            for send in sends:  # rendezvous sends (eager_limit=0): each one parks the rank
+                await send
+            return await later
+        got = [int((await comm.recv(src=0))[0]) for _ in range(3)]
+        await comm.send("late", dst=0)
+        return got
+
+    assert list(sc.run(main, world_size=2, eager_limit=0)) == ["late", [0, 1, 2]]
+
+
+def test_a_call_kept_but_never_awaited_fails_when_its_rank_finishes() -> None:
+    async def main(comm: sc.Comm) -> None:
+        kept = comm.barrier()
+        await comm.sleep(1.0)
+        assert kept is not None
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=1)
+    assert re.match(r"^rank 0: barrier\(\): the call at test_reports\.py:\d+ was never awaited",
+                    str(_cause(info)))
+
+
+def test_a_started_request_never_waited_is_still_a_leak_report() -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            comm.isend("x", dst=1)
+        else:
+            await comm.recv(src=0)
+
+    with pytest.warns(sc.SimclusterWarning, match=r"rank 0: isend\(dst=1, tag=0\) completed but was "
+                                                  r"never waited or tested"):
+        sc.run(main, world_size=2)
+
+
+def test_checks_off_notes_nothing() -> None:
+    async def main(comm: sc.Comm) -> str:
+        await comm.barrier()
+        return type(comm).__name__
+
+    assert list(sc.run(main, world_size=2, checks="off")) == ["Comm", "Comm"]
+
+
+# ---- collectives inside asyncio.gather / create_task ----
+
+
+@pytest.mark.parametrize("checks", ["strict", "off"])
+def test_collectives_in_asyncio_gather_get_the_nonblocking_advice(
+        checks: str, caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import gc
+
+    async def main(comm: sc.Comm) -> object:
+        return await asyncio.gather(comm.all_reduce(1), comm.all_reduce(2))
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=3, checks=checks)
+    cause = _cause(info)
+    assert isinstance(cause, RuntimeError)
+    assert re.match(r"^rank \d: all_reduce\(op=SUM\): ", str(cause)), str(cause)
+    assert str(cause).endswith("(asyncio.gather/create_task run coroutines outside the simulator); use "
+                               "the nonblocking form comm.iall_reduce(...) and sc.wait_all instead"
+                               if checks == "off" else
+                               "was handed to asyncio.gather/create_task, which run coroutines outside "
+                               "the simulator; use the nonblocking form comm.iall_reduce(...) and "
+                               "sc.wait_all instead")
+    gc.collect()  # a future whose exception nobody retrieved logs it when collected
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+def test_a_call_given_to_create_task_is_refused_at_once() -> None:
+    import asyncio
+
+    async def main(comm: sc.Comm) -> None:
+        asyncio.create_task(comm.send(1, dst=0))  # fire and forget
+        await comm.sleep(1.0)
+
+    with pytest.raises(sc.RankError) as info:
+        sc.run(main, world_size=1)
+    assert re.match(r"^rank 0: send\(dst=0, tag=0\): the call at test_reports\.py:\d+ was handed to "
+                    r"asyncio\.gather/create_task, which run coroutines outside the simulator; use "
+                    r"the nonblocking form comm\.isend\(\.\.\.\) and sc\.wait_all instead$",
+                    str(_cause(info)))

@@ -137,11 +137,11 @@ async def race(comm: sc.Comm) -> list[str] | None:
     return None
 
 
-def failing_seeds(fn: object, seeds: range) -> list[int]:
+def failing_seeds(fn: object, seeds: range, schedule: str = "batch") -> list[int]:
     bad = []
     for seed in seeds:
         try:
-            sc.run(fn, world_size=3, seed=seed)  # type: ignore[arg-type]
+            sc.run(fn, world_size=3, seed=seed, schedule=schedule)  # type: ignore[arg-type]
         except sc.RankError:
             bad.append(seed)
     return bad
@@ -154,19 +154,20 @@ def test_the_race_shows_only_under_some_seeds() -> None:
 
 
 def test_explore_finds_the_first_failing_seed_with_a_reproduction() -> None:
-    first_bad = failing_seeds(race, range(100))[0]
+    seeds = range(1, 100)  # explore shuffles each batch; seed 0 fails at once
+    first_bad = failing_seeds(race, seeds, "shuffle")[0]
     with pytest.raises(sctest.ExploreFailure) as info:
-        sctest.explore(race, world_size=3, seeds=range(100))
+        sctest.explore(race, world_size=3, seeds=seeds)
     failure = info.value
-    assert failure.seed == first_bad
-    assert failure.passed == list(range(first_bad))
+    assert failure.seed == first_bad and failure.schedule == "shuffle"
+    assert failure.passed == list(range(1, first_bad))
     assert failure.rank == 0
-    assert failure.reproduction == f"sc.run(race, world_size=3, seed={first_bad})"
+    assert failure.reproduction == f"sc.run(race, world_size=3, seed={first_bad}, schedule='shuffle')"
     message = str(failure)
     assert message == (
-        f"explore(race, world_size=3): seed {first_bad} failed after {first_bad} passing seeds: "
+        f"explore(race, world_size=3): seed {first_bad} failed after {first_bad - 1} passing seeds: "
         "rank 0 raised AssertionError: expected 'ready' first, got 'data'; "
-        f"reproduce with sc.run(race, world_size=3, seed={first_bad})")
+        f"reproduce with sc.run(race, world_size=3, seed={first_bad}, schedule='shuffle')")
     assert isinstance(failure, AssertionError) and isinstance(failure, sc.SimclusterError)
     assert isinstance(failure.__cause__, sc.RankError)
 
@@ -206,7 +207,8 @@ def test_explore_check_rejects_a_result() -> None:
         sctest.explore(arrival_order, 3, check=lambda result: result[0] == [1, 2])
     failure = info.value
     assert failure.result is not None and failure.result[0] == [2, 1]
-    assert failure.reproduction == f"result = sc.run(arrival_order, world_size=3, seed={failure.seed})"
+    assert failure.reproduction == (f"result = sc.run(arrival_order, world_size=3, seed={failure.seed}, "
+                                    "schedule='shuffle')")
     assert "check(result) returned False" in str(failure)
     assert failure.__cause__ is None
 
@@ -232,7 +234,8 @@ def test_explore_jitter_perturbs_times_and_the_reproduction_keeps_it() -> None:
     with pytest.raises(sctest.ExploreFailure) as info:
         sctest.explore(timed, 4, seeds=[3], jitter=0.1, latency=model, check=lambda r: False)
     line = info.value.reproduction
-    assert line == ("result = sc.run(timed, world_size=4, seed=3, latency=sc.latency.Jitter("
+    assert line == ("result = sc.run(timed, world_size=4, seed=3, schedule='shuffle', "
+                    "latency=sc.latency.Jitter("
                     "model=sc.latency.AlphaBeta(alpha=1e-06, beta=1e-09), rel=0.1))")
     replay = eval(line.removeprefix("result = "), {"sc": sc, "timed": timed})
     assert replay.elapsed == results[3].elapsed
