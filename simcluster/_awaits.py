@@ -228,7 +228,8 @@ def _never_awaited(call: Note) -> SimclusterError:
     text, where = _call_text(call), _where(call)
     if name.startswith("dist."):
         fix = (f"add await: await {name}(...), as every simcluster.dist call is a coroutine "
-               "(torch.distributed's return at once)")
+               "(torch.distributed's return at once); to run torch code unchanged, use "
+               "torch.distributed with the 'simcluster' backend (simcluster.torch)")
     elif name == "Request.wait":
         fix = "write await req.wait(), or await req"
     elif name.startswith("wait_"):

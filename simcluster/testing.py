@@ -46,6 +46,9 @@ def distributed(world_size: int | None = None, **run_kwargs: Any) -> Callable[
         [Callable[..., Awaitable[Any]]], Callable[..., None]]:
     """Turn ``async def test_x(comm, ...)`` into a pytest test that runs on every rank.
 
+    A plain ``def test_x(comm, ...)`` works too: its ranks are synchronous and
+    ``comm`` is the rank's ``simcluster.MPI.COMM_WORLD`` (mpi4py's API).
+
     The decorated function is synchronous, so pytest runs it without an
     asyncio plugin. Parameters after ``comm`` stay in its signature, so pytest
     fills them from fixtures and ``@pytest.mark.parametrize`` as usual, and
@@ -80,7 +83,7 @@ def distributed(world_size: int | None = None, **run_kwargs: Any) -> Callable[
             ``__cause__`` is the rank's AssertionError with its traceback.
         RankError / DeadlockError / ...: (from the test) anything else that
             stops the run, unchanged.
-        TypeError: (at decoration) the function is not ``async def f(comm, ...)``,
+        TypeError: (at decoration) the function is not ``def``/``async def f(comm, ...)``,
             or ``world_size``/``seed`` is given both ways.
     """
     for bad in ("args", "kwargs"):
@@ -90,9 +93,9 @@ def distributed(world_size: int | None = None, **run_kwargs: Any) -> Callable[
 
     def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., None]:
         name = getattr(fn, "__name__", repr(fn))
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"distributed({name}): expected an async function "
-                            f"(async def {name}(comm): ...), got {type(fn).__name__}")
+        if not inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"distributed({name}): expected a function (async def {name}(comm): "
+                            f"..., or a plain def for mpi4py-style code), got {type(fn).__name__}")
         signature = inspect.signature(fn)
         params = list(signature.parameters.values())
         if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,

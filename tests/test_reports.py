@@ -271,7 +271,8 @@ def test_dist_all_reduce_without_await_names_the_rank_the_call_and_the_line() ->
     assert str(cause) == (
         f"rank 1: dist.all_reduce(op=SUM): the call at test_reports.py:{where[0]} was never awaited, "
         "so it never ran; add await: await dist.all_reduce(...), as every simcluster.dist call is a "
-        "coroutine (torch.distributed's return at once)")
+        "coroutine (torch.distributed's return at once); to run torch code unchanged, use "
+        "torch.distributed with the 'simcluster' backend (simcluster.torch)")
 
 
 def _reduce_in_a_helper(t: np.ndarray) -> None:
