@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
 
     mpirun.add_parser(sub)
 
+    from . import torchrun  # its options live with it (simcluster/torchrun.py)
+
+    torchrun.add_parser(sub)
+
     trace = sub.add_parser("trace", help="show or plot a trace written by --trace / run(trace=PATH)")
     trace.add_argument("action", choices=("show", "plot"))
     trace.add_argument("file")
@@ -158,6 +162,12 @@ def _cmd_mpirun(args: argparse.Namespace) -> int:
     return mpirun.run_args(args)
 
 
+def _cmd_torchrun(args: argparse.Namespace) -> int:
+    from . import torchrun
+
+    return torchrun.run_args(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"simcluster.bench.{args.which}")
     if args.quick:
@@ -184,7 +194,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``simcluster`` console script."""
     args = _parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "bench": _cmd_bench, "trace": _cmd_trace, "mpirun": _cmd_mpirun}
+    handlers = {"run": _cmd_run, "bench": _cmd_bench, "trace": _cmd_trace, "mpirun": _cmd_mpirun,
+                "torchrun": _cmd_torchrun}
     return handlers[args.command](args)
 
 

@@ -157,15 +157,19 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
             shutil.rmtree(records, ignore_errors=True)
 
 
-def _spec(script: str, argv: list[str], module: bool) -> dict[str, Any] | int:
-    """What every hosting process needs to run the script: plain data (it travels by msgpack)."""
+def _spec(script: str, argv: list[str], module: bool, prog: str = PROG) -> dict[str, Any] | int:
+    """What every hosting process needs to run the script: plain data (it travels by msgpack).
+
+    Returns 2 (the exit status) when ``script`` is not a file; ``prog`` names
+    the command in that message.
+    """
     if module:
         path0 = os.getcwd()  # as `python -m`: the current folder comes first on sys.path
         target = script
         argv0 = script  # replaced by the module's file once it is found
     else:
         if not os.path.isfile(script):
-            print(f"{PROG}: {script}: no such file; pass the path of a Python script "
+            print(f"{prog}: {script}: no such file; pass the path of a Python script "
                   "(or -m MODULE)", file=sys.stderr)
             return 2
         target = os.path.abspath(script)
@@ -233,8 +237,7 @@ def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
     session = _Session.current(spec)
     task = _sync.current()
     assert task is not None, "_script_rank runs as a synchronous rank"
-    state = session.rank_state(task)
-    _sync.on_switch(state.enter, state.leave)
+    state = session.start_rank(task)
     code = 0
     assert session.code is not None
     try:
@@ -355,9 +358,13 @@ class _Session:
 
     The caller's process has one per ``mpirun`` call; a hosting process makes
     one (``current``) when its first rank starts, and keeps it until it exits.
+    Other launchers (``simcluster torchrun``) subclass it: ``prog`` names the
+    command in messages, ``run_ranks`` runs the ranks, ``start_rank`` sets a
+    rank's process state up.
     """
 
     _by_id: dict[str, _Session] = {}
+    prog: str = PROG
 
     def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool,
                  out: TextIO, err: TextIO) -> None:
@@ -376,6 +383,7 @@ class _Session:
         self.saved: tuple[Any, list[str], TextIO] | None = None
         self.undo: list[Any] = []
         self.hosted_outcomes: dict[int, list[Any] | None] = {}
+        self.notes = 0  # launcher lines filed so far (their order among themselves)
 
     @classmethod
     def current(cls, spec: dict[str, Any]) -> _Session:
@@ -398,13 +406,13 @@ class _Session:
         try:
             self.code, self.attrs = _load_code(self.spec)
         except _Refused as exc:
-            print(f"{PROG}: {exc}", file=self.real[ERR])
+            print(f"{self.prog}: {exc}", file=self.real[ERR])
             return 2
         except SyntaxError as exc:
             traceback.print_exception(type(exc), exc, None, file=self.real[ERR])
             return 1
         except OSError as exc:
-            print(f"{PROG}: {self.spec['target']}: {exc.strerror}", file=self.real[ERR])
+            print(f"{self.prog}: {self.spec['target']}: {exc.strerror}", file=self.real[ERR])
             return 2
         if self.spec["module"]:
             self.spec["argv"][0] = self.attrs["__file__"] or self.spec["target"]
@@ -412,7 +420,7 @@ class _Session:
 
     def launch(self, keywords: dict[str, Any]) -> int:
         """Load the script, run it on every rank, write out its lines; return the exit status."""
-        from . import errors, runner
+        from . import errors
 
         self.install()  # first: -m finds the module on the run's sys.path, as python does
         error: BaseException | None = None
@@ -420,13 +428,13 @@ class _Session:
             refused = self.load()
             if refused is not None:
                 return refused
-            runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
+            self.run_ranks(keywords)
         except (errors.SimclusterError, errors.Aborted) as exc:
             error = exc
         except (TypeError, ValueError) as exc:
             if not str(exc).startswith("run"):
                 raise  # not a message written for users: keep the traceback
-            print(f"{PROG}: {exc}", file=self.real[ERR])
+            print(f"{self.prog}: {exc}", file=self.real[ERR])
             return 2
         finally:
             self.uninstall()
@@ -435,6 +443,12 @@ class _Session:
         self.flush_all()
         return self._status(error)
 
+    def run_ranks(self, keywords: dict[str, Any]) -> None:
+        """Run ``_script_rank`` on every rank (``keywords`` go to ``simcluster.run``)."""
+        from . import runner
+
+        runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
+
     def _status(self, error: BaseException | None) -> int:
         from . import errors
 
@@ -442,7 +456,7 @@ class _Session:
                           if o is not None)
         for _time, rank, kind, code in outcomes:
             if kind == "abort":
-                print(f"{PROG}: rank {rank} called Abort({code}); the run stopped with exit "
+                print(f"{self.prog}: rank {rank} called Abort({code}); the run stopped with exit "
                       f"status {code}", file=self.real[ERR])
                 return int(code)
         reported = {rank for _t, rank, kind, _c in outcomes if kind == "error"}
@@ -451,7 +465,7 @@ class _Session:
             if isinstance(error, errors.RankError) and cause is not None:
                 traceback.print_exception(type(cause), cause, cause.__traceback__,
                                           file=self.real[ERR])
-            print(f"{PROG}: {error}", file=self.real[ERR])
+            print(f"{self.prog}: {error}", file=self.real[ERR])
         for _time, _rank, kind, code in outcomes:
             if code:
                 return int(code)
@@ -472,6 +486,14 @@ class _Session:
         stdin = self.saved[2] if task.rank == 0 and self.saved is not None else io.StringIO("")
         state = _RankState(self, task, module, list(self.spec["argv"]), stdin)
         self.states[task.rank] = state
+        return state
+
+    def start_rank(self, task: Any) -> _RankState:
+        """From a new rank: make its state and have it swapped in whenever the rank resumes."""
+        from . import _sync
+
+        state = self.rank_state(task)
+        _sync.on_switch(state.enter, state.leave)
         return state
 
     def finished(self, state: _RankState) -> None:
@@ -506,6 +528,19 @@ class _Session:
     def file(self, record: Record) -> None:
         heapq.heappush(self.heap, record)
 
+    def note(self, text: str) -> None:
+        """File a line of the launcher's own for stderr, at the running rank's virtual time.
+
+        It comes out before the ranks' lines of that time and never takes a
+        ``--prepend-rank`` prefix.
+        """
+        from . import _sync
+
+        task = _sync.current()
+        now: float = 0.0 if task is None else task.comm.now
+        self.file((now, -1, self.notes, ERR, text if text.endswith("\n") else text + "\n"))
+        self.notes += 1
+
     def flush_final(self, now: float) -> None:
         """Write out every line no rank can still precede (Rule 1)."""
         heap = self.heap
@@ -527,7 +562,7 @@ class _Session:
 
     def _emit(self, record: Record) -> None:
         _time, rank, _seq, stream, text = record
-        if self.prepend:
+        if self.prepend and rank >= 0:
             text = f"[{rank}] {text}"
         self.real[stream].write(text)
 

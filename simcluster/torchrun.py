@@ -1,0 +1,337 @@
+"""``simcluster torchrun``: run a script written for torchrun once per virtual rank, unmodified.
+
+``simcluster mpirun`` runs the script (``mpirun._Session``: each rank runs it
+as ``__main__`` with its own globals and ``sys.argv``, output in virtual-time
+order, the exit status from ``sys.exit`` and errors, deadlock reports naming
+the script's lines); this module adds what torchrun gives its workers:
+
+- Each rank runs on a thread of its own (``_sync.ThreadRank``: torch keeps
+  per-process state in C++ thread-locals) inside one
+  ``simcluster.torch._session.Session``, which swaps that rank's c10d globals
+  and environment in whenever it resumes. The launcher's own per-rank state
+  (``__main__``, ``sys.argv``) is swapped in after it.
+- The environment torchrun sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+  ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``,
+  ``ROLE_RANK``, ...) is written into each rank's own environment only.
+- ``init_process_group`` and ``new_group`` with a real backend (``"gloo"``,
+  ``"nccl"``, ``"cpu:gloo,cuda:nccl"``, none) make a ``"simcluster"``
+  group instead: ``_BackendMap`` wraps c10d's ``_new_process_group_helper``,
+  which every group creation goes through (and ``_get_default_timeout``,
+  which would warn that NCCL is not compiled in), for the run only. The
+  first time each backend name is mapped, one line on stderr says so.
+
+Rule 1: everything swapped in for a run is swapped back when it ends, also
+when it fails (the session, the group helper, the environment).
+Rule 2: only the memory transport: thread ranks and the in-memory rendezvous
+live in this process, so ``--transport shm|tcp`` is refused, not approximated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Final, TextIO
+
+from . import mpirun
+
+PROG: Final = "simcluster torchrun"
+MAPPED: Final = ("gloo", "nccl", "ucc", "xccl", "undefined", "simcluster")
+"""Backend names that run on simcluster's backend under ``simcluster torchrun``."""
+MASTER_ADDR: Final = "127.0.0.1"
+MASTER_PORT: Final = 29500
+
+
+# ---- command line ----
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``torchrun`` subcommand to the ``simcluster`` command's subparsers."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "torchrun", help="run a torchrun SCRIPT once per virtual rank, unmodified",
+        description="Run a script written for torchrun on virtual ranks of one process: each "
+                    "rank gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, ...), "
+                    "init_process_group with any backend (gloo, nccl, ...) runs on simcluster, "
+                    "output comes in virtual-time order, the exit status is the ranks'.")
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
+                        default="1", metavar="N", help="number of ranks (default 1, as torchrun)")
+    parser.add_argument("--nnodes", default="1", metavar="1",
+                        help="must be 1: every rank runs in this process, on one node")
+    parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0,
+                        help="must be 0 (one node)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="accepted, as torchrun's: the rendezvous is in memory anyway")
+    parser.add_argument("--master-addr", "--master_addr", dest="master_addr", default=MASTER_ADDR,
+                        help=f"the MASTER_ADDR ranks see (default {MASTER_ADDR}; nothing listens)")
+    parser.add_argument("--master-port", "--master_port", dest="master_port", type=int,
+                        default=MASTER_PORT,
+                        help=f"the MASTER_PORT ranks see (default {MASTER_PORT}; nothing listens)")
+    parser.add_argument("--rdzv-id", "--rdzv_id", dest="rdzv_id", default="none",
+                        help="the TORCHELASTIC_RUN_ID ranks see (default none)")
+    parser.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default=None,
+                        help="accepted, as torchrun's: the rendezvous is in memory")
+    parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=None,
+                        help="accepted, as torchrun's: the rendezvous is in memory")
+    parser.add_argument("--latency", default="zero",
+                        help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, "
+                             "loggp:L,o,g,G")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--transport", default="memory",
+                        help="memory (the only one: torch ranks are threads of this process)")
+    parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
+    parser.add_argument("--compute", default=None, metavar="wall[:F]",
+                        help="charge the wall time a rank computes (x F) to its virtual clock")
+    parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    parser.add_argument("--prepend-rank", "--prepend_rank", dest="prepend_rank",
+                        action="store_true", help="start every output line with [RANK]")
+    parser.add_argument("-m", "--module", dest="as_module", action="store_true",
+                        help="SCRIPT is a module name, run as `python -m MODULE` runs it")
+    parser.add_argument("script", metavar="SCRIPT", help="the Python file (or module, with -m)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments for the script (its sys.argv[1:])")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``simcluster torchrun ARGV``; return the exit status."""
+    parser = argparse.ArgumentParser(prog="simcluster")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["torchrun", *(sys.argv[1:] if argv is None else argv)])
+    return run_args(args)
+
+
+def _options_refused(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, as a message for the user; None when they can run."""
+    nproc = str(args.nproc_per_node)
+    try:
+        ranks = int(nproc)
+    except ValueError:
+        ranks = 0
+    if ranks < 1:
+        return (f"--nproc-per-node {nproc}: give the number of ranks as a positive integer, "
+                "e.g. --nproc-per-node 4 (ranks are virtual: their number does not depend on "
+                "this machine's CPUs or GPUs)")
+    nnodes = str(args.nnodes)
+    if nnodes not in ("1", "1:1"):
+        return (f"--nnodes {nnodes}: simcluster torchrun runs every rank in this one process, on "
+                f"one node; use --nnodes 1 (or leave it out) and --nproc-per-node with the total "
+                f"number of ranks you want (the world size)")
+    if args.node_rank != 0:
+        return (f"--node-rank {args.node_rank}: there is one node, node 0; leave --node-rank out")
+    if args.transport != "memory":
+        return (f"--transport {args.transport}: torch ranks run as threads of this process "
+                "(torch keeps per-rank state in C++ thread-locals) and rendezvous in its memory, "
+                "so only the memory transport can host them; leave --transport out (for mpi4py "
+                "scripts over shm or tcp, use simcluster mpirun)")
+    return None
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run what ``simcluster torchrun`` was told (``add_parser``'s namespace); return the exit status."""
+    from . import _sync, latency
+
+    refused = _options_refused(args)
+    if refused is not None:
+        print(f"{PROG}: {refused}", file=sys.stderr)
+        return 2
+    try:
+        model = latency.parse(args.latency)
+        _sync.parse_compute(args.compute)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "timeout": args.timeout}
+    for name in ("trace", "compute"):
+        if getattr(args, name) is not None:
+            keywords[name] = getattr(args, name)
+    return torchrun(args.script, int(args.nproc_per_node), args.args, module=args.as_module,
+                    prepend_rank=args.prepend_rank, master_addr=args.master_addr,
+                    master_port=args.master_port, run_id=args.rdzv_id, **keywords)
+
+
+# ---- the launcher ----
+
+
+def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTER_ADDR,
+                     master_port: int = MASTER_PORT, run_id: str = "none") -> dict[str, str]:
+    """The environment variables torchrun gives worker ``rank`` of one node of ``nproc_per_node``."""
+    size = str(nproc_per_node)
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default", "WORLD_SIZE": size, "LOCAL_WORLD_SIZE": size,
+        "ROLE_WORLD_SIZE": size, "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port), "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+    }
+
+
+def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, module: bool = False,
+             prepend_rank: bool = False, master_addr: str = MASTER_ADDR,
+             master_port: int = MASTER_PORT, run_id: str = "none", **keywords: Any) -> int:
+    """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
+
+    Every rank runs the script as ``__main__`` with torchrun's environment
+    variables for that rank (``rank_environment``), and
+    ``torch.distributed.init_process_group`` with any of gloo, nccl, ucc,
+    xccl, a ``"device:backend,..."`` string of those, or no backend runs on
+    simcluster's backend. Lines go to this process's ``sys.stdout`` /
+    ``sys.stderr`` in virtual-time order (ties by rank); ``keywords``
+    (``latency``, ``seed``, ``trace``, ``timeout``, ``compute``, ...) go to
+    ``simcluster.run``.
+
+    Returns:
+        The exit status, as ``simcluster mpirun``'s: 0 when every rank
+        finished; else the first nonzero ``sys.exit`` code by virtual time
+        (ties by rank), 1 for an exception (its traceback printed as the
+        rank's stderr), a deadlock or a timeout (the report printed), 2 when
+        the script, torch or the options are refused.
+    """
+    try:
+        import simcluster.torch  # noqa: F401 - registers the "simcluster" backend
+    except ImportError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    if keywords.get("transport", "memory") != "memory":
+        print(f"{PROG}: transport={keywords['transport']!r}: torch ranks run as threads of this "
+              "process, so only the memory transport can host them; leave transport out",
+              file=sys.stderr)
+        return 2
+    spec = mpirun._spec(script, list(argv), module, PROG)
+    if isinstance(spec, int):
+        return spec
+    spec["records"] = None
+    env = {rank: rank_environment(rank, nproc_per_node, master_addr=master_addr,
+                                  master_port=master_port, run_id=run_id)
+           for rank in range(nproc_per_node)}
+    session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr, env)
+    return session.launch(keywords)
+
+
+def _torch_script_rank(comm: Any, spec: dict[str, Any]) -> int:
+    """The rank function: ``mpirun``'s, on a thread rank (torch needs a real thread per rank)."""
+    return mpirun._script_rank(comm, spec)
+
+
+_torch_script_rank.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
+
+
+class _TorchrunSession(mpirun._Session):
+    """``mpirun``'s session, with a torch session around the run and torchrun's environment."""
+
+    prog = PROG
+
+    def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool, out: TextIO,
+                 err: TextIO, env: dict[int, dict[str, str]]) -> None:
+        super().__init__(spec, world_size, prepend, out, err)
+        self.env = env
+        self.torch_session: Any = None  # simcluster.torch._session.Session while the ranks run
+
+    def run_ranks(self, keywords: dict[str, Any]) -> None:
+        from simcluster.torch._session import Session
+
+        from . import runner
+
+        with Session(self.world_size) as torch_session, _BackendMap(self, torch_session):
+            self.torch_session = torch_session
+            try:
+                runner.run(_torch_script_rank, self.world_size, args=(self.spec,), **keywords)
+            finally:
+                self.torch_session = None
+
+    def start_rank(self, task: Any) -> mpirun._RankState:
+        from . import _sync
+
+        state = self.rank_state(task)
+        self.torch_session.start_rank()  # swaps the rank's c10d globals and environment in
+        torch_enter = task.enter
+
+        def enter() -> None:
+            torch_enter()
+            state.enter()
+
+        _sync.on_switch(enter, state.leave)
+        os.environ.update(self.env[task.rank])  # the rank's own environment: it is swapped in
+        return state
+
+
+class _BackendMap:
+    """While a torchrun run goes on, groups its ranks create with a real backend are simcluster's.
+
+    Wraps ``distributed_c10d._new_process_group_helper`` (``init_process_group``,
+    ``new_group`` and the subgroup helpers all create groups through it), and
+    ``_get_default_timeout`` (which warns that NCCL is not compiled in when
+    asked for nccl's), and restores both exactly on exit. Calls from outside
+    the run's ranks pass through.
+    """
+
+    def __init__(self, session: _TorchrunSession, torch_session: Any) -> None:
+        self.session = session
+        self.torch_session = torch_session
+        self.noted: set[str] = set()
+        self.original: Any = None
+        self.original_timeout: Any = None
+
+    def __enter__(self) -> _BackendMap:
+        from torch.distributed import distributed_c10d as c10d
+
+        self.original = c10d._new_process_group_helper
+        self.original_timeout = c10d._get_default_timeout
+        c10d._new_process_group_helper = self.helper
+        c10d._get_default_timeout = self.default_timeout
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from torch.distributed import distributed_c10d as c10d
+
+        c10d._new_process_group_helper = self.original
+        c10d._get_default_timeout = self.original_timeout
+
+    def default_timeout(self, backend: str) -> Any:
+        """c10d's ``_get_default_timeout``: inside the run's ranks, that of the backend used."""
+        from simcluster.torch import BACKEND
+
+        if self.torch_session.current() is not None and self.mapped(str(backend)):
+            backend = BACKEND
+        return self.original_timeout(backend)
+
+    def helper(self, group_size: int, group_rank: int, global_ranks_in_group: list[int],
+               backend: str, *args: Any, **kwargs: Any) -> Any:
+        """c10d's ``_new_process_group_helper``, with the backend mapped inside the run's ranks."""
+        state = self.torch_session.current()
+        if state is not None:
+            backend = self.map(str(backend), state.rank)
+        return self.original(group_size, group_rank, global_ranks_in_group, backend,
+                             *args, **kwargs)
+
+    @staticmethod
+    def mapped(backend: str) -> bool:
+        """Whether ``backend`` (a name or a ``"device:backend,..."`` string) runs on simcluster's."""
+        name = backend.lower()
+        parts = [pair.rsplit(":", 1)[-1] for pair in name.split(",")] if ":" in name else [name]
+        return all(part in MAPPED for part in parts)
+
+    def map(self, backend: str, rank: int) -> str:
+        """Return the backend to create for ``backend``; note the first mapping of each name.
+
+        Raises:
+            ValueError: the MPI backend, which torch runs without a rendezvous.
+        """
+        from simcluster.torch import BACKEND
+
+        name = backend.lower()
+        parts = [pair.rsplit(":", 1)[-1] for pair in name.split(",")] if ":" in name else [name]
+        if "mpi" in parts:
+            raise ValueError(
+                f"rank {rank}: init_process_group(backend={backend!r}): the MPI backend cannot "
+                f"run under {PROG}; name gloo or nccl (both run on simcluster), or run an mpi4py "
+                "script with simcluster mpirun")
+        if name == BACKEND or not self.mapped(name):
+            return backend  # simcluster itself, or another plugin the script registered
+        if name not in self.noted:
+            self.noted.add(name)
+            shown = ("torch's default backend (none named)" if name == "undefined"
+                     else f"backend {backend!r}")
+            self.session.note(f"{PROG}: {shown} runs on simcluster (virtual ranks in this "
+                              "process, in virtual time)")
+        return BACKEND

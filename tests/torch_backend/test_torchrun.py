@@ -1,0 +1,347 @@
+"""simcluster torchrun: a script written for torchrun, unmodified, on virtual ranks.
+
+Scripts are written to a temporary folder and run through the command line
+(``simcluster.cli.main``, in this process; ``python -m simcluster`` once, in
+a fresh interpreter). Output is asserted line by line: virtual time makes it
+exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from torch.distributed import distributed_c10d as c10d
+
+from simcluster import cli
+
+NOTE = "simcluster torchrun: backend {} runs on simcluster (virtual ranks in this process, in virtual time)"
+DEFAULT_NOTE = ("simcluster torchrun: torch's default backend (none named) runs on simcluster "
+                "(virtual ranks in this process, in virtual time)")
+
+ALL_REDUCE = """
+    import sys
+    import torch
+    import torch.distributed as dist
+
+    backend = sys.argv[1] if len(sys.argv) > 1 else None
+    if backend is None:
+        dist.init_process_group()
+    else:
+        dist.init_process_group(backend=backend)
+    rank = dist.get_rank()
+    tensor = torch.tensor([rank + 1.0])
+    dist.all_reduce(tensor)
+    print(f"rank {rank} of {dist.get_world_size()}: sum {tensor.item()}")
+    dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(autouse=True)
+def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def script(tmp_path: Path, source: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def torchrun(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
+    rc = cli.main(["torchrun", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---- torchrun's environment ----
+
+
+def test_each_rank_sees_its_own_torchrun_environment(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+        import time
+
+        names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID"]
+        print(" ".join(f"{name}={os.environ[name]}" for name in names))
+        os.environ["MINE"] = os.environ["RANK"]  # a rank's own environment, as a process's
+        time.sleep(1)  # a virtual sleep: every other rank runs meanwhile
+        print("still mine", os.environ["MINE"], os.environ["RANK"])
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 4, prog)
+    assert (rc, err) == (0, "")
+    assert out.splitlines() == [
+        f"RANK={r} LOCAL_RANK={r} WORLD_SIZE=4 LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 "
+        f"MASTER_PORT=29500 GROUP_RANK=0 ROLE_RANK={r} ROLE_WORLD_SIZE=4 TORCHELASTIC_RUN_ID=none"
+        for r in range(4)] + [f"still mine {r} {r}" for r in range(4)]
+
+
+def test_master_address_port_and_run_id_options_reach_the_environment(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+        print(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"])
+    """)
+    rc, out, err = torchrun(capsys, "--nproc_per_node=2", "--standalone", "--nnodes=1",
+                            "--master_addr", "node0", "--master-port", 1234, "--rdzv-id", "job7",
+                            prog)
+    assert (rc, err) == (0, "")
+    assert out.splitlines() == ["node0 1234 job7"] * 2
+
+
+def test_the_environment_and_process_state_are_as_before_after_the_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        assert name not in os.environ, f"{name} is set before the test"
+    environ = dict(os.environ)
+    saved = (sys.argv, sys.modules["__main__"], sys.stdout, sys.stderr)
+    helper, timeout = c10d._new_process_group_helper, c10d._get_default_timeout
+    prog = script(tmp_path, ALL_REDUCE)
+    assert torchrun(capsys, "--nproc-per-node", 2, prog, "gloo")[0] == 0
+    failing = script(tmp_path, "import os\nos.environ['EXTRA'] = '1'\nraise SystemExit(4)\n", "fail.py")
+    assert torchrun(capsys, "--nproc-per-node", 2, failing)[0] == 4
+    assert dict(os.environ) == environ
+    assert (sys.argv, sys.modules["__main__"], sys.stdout, sys.stderr) == saved
+    assert (c10d._new_process_group_helper, c10d._get_default_timeout) == (helper, timeout)
+    assert not c10d.is_initialized()
+
+
+# ---- backends ----
+
+
+def test_gloo_all_reduce_sums_on_every_rank_and_the_note_comes_once(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, ALL_REDUCE)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 4, prog, "gloo")
+    assert rc == 0
+    assert out.splitlines() == [f"rank {r} of 4: sum 10.0" for r in range(4)]
+    assert err.splitlines() == [NOTE.format("'gloo'")]
+
+
+@pytest.mark.parametrize("backend", ["nccl", "cpu:gloo,cuda:nccl", "NCCL", None])
+def test_every_real_backend_runs_on_simcluster_with_cpu_tensors(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, backend: str | None) -> None:
+    prog = script(tmp_path, ALL_REDUCE)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 4, prog, *([backend] if backend else []))
+    assert rc == 0
+    assert out.splitlines() == [f"rank {r} of 4: sum 10.0" for r in range(4)]
+    # one line, whatever the rank count; no warning that NCCL is not compiled in
+    assert err.splitlines() == [NOTE.format(repr(backend.lower())) if backend else DEFAULT_NOTE]
+
+
+def test_new_group_with_a_backend_and_prepend_rank(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        pair = dist.new_group([0, 1], backend="gloo")
+        inherited = dist.new_group([1, 2])
+        tensor = torch.ones(1)
+        if rank < 2:
+            dist.all_reduce(tensor, group=pair)
+        if rank in (1, 2):
+            dist.all_reduce(tensor, group=inherited)
+        print(rank, tensor.item())
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 3, "--prepend-rank", prog)
+    assert rc == 0
+    assert out.splitlines() == ["[0] 0 2.0", "[1] 1 3.0", "[2] 2 3.0"]
+    assert err.splitlines() == [NOTE.format("'nccl'"), NOTE.format("'gloo'")]  # no [rank] prefix
+
+
+def test_the_mpi_backend_is_refused_with_what_to_do(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    prog = script(tmp_path, ALL_REDUCE)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 2, prog, "mpi")
+    assert (rc, out) == (1, "")
+    assert re.search(r"^ValueError: rank \d: init_process_group\(backend='mpi'\): the MPI backend "
+                     r"cannot run under simcluster torchrun; name gloo or nccl \(both run on "
+                     r"simcluster\), or run an mpi4py script with simcluster mpirun$", err, re.M), err
+
+
+# ---- as mpirun: __main__, output, exit status, reports ----
+
+
+def test_exit_status_comes_from_the_rank_that_calls_sys_exit(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+        import sys
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        tensor = torch.tensor([1.0])
+        dist.all_reduce(tensor)
+        if os.environ["RANK"] == "2":
+            sys.exit(3)
+        print("rank", os.environ["RANK"], "done with", tensor.item())
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 4, prog)
+    assert rc == 3
+    assert out.splitlines() == ["rank 0 done with 4.0", "rank 1 done with 4.0",
+                                "rank 3 done with 4.0"]
+    assert err.splitlines() == [NOTE.format("'gloo'")]
+
+
+def test_an_exception_prints_the_ranks_traceback_with_the_scripts_lines(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+
+        def check():
+            if os.environ["LOCAL_RANK"] == "1":
+                raise ValueError("rank 1 is unhappy")
+
+        if __name__ == "__main__":
+            check()
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 2, prog)
+    assert (rc, out) == (1, "")
+    assert err.splitlines() == [
+        "Traceback (most recent call last):",
+        f'  File "{prog}", line 9, in <module>',
+        "    check()",
+        f'  File "{prog}", line 6, in check',
+        '    raise ValueError("rank 1 is unhappy")',
+        "ValueError: rank 1 is unhappy",
+    ]
+
+
+def test_a_deadlock_exits_nonzero_with_the_report_naming_the_scripts_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        tensor = torch.zeros(1)
+        print("waiting", rank)
+        dist.recv(tensor, src=1 - rank)
+    """, "head_to_head.py")
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 2, prog)
+    assert rc == 1
+    assert out.splitlines() == ["waiting 0", "waiting 1"]
+    assert err.splitlines() == [
+        NOTE.format("'gloo'"),
+        "simcluster torchrun: deadlock: 2 ranks blocked and no message in flight at virtual time 0s",
+        "  rank 0 waiting in irecv(buf=torch.float32[1], src=1, tag=0) at head_to_head.py:9",
+        "  rank 1 waiting in irecv(buf=torch.float32[1], src=0, tag=0) at head_to_head.py:9",
+        "wait-for cycle: 0 -> 1 -> 0",
+    ]
+
+
+def test_same_seed_same_output_and_the_seed_picks_the_any_source_order(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, size = dist.get_rank(), dist.get_world_size()
+        if rank == 0:
+            print("order", [dist.recv(torch.zeros(1)) for _ in range(size - 1)])
+        else:
+            dist.send(torch.tensor([float(rank)]), dst=0)
+    """)
+    runs = {seed: [torchrun(capsys, "--nproc-per-node", 4, "--seed", seed, prog)[1]
+                   for _ in range(2)] for seed in range(4)}
+    assert all(a == b for a, b in runs.values())
+    for first, _ in runs.values():
+        assert re.fullmatch(r"order \[\d, \d, \d\]\n", first)
+        assert sorted(first[7:-2].split(", ")) == ["1", "2", "3"]
+    assert len({outs[0] for outs in runs.values()}) > 1
+
+
+def test_latency_and_trace_options_reach_the_run(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            dist.send(torch.zeros(250), dst=1)  # 1000 bytes
+        else:
+            dist.recv(torch.zeros(250), src=0)
+    """)
+    trace = tmp_path / "trace.json"
+    rc, out, _err = torchrun(capsys, "--nproc-per-node", 2, "--latency", "alphabeta:1us,1GB/s",
+                             "--trace", trace, prog)
+    assert (rc, out) == (0, "")
+    events = json.loads(trace.read_text())["traceEvents"]
+    arrivals = [e["ts"] for e in events if e["name"] == "message" and e["ph"] == "f"]
+    assert arrivals == [pytest.approx(2.0)]  # 1 us + 1000 B at 1 GB/s, in virtual microseconds
+
+
+# ---- refused ----
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--nnodes", "2"], "--nnodes 2: simcluster torchrun runs every rank in this one process, on "
+                        "one node; use --nnodes 1 (or leave it out) and --nproc-per-node with the "
+                        "total number of ranks you want (the world size)"),
+    (["--nnodes=1:4"], "--nnodes 1:4: simcluster torchrun runs every rank in this one process"),
+    (["--node-rank", "1"], "--node-rank 1: there is one node, node 0; leave --node-rank out"),
+    (["--nproc-per-node", "gpu"], "--nproc-per-node gpu: give the number of ranks as a positive "
+                                  "integer, e.g. --nproc-per-node 4"),
+    (["--transport", "shm"], "--transport shm: torch ranks run as threads of this process"),
+    (["--latency", "fast"], "parse('fast'): unknown latency model"),
+])
+def test_options_that_cannot_run_are_refused_with_the_reason(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str) -> None:
+    prog = script(tmp_path, "print('never')\n")
+    rc, out, err = torchrun(capsys, *argv, prog)
+    assert (rc, out) == (2, "")
+    assert err.startswith(f"simcluster torchrun: {message}")
+
+
+def test_a_missing_script_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 2, tmp_path / "missing.py")
+    assert (rc, out) == (2, "")
+    assert err == (f"simcluster torchrun: {tmp_path / 'missing.py'}: no such file; pass the path "
+                   "of a Python script (or -m MODULE)\n")
+
+
+# ---- a fresh interpreter ----
+
+
+def test_python_dash_m_simcluster_torchrun_runs_a_module(tmp_path: Path) -> None:
+    package = tmp_path / "job"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    script(package, """
+        import os
+        import sys
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def main():
+            dist.init_process_group("gloo")
+            tensor = torch.tensor([float(os.environ["RANK"])])
+            dist.broadcast(tensor, src=1)
+            print(f"rank {dist.get_rank()}: {tensor.item()} {sys.argv[1:]}")
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main()
+    """, "train.py")
+    proc = subprocess.run([sys.executable, "-m", "simcluster", "torchrun", "--nproc-per-node", "3",
+                           "-m", "job.train", "--epochs", "2"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, NOTE.format("'gloo'") + "\n")
+    assert proc.stdout.splitlines() == [f"rank {r}: 1.0 ['--epochs', '2']" for r in range(3)]
