@@ -17,9 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from torch.distributed import distributed_c10d as c10d
 
-from simcluster import cli
+pytest.importorskip("torch", reason="simcluster torchrun needs torch: pip install 'simcluster[torch]'")
+
+from torch.distributed import distributed_c10d as c10d  # noqa: E402
+
+from simcluster import cli  # noqa: E402
 
 NOTE = "simcluster torchrun: backend {} runs on simcluster (virtual ranks in this process, in virtual time)"
 DEFAULT_NOTE = ("simcluster torchrun: torch's default backend (none named) runs on simcluster "
