@@ -23,7 +23,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
 
-BENCHMARKS = ("p2p", "collectives", "transports", "scale")
+BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,349 @@
+"""``simcluster bench torch``: the torch.distributed backend ``"simcluster"`` against torch's own.
+
+Two tables, each beside a baseline measured in the same run:
+
+* latency: 4 ranks call ``dist.all_reduce`` on a one-float tensor ``calls``
+  times in a loop (each call refills the tensor and checks the sum it gets
+  back); rank 0 times the loop with ``time.perf_counter`` after a barrier,
+  and the median of ``rounds`` rounds (after one warm-up round), over
+  ``calls``, is the time per call. Under ``simcluster.torch.spawn`` (every
+  rank a thread of this process, stepped one at a time by the engine;
+  the default latency model, zero) against gloo (``torch.multiprocessing.spawn``,
+  4 processes, rendezvous over TCP on 127.0.0.1); the ratio is simcluster / gloo.
+* scale: ``init_process_group`` plus one ``all_reduce`` of one float (and
+  ``destroy_process_group``) on 1024 and 4096 ranks, under
+  ``simcluster.torch.spawn`` against targets of 3 s and 20 s, and under
+  torch's threaded process group (the ``"threaded"`` backend of
+  ``torch.testing._internal.distributed.multi_threaded_pg``: one OS thread per
+  rank, all running at once, as torch's own multi-threaded tests use it).
+  Each job runs in a fresh Python process, so its peak RSS (``VmHWM``) is its
+  own; one that takes longer than the budget is killed and reported as not
+  finished. ``wall s`` is the job (spawn to return; thread start to join),
+  ``process s`` the whole child process (interpreter, ``import torch``, the job).
+
+torch is an extra: without it, ``main()`` exits with a message saying how to
+install it (``pip install 'simcluster[torch]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import table
+
+WORLD = 4
+CALLS = 2000
+ROUNDS = 5
+SIZES = (1024, 4096)
+TARGETS = {1024: 3.0, 4096: 20.0}
+"""Wall seconds the scale job should stay under, per number of ranks."""
+BUDGET = 120.0
+"""Wall seconds after which a scale job's process is killed (reported as not finished)."""
+HARD_LIMIT = 600.0
+"""Wall seconds after which the gloo job is given up."""
+
+
+def _need_torch() -> None:
+    """Exit with the install hint where torch (or torch.distributed) cannot be imported."""
+    try:
+        import simcluster.torch  # noqa: F401 - registers the backend; raises with the hint
+    except ImportError as exc:
+        raise SystemExit(f"simcluster bench torch: {exc}") from None
+
+
+def _rss_kib(field: str = "VmRSS") -> int:
+    """Return this process's resident set (``VmRSS``) or its peak (``VmHWM``) in KiB."""
+    from .scale import _rss_kib as rss
+
+    return rss(field)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# ---- the latency loop, the same under both backends ----
+
+
+def _timed_loop(rank: int, world: int, calls: int, rounds: int) -> dict[str, Any]:
+    """From an initialised rank: the all_reduce loop; rank 0's seconds per call of each round.
+
+    Every call refills the tensor with ``rank + 1`` and checks the sum that
+    comes back; the count of wrong sums (all ranks) is summed after the timing.
+    """
+    import torch
+    import torch.distributed as dist
+
+    expected = world * (world + 1) / 2
+    tensor = torch.zeros(1)
+    fill, all_reduce, item = tensor.fill_, dist.all_reduce, tensor.item
+    mine = rank + 1.0
+    wrong = 0
+    last = 0.0
+    per_call = []
+    for _ in range(rounds + 1):  # the first round warms up
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fill(mine)
+            all_reduce(tensor)
+            last = item()
+            if last != expected:
+                wrong += 1
+        per_call.append((time.perf_counter() - start) / calls)
+    total = torch.tensor([float(wrong)])
+    dist.all_reduce(total)
+    return {"per_call": per_call[1:], "wrong": int(total.item()), "last": last,
+            "expected": expected, "calls": calls * (rounds + 1)}
+
+
+def _sim_rank(rank: int, world: int, calls: int, rounds: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    dist.init_process_group("simcluster")
+    try:
+        return _timed_loop(rank, world, calls, rounds)
+    finally:
+        dist.destroy_process_group()
+
+
+def _gloo_rank(rank: int, world: int, port: int, calls: int, rounds: int, queue: Any) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        out = _timed_loop(rank, world, calls, rounds)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        queue.put(out)
+
+
+def simcluster_latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Return rank 0's figures of the all_reduce loop on ``world`` simcluster ranks."""
+    import simcluster.torch as sctorch
+
+    result = sctorch.spawn(_sim_rank, args=(world, calls, rounds), nprocs=world)
+    out: dict[str, Any] = result[0]
+    out["median"] = statistics.median(out["per_call"])
+    out["virtual"] = result.elapsed
+    return out
+
+
+def gloo_latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Return rank 0's figures of the all_reduce loop on ``world`` gloo processes."""
+    import torch.multiprocessing as mp
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_gloo_rank, args=(world, _free_port(), calls, rounds, queue), nprocs=world)
+    out: dict[str, Any] = queue.get()
+    out["median"] = statistics.median(out["per_call"])
+    return out
+
+
+def latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS) -> dict[str, Any]:
+    """Return both loops' figures and the ratio of their medians (simcluster / gloo)."""
+    import torch.distributed as dist
+
+    sim = simcluster_latency(world, calls, rounds)
+    if not dist.is_gloo_available():  # pragma: no cover - builds without gloo
+        return {"simcluster": sim, "gloo": "unavailable (this torch build has no gloo)"}
+    try:
+        gloo = gloo_latency(world, calls, rounds)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not raised
+        last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        return {"simcluster": sim, "gloo": f"failed ({last[0]})"}
+    return {"simcluster": sim, "gloo": gloo, "ratio": sim["median"] / gloo["median"]}
+
+
+# ---- the scale jobs: what runs in a child process ----
+
+
+def _scale_rank(rank: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("simcluster")
+    tensor = torch.ones(1)
+    dist.all_reduce(tensor)
+    dist.destroy_process_group()
+    return float(tensor.item())
+
+
+def _scale_simcluster(ranks: int) -> dict[str, Any]:
+    import simcluster.torch as sctorch
+
+    before = _rss_kib()
+    start = time.perf_counter()
+    result = sctorch.spawn(_scale_rank, nprocs=ranks)
+    wall = time.perf_counter() - start
+    return {"wall": wall, "peak_kib": _rss_kib("VmHWM"), "before_kib": before,
+            "correct": all(v == ranks for v in result), "virtual": result.elapsed}
+
+
+def _scale_threaded(ranks: int) -> dict[str, Any]:
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed import multi_threaded_pg
+
+    values: list[float | None] = [None] * ranks
+    errors: list[str] = []
+
+    def worker(rank: int, store: Any) -> None:
+        try:
+            dist.init_process_group("threaded", rank=rank, world_size=ranks, store=store)
+            tensor = torch.ones(1)
+            dist.all_reduce(tensor)
+            dist.destroy_process_group()
+            values[rank] = float(tensor.item())
+        except BaseException as exc:  # noqa: BLE001 - reported, not raised, from a thread
+            errors.append(f"rank {rank}: {exc!r}")
+            multi_threaded_pg.ProcessLocalGroup.exception_handle(exc)
+
+    before = _rss_kib()
+    start = time.perf_counter()
+    # as torch's MultiThreadedTestCase does: a per-thread C++ group registry and c10d world
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    multi_threaded_pg._install_threaded_pg()
+    try:
+        store = dist.HashStore()
+        threads = [threading.Thread(target=worker, args=(r, store)) for r in range(ranks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        multi_threaded_pg._uninstall_threaded_pg()
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+    wall = time.perf_counter() - start
+    return {"wall": wall, "peak_kib": _rss_kib("VmHWM"), "before_kib": before,
+            "correct": not errors and all(v == ranks for v in values), "errors": errors[:3]}
+
+
+def _child(argv: Sequence[str]) -> None:
+    backend, ranks = argv[0], int(argv[1])
+    out = _scale_simcluster(ranks) if backend == "simcluster" else _scale_threaded(ranks)
+    print(json.dumps(out))
+
+
+def scale_job(backend: str, ranks: int, budget: float = BUDGET) -> dict[str, Any] | str:
+    """Run one scale job in a fresh process; return its figures, or why there are none.
+
+    ``backend`` is ``"simcluster"`` or ``"threaded"``. The figures: ``wall``
+    (the job), ``process`` (the whole child), ``peak_kib`` and ``before_kib``
+    (RSS before the job), ``correct`` (every rank got the sum ``ranks``).
+    """
+    cmd = [sys.executable, "-m", "simcluster.bench.torch", "--child", backend, str(ranks)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"did not finish in {budget:g} s"
+    process = time.perf_counter() - start
+    if proc.returncode:
+        last = err.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        return f"failed ({last[0]})"
+    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    figures["process"] = process
+    return figures
+
+
+# ---- the parent: the two tables ----
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
+def _latency_table(lat: dict[str, Any], world: int, calls: int, rounds: int) -> None:
+    sim, gloo = lat["simcluster"], lat["gloo"]
+    print(f"all_reduce of one float, {world} ranks: {calls} calls per round, median of {rounds} "
+          "rounds after a warm-up (rank 0 times its loop after a barrier)")
+    rows = [["all_reduce, per call", _us(sim["median"]),
+             _us(gloo["median"]) if isinstance(gloo, dict) else gloo,
+             f"{lat['ratio']:.2f}x" if "ratio" in lat else "",
+             f"gloo, {world} processes, TCP on 127.0.0.1"],
+            ["calls per second", f"{1 / sim['median']:,.0f}",
+             f"{1 / gloo['median']:,.0f}" if isinstance(gloo, dict) else "", "", ""]]
+    print(table(rows, ["what", "simcluster", "baseline", "ratio", "baseline is"]))
+    wrong = sim["wrong"] + (gloo["wrong"] if isinstance(gloo, dict) else 0)
+    print(f"every sum checked inside the loop: {wrong} wrong of "
+          f"{sim['calls'] * world * (2 if isinstance(gloo, dict) else 1):,}")
+
+
+def _scale_cells(got: dict[str, Any] | str, ranks: int) -> list[str]:
+    if isinstance(got, str):
+        return [got, "", "", ""]
+    per_rank = (got["peak_kib"] - got["before_kib"]) / ranks
+    return [f"{got['wall']:.2f}" + ("" if got["correct"] else " (WRONG SUM)"),
+            f"{got['process']:.2f}", f"{got['peak_kib'] / 1024:,.0f}", f"{per_rank:,.0f}"]
+
+
+def _verdict(got: dict[str, Any] | str, target: float | None) -> str:
+    if target is None:
+        return ""
+    if isinstance(got, str) or not got["correct"]:
+        return "missed"
+    return "met" if got["wall"] <= target else "missed"
+
+
+def main(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
+         sizes: Sequence[int] = SIZES, budget: float = BUDGET) -> dict[str, Any]:
+    """Measure and print both tables; return the figures."""
+    _need_torch()
+    import torch
+
+    lat = latency(world, calls, rounds)
+    jobs: dict[int, dict[str, dict[str, Any] | str]] = {}
+    for ranks in sizes:
+        jobs[ranks] = {"simcluster": scale_job("simcluster", ranks, budget),
+                       "threaded": scale_job("threaded", ranks, budget)}
+
+    print(f"simcluster bench torch (torch {torch.__version__}; simcluster with its defaults: "
+          "latency model zero, checks='strict')")
+    print()
+    _latency_table(lat, world, calls, rounds)
+    print()
+    print(f"init_process_group + one all_reduce of one float (+ destroy_process_group), "
+          f"one fresh process per job, killed after {budget:g} s")
+    rows = []
+    for ranks, got in jobs.items():
+        sim, thr = got["simcluster"], got["threaded"]
+        target = TARGETS.get(ranks)
+        ratio = (f"{sim['wall'] / thr['wall']:.2f}x"
+                 if isinstance(sim, dict) and isinstance(thr, dict) else "")
+        rows.append([f"{ranks}", "simcluster", *_scale_cells(sim, ranks),
+                     f"{target:g} s" if target else "", _verdict(sim, target), ""])
+        rows.append(["", "threaded", *_scale_cells(thr, ranks), "", "", ratio])
+    print(table(rows, ["ranks", "backend", "wall s", "process s", "peak RSS MiB", "KiB/rank",
+                       "target", "met", "simcluster/threaded"]))
+    print("threaded: torch's multi_threaded_pg (one OS thread per rank, all at once); "
+          "KiB/rank: (peak RSS - RSS before the job) / ranks")
+    return {"latency": lat, "scale": jobs}
+
+
+QUICK = {"calls": 200, "rounds": 3, "sizes": (1024,), "budget": 30.0}
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2:])
+    else:  # through the package, so that spawned gloo processes find the rank functions
+        from simcluster.bench import torch as _bench
+
+        _bench.main()

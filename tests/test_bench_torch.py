@@ -1,0 +1,84 @@
+"""The torch benchmark measures what it says: correct sums inside the timed loop, sane figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="simcluster bench torch needs torch "
+                            "(pip install 'simcluster[torch]')")
+dist = pytest.importorskip("torch.distributed", reason="this torch build has no torch.distributed")
+
+from simcluster.bench import torch as bench  # noqa: E402
+
+
+def test_the_simcluster_loop_checks_every_sum_and_times_each_round() -> None:
+    out = bench.simcluster_latency(world=4, calls=5, rounds=3)
+    assert out["wrong"] == 0
+    assert out["last"] == out["expected"] == 4 * 5 / 2  # ranks fill rank + 1: 1 + 2 + 3 + 4
+    assert out["calls"] == 5 * 4  # a warm-up round and 3 timed ones
+    assert len(out["per_call"]) == 3 and all(t > 0 for t in out["per_call"])
+    assert out["median"] == sorted(out["per_call"])[1]
+    assert out["virtual"] == 0.0  # the default latency model is zero
+
+
+@pytest.mark.skipif(not dist.is_gloo_available(), reason="this torch build has no gloo")
+def test_gloo_and_simcluster_side_by_side_give_the_same_sums_and_the_ratio_of_medians() -> None:
+    lat = bench.latency(world=4, calls=5, rounds=2)
+    sim, gloo = lat["simcluster"], lat["gloo"]
+    for figures in (sim, gloo):
+        assert figures["wrong"] == 0
+        assert figures["last"] == figures["expected"] == 10.0
+        assert figures["median"] > 0 and len(figures["per_call"]) == 2
+    assert lat["ratio"] == pytest.approx(sim["median"] / gloo["median"])
+
+
+@pytest.mark.parametrize("backend", ["simcluster", "threaded"])
+def test_a_scale_job_runs_in_its_own_process_and_reports_its_own_peak(backend: str) -> None:
+    got = bench.scale_job(backend, 8, budget=60)
+    assert isinstance(got, dict), got
+    assert got["correct"] is True
+    assert 0 < got["wall"] < got["process"]  # the job is part of the child's whole life
+    assert got["peak_kib"] >= got["before_kib"] > 0
+
+
+def test_a_job_over_its_budget_is_reported_as_not_finished() -> None:
+    assert bench.scale_job("simcluster", 8, budget=0.01) == "did not finish in 0.01 s"
+
+
+def test_the_ranks_share_one_identity_rank_map_of_the_world() -> None:
+    import simcluster.torch as sctorch
+
+    def rank_map(rank: int) -> int:
+        dist.init_process_group("simcluster")
+        dist.barrier()  # every rank's state is saved once while the others run
+        ranks = dist.distributed_c10d._world.pg_group_ranks[dist.group.WORLD]
+        assert ranks == {i: i for i in range(6)}
+        return id(ranks)
+
+    ids = list(sctorch.spawn(rank_map, nprocs=6))
+    assert len(set(ids)) == 1
+
+
+def test_without_torch_the_cli_prints_the_install_hint_and_fails() -> None:
+    code = textwrap.dedent("""
+        import sys
+
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError(f"No module named {name!r} (blocked)")
+                return None
+
+        sys.meta_path.insert(0, Blocker())
+        from simcluster import cli
+        sys.exit(cli.main(["bench", "torch"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("simcluster bench torch: simcluster.torch needs torch")
+    assert "pip install 'simcluster[torch]'" in out.stderr
