@@ -223,6 +223,12 @@ class ThreadRank(SyncRank):
         self._back.acquire()
 
     @property
+    def thread_ident(self) -> int | None:
+        """The thread running this rank's code while the engine steps it (the watchdog interrupts it)."""
+        thread = self._thread
+        return None if thread is None or self._finished else thread.ident
+
+    @property
     def suspended_frame(self) -> FrameType | None:
         thread = self._thread
         if thread is None or thread.ident is None:

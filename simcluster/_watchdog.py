@@ -4,8 +4,9 @@ The engine checks its deadline between events, but a rank that loops without
 awaiting (``while True: pass``) never gives it back control. While a run with
 a timeout is going, a daemon thread sleeps until the deadline; past it, if a
 rank is being stepped (``Engine._current``), it raises ``Overtime`` in the
-engine's thread with ``PyThreadState_SetAsyncExc``, the way a debugger stops a
-thread. The engine turns that into the usual ``RunTimeoutError`` report.
+thread running that rank's code (the engine's, or a thread rank's own:
+``_sync.ThreadRank``) with ``PyThreadState_SetAsyncExc``, the way a debugger
+stops a thread. The engine turns that into the usual ``RunTimeoutError`` report.
 
 Rule 1: it fires only while a rank is running, so the exception lands in that
 rank's code (or the engine right after it), never in foreign asyncio code.
@@ -70,7 +71,7 @@ class Watchdog:
         self._target = threading.get_ident()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._fired = False
+        self._fired: set[int] = set()  # threads an interrupt was raised in
         if _API is not None:
             threading.Thread(target=self._watch, args=(deadline, _API[0]),
                              name="simcluster-timeout", daemon=True).start()
@@ -84,17 +85,20 @@ class Watchdog:
             with self._lock:
                 if self._stopped.is_set():
                     return
-                if self._engine._current is not None:  # a rank is running past the deadline
-                    raise_in(self._target, Overtime)
-                    self._fired = True
+                task = self._engine._current
+                if task is not None:  # a rank is running past the deadline
+                    target = getattr(task.coro, "thread_ident", None) or self._target
+                    raise_in(target, Overtime)
+                    self._fired.add(target)
             wait = _POLL  # look again: no rank was running, or one swallowed the interrupt
 
     def stop(self) -> None:
         """End the watchdog, and clear an interrupt it raised that has not landed yet."""
         with self._lock:
             self._stopped.set()
-            if self._fired and _API is not None:
-                _API[1](self._target, None)
+            if _API is not None:
+                for target in self._fired:
+                    _API[1](target, None)
 
 
 def spinning_line(exc: BaseException) -> str:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import heapq
+import inspect
+import types
 import itertools
 import random
 import time as _time
@@ -646,7 +648,7 @@ class Engine:
                         task.waiting.cancel()
                     task.state = FINISHED
                     try:
-                        task.coro.close()
+                        _close_task_coro(task.coro)
                     except Exception:  # noqa: BLE001 - see the docstring
                         pass
         finally:
@@ -1046,7 +1048,7 @@ class Engine:
         ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
         """
         lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
-        for task in [*self.tasks, *self._helpers.values()]:
+        for task in self.tasks:  # helpers are their rank's nonblocking calls: the rank's line says
             if spinning is not None and task is spinning[0]:
                 lines.append(f"  rank {task.rank} running at {spinning[1]}")
             elif task.state == BLOCKED:
@@ -1210,6 +1212,20 @@ def _info(task: Task) -> CollectiveInfo | None:
 
 def _finish_request(req: Request[Any]) -> None:
     req._finish()
+
+
+def _close_task_coro(coro: Any) -> None:
+    """Close a rank's or helper's coroutine; an unstarted one also closes the coroutines it was given.
+
+    A helper that never ran (``comm._as_coro(body)``) holds its body's coroutine
+    as an argument; closing only the wrapper would leave that one to warn that
+    it was never awaited.
+    """
+    if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        for value in coro.cr_frame.f_locals.values():
+            if isinstance(value, types.CoroutineType):
+                value.close()
+    coro.close()
 
 
 def _finish_one(pair: tuple[Request[Any], Any]) -> None:

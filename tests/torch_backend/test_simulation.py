@@ -228,3 +228,21 @@ def test_a_ring_of_large_isends_does_not_deadlock_but_blocking_sends_do() -> Non
     assert list(sctorch.spawn(overlapped, args=(3,), nprocs=3)) == [2.0, 0.0, 1.0]
     with pytest.raises(sc.DeadlockError, match="wait-for cycle"):
         sctorch.spawn(blocking, args=(3,), nprocs=3)
+
+
+def test_timeout_stops_a_thread_rank_that_spins_and_names_its_line() -> None:
+    def fn(rank: int) -> None:
+        dist.init_process_group("simcluster")
+        if rank == 1:
+            while True: pass  # noqa: E701 - one line, so the interrupt lands on it
+        dist.barrier()
+
+    spin = _line_of(fn, "while True")
+    barrier = _line_of(fn, "dist.barrier()")
+    with pytest.raises(sc.RunTimeoutError) as info:
+        sctorch.spawn(fn, nprocs=3, timeout=0.5)
+    assert str(info.value).splitlines()[1:4] == [
+        f"  rank 0 waiting in ibarrier() at test_simulation.py:{barrier}",
+        f"  rank 1 running at test_simulation.py:{spin}",
+        f"  rank 2 waiting in ibarrier() at test_simulation.py:{barrier}",
+    ]
