@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from .. import _sync
-from ..errors import TruncationError
+from ..errors import SimclusterError, TruncationError
+from ..request import SPIN_LIMIT
 from ._errors import ERR_TRUNCATE, ERR_TYPE, _Raised, error
 
 T = TypeVar("T")
@@ -50,6 +51,22 @@ def block_receive(awaitable: Awaitable[T], rank: int, call: Callable[[], str]) -
         if converted is None:
             raise
         raise converted from None
+
+
+def poll(check: Callable[[], T], op: Callable[[], str], fix: str) -> T:
+    """Run a check that never blocks (a request's test, an iprobe) from a synchronous rank.
+
+    A rank that polls in a loop without waiting cannot let virtual time advance: simcluster
+    stops it after ``SPIN_LIMIT`` polls with advice for async ranks; here the error names the
+    MPI call and says what a synchronous rank does instead (``fix``).
+    """
+    try:
+        return check()
+    except SimclusterError as exc:
+        if type(exc) is not SimclusterError or "so virtual time cannot advance" not in exc.problem:
+            raise
+        raise SimclusterError(exc.rank, op(), f"polled {SPIN_LIMIT} times without waiting, so virtual "
+                              "time cannot advance", fix) from None
 
 
 def receive_error(exc: BaseException, rank: int, call: Callable[[], str]) -> _Raised | None:

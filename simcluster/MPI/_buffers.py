@@ -7,7 +7,10 @@ view of an array of another library, such as CuPy, kept in its library), the
 datatype, and the item count (or, for the ``v`` collectives, counts and
 displacements in items). ``take`` returns the elements of some items as an
 array to send (a view when the type is contiguous), ``put`` writes received
-elements back into the user's memory.
+elements back into the user's memory. As in mpi4py, ``[None, MPI.INT]`` is an
+empty message, a list or tuple in a spec's count place is ``(count, displ)``
+(in a ``v`` spec only a tuple is ``(counts, displs)``: a list is the counts),
+and counts left out of a ``v`` spec split the buffer as evenly as it goes.
 
 Rule 1: ``flat`` always shares the user's memory; nothing here copies data
 except gathering the items of a non-contiguous derived type.
@@ -108,6 +111,8 @@ class Buf:
     def describe(self) -> str:
         """Describe the user's buffer for messages (``float64[4]``, ``bytearray[8]``)."""
         obj = self.obj
+        if obj is None or obj is BOTTOM:
+            return repr(obj)
         if isinstance(obj, np.ndarray) or arrays.is_array(obj):
             return arrays.describe(obj)
         try:
@@ -217,7 +222,15 @@ def _has_buffer(obj: Any) -> bool:
 
 def _flat(obj: Any, datatype: Datatype | None, rank: int, op: str, writable: bool
           ) -> tuple[Any, Datatype]:
-    """Return ``obj``'s memory as a 1-D array of ``datatype``'s base elements, and the datatype."""
+    """Return ``obj``'s memory as a 1-D array of ``datatype``'s base elements, and the datatype.
+
+    ``None`` (or ``BOTTOM``) with a datatype is a buffer of no items, as in mpi4py
+    (``[None, MPI.INT]``: a message of count 0).
+    """
+    if (obj is None or obj is BOTTOM) and datatype is not None:
+        datatype._usable(rank, op)
+        assert datatype._base._np is not None
+        return np.empty(0, dtype=datatype._base._np), datatype
     arr = _as_array(obj, rank, op, writable)
     if not isinstance(arr, np.ndarray):  # another library's array: its own dtype, whole elements
         np_dtype = np.dtype(arrays.dtype_name(arr)) if arrays.dtype_name(arr) != "bfloat16" else None
@@ -265,27 +278,43 @@ def _count(value: object, rank: int, op: str, what: str = "count") -> int:
     return int(value)
 
 
-def _split(spec: Any, rank: int, op: str) -> tuple[Any, Any, Any, Datatype | None]:
-    """Split a spec into (buffer, count or None, displacement or None, datatype or None)."""
+def _split(spec: Any, rank: int, op: str, v: bool = False) -> tuple[Any, Any, Any, Datatype | None]:
+    """Split a spec into (buffer, count or None, displacement or None, datatype or None).
+
+    As mpi4py: in a simple spec a list or tuple in the count's place is ``(count, displ)``;
+    in a ``v`` spec only a tuple is ``(counts, displs)``, and a list is the counts.
+    """
     if not isinstance(spec, (list, tuple)):
         return spec, None, None, None
+    pair = tuple if v else (list, tuple)
     items = list(spec)
     if len(items) == 2:
         buf, second = items
         if isinstance(second, (Datatype, str)):
             return buf, None, None, _datatype(second, rank, op)
+        if isinstance(second, pair):
+            return (buf, *_pair(second, rank, op, v), None)
         return buf, second, None, None
     if len(items) == 3:
         buf, count, dt = items
-        if isinstance(count, (list, tuple)) and len(count) == 2:
-            return buf, count[0], count[1], _datatype(dt, rank, op)
+        if isinstance(count, pair):
+            return (buf, *_pair(count, rank, op, v), _datatype(dt, rank, op))
         return buf, count, None, _datatype(dt, rank, op)
     if len(items) == 4:
         buf, count, displ, dt = items
         return buf, count, displ, _datatype(dt, rank, op)
     raise _fail(rank, op, f"a buffer spec of {len(items)} items is not understood",
-                "pass buf, [buf, datatype], [buf, count, datatype] or [buf, (count, displ), datatype]",
-                TypeError)
+                "pass buf, [buf, datatype], [buf, count, datatype] or [buf, (count, displ), datatype]")
+
+
+def _pair(value: Any, rank: int, op: str, v: bool) -> tuple[Any, Any]:
+    """Return the (count, displacement) of a spec, or the (counts, displacements) of a ``v`` spec."""
+    if len(value) != 2:
+        what = "(counts, displs)" if v else "(count, displ)"
+        raise _fail(rank, op, f"{value!r} in a buffer spec is read as {what} but has {len(value)} items",
+                    "pass [buf, (counts, displs), datatype], or the counts as a list" if v else
+                    "pass [buf, count, datatype] or [buf, (count, displ), datatype]")
+    return value[0], value[1]
 
 
 def message(spec: Any, rank: int, op: str, writable: bool) -> Buf:
@@ -336,17 +365,15 @@ def blocked(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
 def vector(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
     """Parse a ``v`` spec: ``[buf, counts]``, ``[buf, (counts, displs), dt]``, ``[buf, counts, displs, dt]``.
 
-    Missing displacements pack the blocks one after another; an int count is the same for every rank.
+    Missing displacements pack the blocks one after another; an int count is the same for every rank,
+    an int displacement a stride; missing counts split the buffer as evenly as it goes (mpi4py).
     """
-    obj, counts, displs, datatype = _split(spec, rank, op)
+    obj, counts, displs, datatype = _split(spec, rank, op, v=True)
     flat, datatype = _flat(obj, datatype, rank, op, writable)
     buf = Buf(obj, flat, datatype, 0)
     capacity = buf.capacity()
-    if counts is None:
-        if capacity % size:
-            raise _fail(rank, op, f"cannot infer counts: the buffer's {capacity} items are not a "
-                        f"multiple of the {size} ranks", "pass [buf, (counts, displs), datatype]")
-        counts = [capacity // size] * size
+    if counts is None:  # as mpi4py: the first ``capacity % size`` ranks get one item more
+        counts = [capacity // size + (r < capacity % size) for r in range(size)]
     elif not isinstance(counts, Sequence) and not isinstance(counts, np.ndarray):
         counts = [counts] * size
     counts = [_count(c, rank, op) for c in counts]
@@ -370,8 +397,8 @@ def vector(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
 
 
 def is_in_place(spec: Any) -> bool:
-    """Return whether ``spec`` is ``MPI.IN_PLACE``."""
-    return spec is IN_PLACE
+    """Return whether ``spec`` is ``MPI.IN_PLACE`` (or ``None``, which mpi4py reads as IN_PLACE)."""
+    return spec is IN_PLACE or spec is None
 
 
 def byte_buffer(obj: Any) -> Buf:

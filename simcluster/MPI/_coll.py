@@ -12,12 +12,14 @@ at once, nonblocking ones when their request completes (``Wait``/``Test``).
 ``MPI.IN_PLACE`` is accepted where MPI accepts it: as the send buffer of
 ``Allreduce``, ``Reduce`` (root), ``Scan``, ``Exscan``, ``Allgather(v)``,
 ``Gather(v)`` (root), ``Alltoall(v)``, ``Reduce_scatter(_block)``, and as the
-receive buffer of ``Scatter(v)`` at the root.
+receive buffer of ``Scatter(v)`` at the root; ``None`` there means IN_PLACE too,
+as in mpi4py.
 
 Rule 1: nothing is written into a receive buffer before its collective completes.
 Rule 2: a result that does not fit its receive buffer is ``ERR_TRUNCATE``, a
 send and receive buffer of different datatypes or counts is ``ERR_TYPE`` /
-``ERR_COUNT``, raised on the rank that passed them.
+``ERR_COUNT`` (a ValueError too, as mpi4py raises it), raised on the rank that
+passed them.
 """
 
 from __future__ import annotations
@@ -102,10 +104,10 @@ class Collectives:
         if send.datatype._base._np != recv.datatype._base._np:
             raise error(ERR_TYPE, rank, call, f"the send buffer holds {send.datatype._base._name} but "
                         f"the receive buffer {recv.datatype._base._name}",
-                        "pass buffers of the same datatype")
+                        "pass buffers of the same datatype", mismatch=True)
         if send.count * send._elems != recv.count * recv._elems:
             raise error(ERR_COUNT, rank, call, f"the send buffer has {send.count} items but the "
-                        f"receive buffer {recv.count}", "pass buffers of the same count")
+                        f"receive buffer {recv.count}", "pass buffers of the same count", mismatch=True)
 
     # ---- barrier, broadcast ----
 
@@ -162,7 +164,7 @@ class Collectives:
         starts, counts = _layout(rb, sc.size)
         if is_in_place(sendbuf):
             if rb is None:
-                raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE is the root's send buffer only",
+                raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE (or None) is the root's send buffer only",
                             "pass the send buffer on the other ranks")
             data = _copy(rb.take(starts[sc.rank], counts[sc.rank]))
         else:
@@ -213,7 +215,7 @@ class Collectives:
             starts, counts = _layout(sb, sc.size)
             objs = [sb.take(starts[i], counts[i]) for i in range(sc.size)]
         elif in_place:
-            raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE is the root's receive buffer only",
+            raise error(ERR_ARG, sc.rank, call, "MPI.IN_PLACE (or None) is the root's receive buffer only",
                         "pass a receive buffer on the other ranks")
         rb = None if in_place else message(recvbuf, sc.rank, call, True)
 
@@ -327,7 +329,7 @@ class Collectives:
         rb = message(recvbuf, rank, call, True) if receives else None
         if is_in_place(sendbuf):
             if rb is None:
-                raise error(ERR_ARG, rank, call, "MPI.IN_PLACE needs a receive buffer on this rank",
+                raise error(ERR_ARG, rank, call, "MPI.IN_PLACE (or None) needs a receive buffer on this rank",
                             "pass the send buffer instead (IN_PLACE is for the rank that receives)")
             return rb, rb, _copy(rb.take(rb.displ, rb.count))
         sb = message(sendbuf, rank, call, False)
@@ -421,10 +423,14 @@ class Collectives:
         else:  # as mpi4py: every rank's receive count, gathered first
             counts = [int(c) for c in block(sc.all_gather(rb.count))]
         sb = rb if in_place else message(sendbuf, sc.rank, call, False)
-        if sb.count < sum(counts):
-            raise error(ERR_COUNT, sc.rank, call, f"the send buffer has {sb.count} items but the "
-                        f"receive counts add up to {sum(counts)}", "pass a send buffer with every "
-                        "rank's block")
+        if sb.count != sum(counts):  # as mpi4py: exactly every rank's block
+            raise error(ERR_COUNT, sc.rank, call, f"the {'receive' if in_place else 'send'} buffer has "
+                        f"{sb.count} items but the receive counts add up to {sum(counts)}",
+                        "pass a buffer of exactly every rank's block", mismatch=True)
+        if not in_place and rb.count != counts[sc.rank]:
+            raise error(ERR_COUNT, sc.rank, call, f"the receive buffer has {rb.count} items but "
+                        f"recvcounts[{sc.rank}] is {counts[sc.rank]}", "pass a receive buffer of "
+                        "this rank's count", mismatch=True)
         starts = [sb.displ + sum(counts[:i]) for i in range(sc.size)]
         objs = [_copy(sb.take(starts[i], counts[i])) for i in range(sc.size)]
         rop = self._reduce_op(st, op, sb, objs[sc.rank], call)

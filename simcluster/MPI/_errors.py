@@ -198,6 +198,11 @@ class MPITypeError(_Raised, TypeError):
     """An MPI error that simcluster reports as a TypeError (a datatype or op that does not fit)."""
 
 
+class MPITypeValueError(_Raised, TypeError, ValueError):
+    """``ERR_TYPE`` for a send and a receive buffer of different datatypes: a TypeError, and the
+    ValueError mpi4py raises for that mismatch."""
+
+
 class MPITruncationError(_Raised, TruncationError):
     """``ERR_TRUNCATE``: a message larger than the receive buffer (also a ``sc.TruncationError``)."""
 
@@ -212,8 +217,13 @@ _VALUE_CLASSES: Final = frozenset({ERR_RANK, ERR_TAG, ERR_ROOT, ERR_COUNT, ERR_A
 _TYPE_CLASSES: Final = frozenset({ERR_TYPE, ERR_OP, ERR_BUFFER})
 
 
-def error(code: int, rank: int | None, op: str, problem: str, fix: str) -> _Raised:
-    """Return the exception for MPI error ``code``: ``rank R: op: problem; fix``."""
+def error(code: int, rank: int | None, op: str, problem: str, fix: str, *, mismatch: bool = False
+          ) -> _Raised:
+    """Return the exception for MPI error ``code``: ``rank R: op: problem; fix``.
+
+    ``mismatch``: a send and a receive buffer that do not fit each other, which mpi4py reports
+    as a ValueError: ``ERR_TYPE`` is then a ValueError too (``ERR_COUNT`` always is).
+    """
     prefix = "" if rank is None else f"rank {rank}: "
     message = f"{prefix}{op}: {problem}; {fix}"
     cls: type[_Raised]
@@ -222,7 +232,7 @@ def error(code: int, rank: int | None, op: str, problem: str, fix: str) -> _Rais
     elif code in _VALUE_CLASSES:
         cls = MPIValueError
     elif code in _TYPE_CLASSES:
-        cls = MPITypeError
+        cls = MPITypeValueError if mismatch else MPITypeError
     else:
         cls = MPIError
     return cls(code, message, rank, op)

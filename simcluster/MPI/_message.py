@@ -62,6 +62,14 @@ class Message:
             return "<MPI.Message MESSAGE_NO_PROC>"
         return "<MPI.Message MESSAGE_NULL>" if self._req is None else f"<MPI.Message of {self._call()}>"
 
+    def _no_proc(self, status: Status | None) -> None:
+        """Receive a message from ``PROC_NULL``: nothing; the handle becomes MESSAGE_NULL (MPI_Mrecv),
+        except the predefined ``MESSAGE_NO_PROC`` itself, as in mpi4py."""
+        if status is not None:
+            status._null()
+        if self is not MESSAGE_NO_PROC:
+            self._null = False
+
     def _take(self, call: str) -> _sc.Request[Any]:
         req = self._req
         if req is None:
@@ -73,8 +81,7 @@ class Message:
     def recv(self, status: Status | None = None) -> Any:
         """Receive the matched (pickled) message and return its object."""
         if self._null:
-            if status is not None:
-                status._null()
+            self._no_proc(status)
             return None
         req = self._take("Message.recv()")
         data = block_receive(req, self._rank, self._call)
@@ -84,6 +91,7 @@ class Message:
     def irecv(self) -> Request:
         """Start receiving the matched message; ``wait()`` returns its object."""
         if self._null:
+            self._no_proc(None)
             return Request._of(_Immediate(None, True), self._rank, self._call)
         req = self._take("Message.irecv()")
         return Request._of(req, self._rank, self._call, lambda raw, st: loads(raw))
@@ -91,8 +99,7 @@ class Message:
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         """Receive the matched message into ``buf`` (a buffer spec)."""
         if self._null:
-            if status is not None:
-                status._null()
+            self._no_proc(status)
             return
         call = lambda: f"Message.Recv(buf=...) of {self._call()}"  # noqa: E731
         b = message(buf, self._rank, call(), True)
@@ -104,6 +111,7 @@ class Message:
     def Irecv(self, buf: Any) -> Request:
         """Start receiving the matched message into ``buf``; completes when waited or tested."""
         if self._null:
+            self._no_proc(None)
             return Request._of(_Immediate(None, True), self._rank, self._call)
         call = lambda: f"Message.Irecv(buf=...) of {self._call()}"  # noqa: E731
         b = message(buf, self._rank, call(), True)

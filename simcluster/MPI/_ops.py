@@ -17,6 +17,10 @@ An ``Op`` works two ways, as in mpi4py:
 Rule 1: an operand is never modified; the buffer form computes into a copy.
 Rule 2: every rank gets the same ``ReduceOp`` name for the same ``Op``, so
 collective signatures agree.
+Rule 3: on buffers, a predefined op takes only the datatypes MPI defines it
+for (``SUM`` integer, floating point and complex ones, ``LAND`` integer and
+logical ones, ``BAND`` integer and byte ones, ...); others are ``ERR_OP``, as
+MPICH reports them.
 """
 
 from __future__ import annotations
@@ -196,6 +200,8 @@ class Op:
         if self._freed or not self:
             raise error(ERR_OP, rank, op, f"{self._name} cannot reduce (freed or null)",
                         "pass a live op such as MPI.SUM")
+        if self._name in _TAKES:
+            _check_category(self._name.removeprefix("MPI_"), datatype, rank, op)
         if self._reduce is not None:
             return self._reduce
         cached = self._buffer_ops.get(datatype._id)
@@ -212,6 +218,29 @@ class Op:
                                      elementwise=True)
             self._buffer_ops[datatype._id] = cached
         return cached
+
+
+_INTEGER, _FLOAT, _COMPLEX, _LOGICAL, _BYTE = "integer", "floating point", "complex", "logical", "byte"
+_TAKES: dict[str, tuple[str, ...]] = {
+    "MPI_MAX": (_INTEGER, _FLOAT), "MPI_MIN": (_INTEGER, _FLOAT),
+    "MPI_SUM": (_INTEGER, _FLOAT, _COMPLEX), "MPI_PROD": (_INTEGER, _FLOAT, _COMPLEX),
+    "MPI_LAND": (_INTEGER, _LOGICAL), "MPI_LOR": (_INTEGER, _LOGICAL), "MPI_LXOR": (_INTEGER, _LOGICAL),
+    "MPI_BAND": (_INTEGER, _BYTE), "MPI_BOR": (_INTEGER, _BYTE), "MPI_BXOR": (_INTEGER, _BYTE),
+}
+"""The datatype categories each predefined op is defined for (the MPI standard's table, as MPICH checks)."""
+_KINDS: dict[str, str] = {"i": _INTEGER, "u": _INTEGER, "f": _FLOAT, "c": _COMPLEX, "b": _LOGICAL}
+_NAMED: dict[str, str] = {"MPI_BYTE": _BYTE, "MPI_PACKED": _BYTE, "MPI_LOGICAL": _LOGICAL}
+
+
+def _check_category(name: str, datatype: Datatype, rank: int | None, op: str) -> None:
+    """Raise ERR_OP when the predefined op ``name`` is not defined for ``datatype``'s category."""
+    base = datatype._base
+    category = _NAMED.get(base._name) or (None if base._np is None else _KINDS.get(base._np.kind))
+    if category is None or category in _TAKES[f"MPI_{name}"]:
+        return  # characters and pair types are checked where they are reduced
+    fits = [o.removeprefix("MPI_") for o, takes in _TAKES.items() if category in takes]
+    raise error(ERR_OP, rank, op, f"{name} is not defined for {base._name}, a {category} datatype",
+                f"use {', '.join(fits[:-1])} or {fits[-1]} on {category} data, or another datatype")
 
 
 def _land(x: Any, y: Any) -> bool:

@@ -4,7 +4,8 @@ Each call checks its arguments (MPI error classes), translates MPI's
 ``ANY_SOURCE``/``ANY_TAG``/``PROC_NULL`` and calls the rank's simcluster
 ``Comm``: a blocking call blocks the rank (``_sync.block``), a nonblocking one
 returns an MPI ``Request`` around simcluster's. Sends and receives with
-``PROC_NULL`` complete at once and move nothing.
+``PROC_NULL`` complete at once and move nothing; their buffer spec is not read
+(any object goes, as in mpi4py).
 
 * lowercase (``send``, ``recv``, ``isend``, ...): the object is pickled
   (``MPI.pickle``) and travels as a uint8 array of the pickle's bytes;
@@ -31,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import payload as _payload
-from ._blocking import block, block_receive
+from ._blocking import block, block_receive, poll
 from ._buffers import Buf, message
-from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD
+from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL
 from ._errors import ERR_BUFFER, error
 from ._message import Message
 from ._pickle import check_transport, dumps, loads
@@ -56,6 +57,17 @@ def _fill(status: Status | None, req: ScRequest[Any]) -> None:
 
 def _obj(obj: object) -> str:
     return type(obj).__name__
+
+
+def _iprobe(sc: Any, s: int, t: int, call: Any) -> Any:
+    """simcluster's iprobe: a rank that polls it in a loop without waiting is told what to do."""
+    return poll(lambda: sc.iprobe(s, t), call, "call Probe() or Recv() to wait for the message, or "
+                "time.sleep(dt) between probes (a rank's time.sleep is virtual)")
+
+
+def _proc_null(peer: object) -> bool:
+    """Whether ``peer`` is ``PROC_NULL``: mpi4py then ignores the buffer spec (any object goes)."""
+    return not isinstance(peer, bool) and hasattr(peer, "__index__") and peer.__index__() == PROC_NULL
 
 
 class PointToPoint:
@@ -167,7 +179,7 @@ class PointToPoint:
                 status._null()
             return True
         sc = st.sc
-        found = block(sc.probe(s, t)) if blocking else sc.iprobe(s, t)
+        found = block(sc.probe(s, t)) if blocking else _iprobe(sc, s, t, call)
         if found is None:
             return False
         if status is not None:
@@ -193,7 +205,7 @@ class PointToPoint:
             if status is not None:
                 status._null()
             return Message._of(None, sc.rank, call, null=True)
-        found = block(sc.probe(s, t)) if blocking else sc.iprobe(s, t)
+        found = block(sc.probe(s, t)) if blocking else _iprobe(sc, s, t, call)
         if found is None:
             return None
         if status is not None:
@@ -219,13 +231,16 @@ class PointToPoint:
     # ---- uppercase: buffers ----
 
     def _send_buf(self, buf: Any, dst: int, tag: int, name: str) -> tuple[CommState, Any, int | None,
-                                                                          int, Buf]:
+                                                                          int, Buf | None]:
+        """Check a buffer send's arguments; the Buf is None for ``PROC_NULL`` (never parsed, as mpi4py)."""
         st = self._st
         holder: list[Buf] = []
         call = lambda: (f"{name}(buf={holder[0].describe() if holder else _payload.describe(buf)}, "  # noqa: E731
                         f"dest={dst!r}, tag={tag!r})")
-        b = message(buf, st.sc.rank, f"{name}(dest={dst!r}, tag={tag!r})", False)
-        holder.append(b)
+        b = None
+        if not _proc_null(dst):
+            b = message(buf, st.sc.rank, f"{name}(dest={dst!r}, tag={tag!r})", False)
+            holder.append(b)
         d = dest(st, dst, call)
         t = send_tag(st, tag, call)
         st.rank_state.reap()
@@ -234,7 +249,7 @@ class PointToPoint:
     def _start_send(self, buf: Any, dst: int, tag: int, name: str) -> Request:
         st, call, d, t, b = self._send_buf(buf, dst, tag, name)
         sc = st.sc
-        if d is None:
+        if d is None or b is None:
             return Request._of(_Immediate(), sc.rank, call)
         data = b.take(b.displ, b.count)
         if name == "Ibsend":
@@ -246,19 +261,19 @@ class PointToPoint:
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Send a buffer (standard mode): returns once the buffer may be reused."""
         st, call, d, t, b = self._send_buf(buf, dest, tag, "Send")
-        if d is not None:
+        if d is not None and b is not None:
             block(st.sc.send(b.take(b.displ, b.count), d, t))
 
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Ready-mode send (a standard send here: the receive need not be posted already)."""
         st, call, d, t, b = self._send_buf(buf, dest, tag, "Rsend")
-        if d is not None:
+        if d is not None and b is not None:
             block(st.sc.send(b.take(b.displ, b.count), d, t))
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Synchronous send: returns once ``dest`` has matched the message."""
         st, call, d, t, b = self._send_buf(buf, dest, tag, "Ssend")
-        if d is not None:
+        if d is not None and b is not None:
             block(st.sc.ssend(b.take(b.displ, b.count), d, t))
 
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -268,7 +283,7 @@ class PointToPoint:
             MPI.Exception: ``ERR_BUFFER`` when no buffer is attached or it has no room left.
         """
         st, call, d, t, b = self._send_buf(buf, dest, tag, "Bsend")
-        if d is not None:
+        if d is not None and b is not None:
             self._bsend(st, b, b.take(b.displ, b.count), d, t, call)
 
     def _bsend(self, st: CommState, b: Buf, data: Any, d: int, t: int, call: Any) -> None:
@@ -304,13 +319,16 @@ class PointToPoint:
         return self._start_send(buf, dest, tag, "Irsend")
 
     def _recv_buf(self, buf: Any, source_: int, tag: int, name: str
-                  ) -> tuple[CommState, Any, int | None, int, Buf]:
+                  ) -> tuple[CommState, Any, int | None, int, Buf | None]:
+        """Check a buffer receive's arguments; the Buf is None for ``PROC_NULL`` (never parsed, as mpi4py)."""
         st = self._st
         holder: list[Buf] = []
         call = lambda: (f"{name}(buf={holder[0].describe() if holder else _payload.describe(buf)}, "  # noqa: E731
                         f"source={source_!r}, tag={tag!r})")
-        b = message(buf, st.sc.rank, f"{name}(source={source_!r}, tag={tag!r})", True)
-        holder.append(b)
+        b = None
+        if not _proc_null(source_):
+            b = message(buf, st.sc.rank, f"{name}(source={source_!r}, tag={tag!r})", True)
+            holder.append(b)
         s = source(st, source_, call)
         t = recv_tag(st, tag, call)
         st.rank_state.reap()
@@ -332,7 +350,7 @@ class PointToPoint:
              status: Status | None = None) -> None:
         """Receive into ``buf`` (filled in place); fill ``status``."""
         st, call, s, t, b = self._recv_buf(buf, source, tag, "Recv")
-        if s is None:
+        if s is None or b is None:
             if status is not None:
                 status._null()
             return
@@ -350,7 +368,7 @@ class PointToPoint:
         """Start receiving into ``buf``; the buffer is filled once the request completes."""
         st, call, s, t, b = self._recv_buf(buf, source, tag, "Irecv")
         sc = st.sc
-        if s is None:
+        if s is None or b is None:
             return Request._of(_Immediate(None, True), sc.rank, call)
         target, finish = self._target(b)
         return Request._of(sc.irecv(target, src=s, tag=t), sc.rank, call,
@@ -367,8 +385,10 @@ class PointToPoint:
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
         """Send ``buf`` to ``dest``, then replace its contents with what ``source`` sends."""
         st, call, d, t, b = self._send_buf(buf, dest, sendtag, "Sendrecv_replace")
-        data = b.take(b.displ, b.count)
-        copy = np.array(data, copy=True) if isinstance(data, np.ndarray) else data
+        copy = None
+        if b is not None:
+            data = b.take(b.displ, b.count)
+            copy = np.array(data, copy=True) if isinstance(data, np.ndarray) else data
         rreq = self.Irecv(buf, source, recvtag)
         sreq = (Request._of(_Immediate(), st.sc.rank, call) if d is None
                 else Request._of(st.sc.isend(copy, d, t), st.sc.rank, call))

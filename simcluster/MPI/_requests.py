@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import request as _sc
-from ._blocking import block, receive_error
+from ._blocking import block, poll, receive_error
 from ._constants import ERR_REQUEST, PROC_NULL, UNDEFINED
 from ._errors import error
 from ._status import Status
@@ -162,11 +162,11 @@ class Request:
         self._complete(status)
         return True
 
-    def _test(self) -> bool:
+    def _test(self, name: str = "Test") -> bool:
         req = self._req
         if req is None or isinstance(req, _Immediate):
             return True
-        return req.done() or _poll(req)
+        return req.done() or _poll(self, name)
 
     def Get_status(self, status: Status | None = None) -> bool:
         """Return whether the operation has completed, without completing it (fills ``status``)."""
@@ -176,7 +176,7 @@ class Request:
                 status._null() if isinstance(req, _Immediate) and req.null_source else status._clear()
             return True
         if not req.done():
-            _poll_only(req)
+            _poll(self, "Get_status")
             return False
         if status is not None:
             sc_status = req.status
@@ -211,7 +211,7 @@ class Request:
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
         """Return ``(True, object)`` once complete, else ``(False, None)``; never blocks."""
-        if not self._test():
+        if not self._test("test"):
             return (False, None)
         return (True, self._complete(status))
 
@@ -299,9 +299,9 @@ class Request:
                 ) -> tuple[bool, list[Any] | None]:
         """Return ``(True, objects)`` once every request has completed, else ``(False, None)``."""
         reqs = _checked(requests, "testall")
-        pending = [r._req for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
+        pending = [r for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
         if pending:
-            _poll_only(pending[0])
+            _poll(pending[0], "Testall")
             return (False, None)
         _fit(statuses, len(reqs))
         return (True, [r._complete(statuses[i] if statuses is not None else None)
@@ -326,7 +326,7 @@ class Request:
         for i, r in active:
             if r._done():
                 return (i, True, r._complete(status))
-        _poll_only(active[0][1]._req)
+        _poll(active[0][1], "Testany")
         return (UNDEFINED, False, None)
 
     @classmethod
@@ -344,7 +344,7 @@ class Request:
         if not active:
             return (None, None)
         if not any(r._done() for _, r in active):
-            _poll_only(active[0][1]._req)
+            _poll(active[0][1], "Testsome")
         return _collect(active, statuses)
 
     @classmethod
@@ -387,22 +387,24 @@ class Request:
     get_status_some = Get_status_some
 
 
-def _poll(req: ScRequest[Any]) -> bool:
-    """simcluster's test(): never blocks; counts polls so an endless loop is reported."""
-    return req.test()
-
-
-def _poll_only(req: Any) -> None:
-    if isinstance(req, ScRequest) and not req.done():
-        req.test()
+def _poll(r: Request, name: str) -> bool:
+    """simcluster's test() of ``r``'s pending request: never blocks; counts polls so that an
+    endless loop is reported, as the error of ``name`` (``Test``, ``Testall``, ...)."""
+    req = r._req
+    if not isinstance(req, ScRequest) or req.done():
+        return True
+    return poll(req.test, lambda: f"{name}() of {r._call()}",
+                "call Wait() or Waitall(), or time.sleep(dt) between tests (a rank's time.sleep is "
+                "virtual)")
 
 
 def _checked(requests: Sequence[Request], call: str) -> list[Request]:
+    """Return the requests as a list; anything else is a TypeError, as in mpi4py."""
     reqs = list(requests)
     for r in reqs:
         if not isinstance(r, Request):
-            raise error(ERR_REQUEST, None, f"Request.{call}()", f"{r!r} is not an MPI.Request",
-                        "pass the requests that Isend/Irecv/I<collective> returned")
+            raise TypeError(f"Request.{call}(): {r!r} is not an MPI.Request; pass the requests that "
+                            "Isend/Irecv/I<collective> returned")
     return reqs
 
 
