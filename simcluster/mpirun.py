@@ -75,25 +75,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "virtual-time order, the exit status is the ranks'.")
     parser.add_argument("-n", "-np", "--world-size", dest="world_size", type=int, default=1,
                         metavar="N", help="number of ranks (default 1, as mpiexec)")
+    parser.add_argument("--procs", type=int, default=None,
+                        help="OS processes hosting the ranks (shm/tcp)")
+    add_script_options(parser, transport="memory (default), shm or tcp",
+                       prepend=("--prepend-rank", "-prepend-rank"), module=("-m",))
+    return parser
+
+
+def add_script_options(parser: argparse.ArgumentParser, transport: str,
+                       prepend: Sequence[str], module: Sequence[str]) -> None:
+    """Add the options a script launcher shares (``mpirun``, ``torchrun``): run keywords, SCRIPT, ARGS."""
     parser.add_argument("--latency", default="zero",
                         help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, "
                              "loggp:L,o,g,G")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--transport", default="memory", help="memory (default), shm or tcp")
-    parser.add_argument("--procs", type=int, default=None,
-                        help="OS processes hosting the ranks (shm/tcp)")
+    parser.add_argument("--transport", default="memory", help=transport)
     parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     parser.add_argument("--compute", default=None, metavar="wall[:F]",
                         help="charge the wall time a rank computes (x F) to its virtual clock")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
-    parser.add_argument("--prepend-rank", "-prepend-rank", dest="prepend_rank",
-                        action="store_true", help="start every output line with [RANK] (as MPICH)")
-    parser.add_argument("-m", dest="as_module", action="store_true",
+    parser.add_argument(*prepend, dest="prepend_rank", action="store_true",
+                        help="start every output line with [RANK] (as MPICH)")
+    parser.add_argument(*module, dest="as_module", action="store_true",
                         help="SCRIPT is a module name, run as `python -m MODULE` runs it")
     parser.add_argument("script", metavar="SCRIPT", help="the Python file (or module, with -m)")
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script (its sys.argv[1:])")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

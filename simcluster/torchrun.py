@@ -73,23 +73,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="accepted, as torchrun's: the rendezvous is in memory")
     parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=None,
                         help="accepted, as torchrun's: the rendezvous is in memory")
-    parser.add_argument("--latency", default="zero",
-                        help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, "
-                             "loggp:L,o,g,G")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--transport", default="memory",
-                        help="memory (the only one: torch ranks are threads of this process)")
-    parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
-    parser.add_argument("--compute", default=None, metavar="wall[:F]",
-                        help="charge the wall time a rank computes (x F) to its virtual clock")
-    parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
-    parser.add_argument("--prepend-rank", "--prepend_rank", dest="prepend_rank",
-                        action="store_true", help="start every output line with [RANK]")
-    parser.add_argument("-m", "--module", dest="as_module", action="store_true",
-                        help="SCRIPT is a module name, run as `python -m MODULE` runs it")
-    parser.add_argument("script", metavar="SCRIPT", help="the Python file (or module, with -m)")
-    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                        help="arguments for the script (its sys.argv[1:])")
+    mpirun.add_script_options(
+        parser, transport="memory (the only one: torch ranks are threads of this process)",
+        prepend=("--prepend-rank", "--prepend_rank"), module=("-m", "--module"))
     return parser
 
 
