@@ -33,7 +33,7 @@ INIT = Path(sc.__file__)
 PUBLIC_MODULES = [
     "simcluster", "simcluster.arrays", "simcluster.cli", "simcluster.dist", "simcluster.errors",
     "simcluster.latency", "simcluster.matching", "simcluster.ops", "simcluster.payload",
-    "simcluster.testing", "simcluster.trace",
+    "simcluster.testing", "simcluster.trace", "simcluster.MPI",
 ]
 """The modules a user imports or meets in the docs: dir() shows their public names only."""
 

@@ -70,12 +70,12 @@ __all__ = sorted([
     "MESSAGE_NO_PROC", "MESSAGE_NULL", "Message", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP", "OP_NULL", "PROD", "REPLACE", "SUM", "Op",
     "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
-    *_CONSTANTS, *_DATATYPES, *_UNSIMULATED,
+    *_CONSTANTS, *_DATATYPES, *_UNSIMULATED, "2INT",
 ])
 
 
 def __dir__() -> list[str]:
-    return [*__all__, "2INT"]
+    return __all__
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,50 @@
+"""simcluster.MPI's names: mpi4py's, with placeholders for what is not simulated."""
+
+from __future__ import annotations
+
+import pytest
+
+import simcluster as sc
+from simcluster import MPI
+
+
+@pytest.mark.parametrize(("use", "text"), [
+    (lambda: MPI.Win.Create(None), "MPI.Win.Create: one-sided communication (MPI windows)"),
+    (lambda: MPI.File.Open(None, "x"), "MPI.File.Open: MPI-IO (MPI.File)"),
+    (lambda: MPI.Open_port(), "MPI.Open_port: dynamic processes"),
+    (lambda: MPI.Cartcomm.Get_topo(None), "MPI.Cartcomm.Get_topo: process topologies"),
+    (lambda: MPI.Intercomm(None), "MPI.Intercomm: intercommunicators"),
+])
+def test_unsimulated_features_raise_not_implemented_naming_the_feature(use, text: str) -> None:
+    with pytest.raises(NotImplementedError, match=r"^" + text.replace("(", r"\(").replace(")", r"\)")
+                       + ".* not simulated by simcluster"):
+        use()
+
+
+def test_unsimulated_communicator_methods_raise_when_a_rank_calls_them() -> None:
+    def main(comm: MPI.Intracomm) -> str:
+        try:
+            comm.Create_cart([comm.size])
+        except NotImplementedError as exc:
+            return str(exc)
+        return "no error"
+
+    for text in sc.run(main, world_size=2):
+        assert text.startswith("MPI.Comm.Create_cart: process topologies")
+
+
+def test_names_mpi4py_lacks_are_attribute_errors() -> None:
+    with pytest.raises(AttributeError, match="mpi4py's MPI has no such name either"):
+        MPI.Send  # noqa: B018 - the attribute access is the test
+
+
+def test_constants_keep_mpich_values_and_2int_is_the_pair_type() -> None:
+    assert (MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL, MPI.UNDEFINED) == (-2, -1, -1, -32766)
+    assert getattr(MPI, "2INT") is MPI.TWOINT
+    assert MPI.DOUBLE.Get_size() == 8 and MPI.INT.Get_size() == 4
+
+
+def test_comm_world_outside_a_rank_says_how_to_run_the_code() -> None:
+    with pytest.raises(RuntimeError, match=r"^MPI\.COMM_WORLD: used outside any rank; run the "
+                                           r"script with `simcluster mpirun -n 4 script\.py`"):
+        MPI.COMM_WORLD.Get_rank()
