@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run main(comm) from SCRIPT on N virtual ranks")
-    run.add_argument("script", help="a Python file defining async def main(comm)")
+    run.add_argument("script", help="a Python file defining main(comm): async def, or a plain "
+                                    "def for mpi4py-style code")
     run.add_argument("-n", "--world-size", type=int, default=4, help="number of ranks (default 4)")
     run.add_argument("--transport", default=None,
                      help="memory, shm or tcp (default memory; tcp with --nnodes > 1)")
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     run.add_argument("--procs", type=int, default=None, help="OS processes hosting the ranks")
     run.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    run.add_argument("--compute", default=None, metavar="wall[:F]",
+                     help="charge the wall time a synchronous rank computes (x F) to its virtual clock")
     run.add_argument("--fidelity", choices=("message", "analytic"), default="message",
                      help="message: simulate every collective message; analytic: one step per collective")
     run.add_argument("--nnodes", type=int, default=1,
@@ -126,6 +129,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       master_addr=args.master_addr, master_port=args.master_port)
     if args.trace:
         kwargs["trace"] = args.trace
+    if args.compute is not None:
+        kwargs["compute"] = args.compute
     if args.procs is not None:
         kwargs["procs"] = args.procs
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None

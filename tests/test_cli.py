@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,27 @@ def test_trace_commands_reject_a_file_that_is_not_a_trace(tmp_path: Path) -> Non
     path.write_text("hello")
     with pytest.raises(SystemExit, match=r"^simcluster trace show: trace: cannot read"):
         cli.main(["trace", "show", str(path)])
+
+
+def test_run_takes_a_plain_main_and_the_compute_option(capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path) -> None:
+    script = tmp_path / "busy.py"
+    script.write_text(textwrap.dedent("""
+        import time
+
+        def main(comm):
+            start = time.perf_counter()
+            while time.perf_counter() - start < 0.02:
+                pass
+            comm.Barrier()
+            return comm.allreduce(comm.rank)
+    """))
+    rc, out, _ = run_cli(capsys, "run", str(script), "-n", "3")
+    assert rc == 0
+    assert out.splitlines()[:3] == ["rank 0: 3", "rank 1: 3", "rank 2: 3"]
+    assert "elapsed 0 s virtual" in out  # no messages cost time, and compute is off by default
+    rc, out, _ = run_cli(capsys, "run", str(script), "-n", "3", "--compute", "wall:10")
+    assert rc == 0
+    elapsed = out.splitlines()[-1]
+    value, unit = elapsed.split()[1:3]
+    assert unit == "ms" and float(value) >= 200  # 20 ms of wall time, times 10
