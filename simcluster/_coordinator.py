@@ -42,6 +42,7 @@ from simcluster.transports.tcp import log as _log
 
 from . import _hosting as H
 from . import _remote
+from .comm import merge_firsts
 from .engine import deadlock_error
 from .errors import RankError, RunTimeoutError, SimclusterError
 from .trace import Message, Span, Trace
@@ -60,7 +61,7 @@ class _Proc:
     """One hosting process as the coordinator sees it."""
 
     __slots__ = ("index", "lo", "hi", "process", "link", "pid", "addr", "next", "unfinished",
-                 "given", "dead", "errored")
+                 "given", "dead", "errored", "firsts", "payloads", "held")
 
     def __init__(self, index: int, lo: int, hi: int) -> None:
         self.index = index
@@ -75,6 +76,11 @@ class _Proc:
         self.given: list[int] = []
         self.dead = asyncio.Event()
         self.errored = False  # it reported an error of its own before going away
+        # collective verification: first signatures (comm._record) for its next STEP, of calls
+        # other processes entered first, and payloads for calls it reported with placeholders
+        self.firsts: list[list[Any]] = []
+        self.payloads: list[list[Any]] = []
+        self.held = False  # it holds rendezvous transfers until their instant closes
 
     @property
     def ranks(self) -> str:
@@ -323,19 +329,31 @@ class Coordinator:
         await self.gather(H.READY, {p.index for p in self.procs}, deadline, "connect to its peers")
 
     async def step(self) -> None:
-        """Run rounds until no process has an event and nothing is in flight."""
+        """Run rounds until no process has an event and nothing is in flight.
+
+        Each STEP says when the previous round ran (the instant the envelopes it
+        delivers were charged at, so receive ports are charged in the memory
+        transport's order, ``_hosting`` Rule 2). Once nothing is left at the
+        current time and some process holds rendezvous transfers, one more
+        round at that time closes the instant: those processes charge them.
+        """
         procs = self.procs
         n = len(procs)
         counts = [[0] * n for _ in range(n)]  # counts[q][p]: envelopes p sent to q so far
         for proc in procs:
             proc.given = [0] * n
-        now = 0.0
+        now = sent = 0.0
+        close = False
         while True:
             targets = [p for p in procs
-                       if counts[p.index] != p.given or (p.next is not None and p.next <= now)]
+                       if counts[p.index] != p.given or (p.next is not None and p.next <= now)
+                       or (close and p.held)]
             for proc in targets:
                 proc.given = list(counts[proc.index])
-                self.send(proc, H.STEP, proc.given, now)
+                self.send(proc, H.STEP, {"counts": proc.given, "firsts": proc.firsts,
+                                         "payloads": proc.payloads, "sent": sent,
+                                         "close": close}, now)
+                proc.firsts, proc.payloads = [], []
             reports = await self.gather(H.REPORT, {p.index for p in targets}, self.deadline,
                                         "answer")
             earliest: float | None = None
@@ -344,15 +362,18 @@ class Coordinator:
                 proc = procs[index]
                 proc.next = report["next"]
                 proc.unfinished = report["unfinished"]
+                proc.held = bool(report.get("held"))
                 for q, sent in enumerate(report["sent"]):
                     counts[q][index] += sent
                 if report["min"] is not None and (earliest is None or report["min"] < earliest):
                     earliest = report["min"]
                 if report["failure"] is not None:
                     failures.append((report["failure"]["rank"], proc, report["failure"]))
+            failures += self._verify(reports)
             if failures:
                 rank, proc, failure = min(failures, key=lambda f: f[0])
-                exc = _remote.decode_exception(failure["exc"], proc.name())
+                exc = failure if isinstance(failure, BaseException) else \
+                    _remote.decode_exception(failure["exc"], proc.name())
                 if not isinstance(exc, Exception):
                     raise exc
                 raise RankError(rank, exc) from exc
@@ -360,6 +381,10 @@ class Coordinator:
             if earliest is not None:
                 times.append(earliest)
             self._tick()
+            sent = now
+            close = any(p.held for p in procs) and (not times or min(times) > now)
+            if close:  # the instant is over: the next round, at the same time, closes it
+                continue
             if times:
                 now = min(times)
                 self.now = now
@@ -367,6 +392,33 @@ class Coordinator:
             if any(p.unfinished for p in procs):
                 raise await self._deadlock(now)
             return
+
+    def _verify(self, reports: dict[int, Any]) -> list[tuple[int, _Proc, BaseException]]:
+        """Compare the first signatures of collective calls that several processes reported this round.
+
+        Members that entered a call in one round count as having entered it in
+        process order. Each call's first signature goes to the processes that
+        did not report it (with their next STEP, before anything runs there),
+        so their members are compared at the call. Returns ``(world rank,
+        process, CollectiveMismatchError)`` for each member that differs.
+        """
+        calls: dict[tuple[int, int], list[tuple[int, list[Any]]]] = {}
+        for index in sorted(reports):
+            for record in reports[index].get("firsts", ()):
+                calls.setdefault((record[0], record[1]), []).append((index, record))
+        found: list[tuple[int, _Proc, BaseException]] = []
+        for seen in calls.values():
+            merged, errors = merge_firsts([record for _, record in seen])
+            found += [(rank, self.procs[seen[0][0]], error) for rank, error in errors]
+            reported = {index: record for index, record in seen}
+            hosts = merged[11]  # the processes that host members of that comm (None: all)
+            for proc in self.procs if hosts is None else [self.procs[i] for i in hosts]:
+                record = reported.get(proc.index)
+                if record is None:
+                    proc.firsts.append(merged)
+                elif record[4] is None and merged[4] is not None:
+                    proc.payloads.append(merged)
+        return found
 
     def _tick(self) -> None:
         if self.progress is None:

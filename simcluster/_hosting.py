@@ -8,25 +8,47 @@ processes leave through the transport, and envelopes from them are handed to
 the engine only when the coordinator says so.
 
 Time advances in rounds (conservative synchronisation). The coordinator sends
-``STEP(T, counts)``: ``counts[q]`` is how many envelopes process ``q`` has sent
-to this one so far. The process waits until exactly those have arrived,
-delivers the new ones sorted by source rank, runs every local event at time
-``<= T`` (all of them are at ``T``), flushes its streams and reports
+``STEP(T, counts, firsts)``: ``counts[q]`` is how many envelopes process ``q``
+has sent to this one so far. The process waits until exactly those have
+arrived, delivers the new ones sorted by source rank, runs every local event
+at time ``<= T`` (all of them are at ``T``), flushes its streams and reports
 ``REPORT(sent per process, earliest time among them, next local event time,
-unfinished ranks, failure)``. The coordinator's next ``T`` is the earliest of
+unfinished ranks, failure, firsts)``. The coordinator's next ``T`` is the earliest of
 every process's next event and every envelope still in flight; envelopes are
 stamped at or after their sender's ``T``, so nothing arrives in a process's
 past. When no process has an event and nothing is in flight, the run is over,
 or deadlocked if a rank is unfinished.
 
+Collective verification across processes. A member entering a collective is
+compared at the call with the first member of its communicator that entered
+the same call (``comm.Comm._collective``), but only among members this process
+knows of. Each REPORT carries ``firsts``: the signatures of calls that a member
+here entered first (``comm._record``). The coordinator compares those of one
+round across processes (``comm.merge_firsts``: a difference ends the run with
+the same CollectiveMismatchError a member compared at its call raises) and
+hands each call's first signature to the other processes with their next STEP,
+before they deliver anything or run a step, so a member that enters later is
+compared at its call. Envelopes sent in a round are delivered no earlier than
+the next STEP: no message of a call whose members differ meets another's.
+
 Rule 1: a process delivers exactly the envelopes the coordinator counted, in
 source-rank order, so a run's schedule does not depend on which socket the
 OS served first: the same seed and ``procs`` give the same run.
-Rule 2: each process keeps only its own ranks' port timers. The sender
-charges its send port (``Ports.send_side``) and stamps the envelope; the
-receiver charges its receive port (``Ports.recv_side``) when it delivers it,
-and tells a rendezvous sender when the data landed (an ACK), so times equal
-the memory transport's for programs that do not race on ANY_SOURCE.
+Rule 2: each process keeps only its own ranks' port timers. Once a round's
+events are done, the sender charges the send port (``Ports.send_side``) of
+every message its ranks posted in the round, in posting order, and stamps the
+envelope; at its next STEP the receiver charges its receive port
+(``Ports.recv_side``) for every message sent to it in earlier rounds, local
+ones included, in the memory transport's order (instant, wire time, source rank,
+posting order), and tells a rendezvous sender when the data landed (an ACK).
+Envelopes of the current instant wait for a STEP at a later time (unless they
+arrive at once), so those of one instant are charged together even when a
+synchronous send's ACK woke their sender in a later round.
+Rendezvous transfers are charged only in a STEP that closes their instant
+(``close``: the coordinator sends one when nothing is left at that time and a
+process reported ``held`` transfers), so all of one instant's are charged
+together, in whichever round their CTS came. So times equal the memory
+transport's, whatever the seed, for programs that leave no order open.
 
 The control channel is a stream of frames like any link (``transports.tcp``):
 each control message is an Envelope whose ``tag`` is the opcode and whose
@@ -54,14 +76,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from simcluster.transports import wire
-from simcluster.transports.base import ACK, DATA, EAGER, Envelope, TransportError
+from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, TransportError
 from simcluster.transports.tcp import Link, TcpTransport, open_link
 
 from . import _remote
 from . import arrays as _arrays
-from .comm import Group
+from .comm import Group, take_first
 from .engine import BLOCKED as _PARKED
-from .engine import Engine, Task, _finish_request, _info
+from .engine import (Engine, Task, _by_source, _by_source_and_id, _finish_request, _info, _new_tuple,
+                     _serial)
 from .latency import Ports
 from .request import Request
 from .trace import Trace
@@ -152,11 +175,12 @@ class _SplitPorts(Ports):
     """The run's ports as one process sees them: whole charges for local receivers,
     the send side only for remote ones (their process charges the receive side)."""
 
-    __slots__ = ("inner", "zero", "_lo", "_hi")
+    __slots__ = ("inner", "zero", "ordered", "_lo", "_hi")
 
     def __init__(self, inner: Ports, lo: int, hi: int) -> None:
         self.inner = inner
         self.zero = inner.zero
+        self.ordered = bool(getattr(inner, "ordered", True))
         self._lo = lo
         self._hi = hi
 
@@ -190,14 +214,23 @@ class HostedEngine(Engine):
     """
 
     def __init__(self, world_size: int, transport: TcpTransport, ports: Ports, lo: int, hi: int,
-                 **keywords: Any) -> None:
+                 per: int | None = None, **keywords: Any) -> None:
         self.lo = lo
         self.hi = hi
+        # which world ranks are hosted here, and how many per process (comm.Group.here, .procs)
+        self.hosted = (lo, hi, per or hi - lo)
+        self.coll_firsts: list[list[Any]] = []  # first signatures seen here, for the next REPORT
+        self.coll_pending: dict[int, list[list[Any]]] = {}  # for communicators not made here yet
         self._inner_ports = ports
         super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), **keywords)
         self.transport: TcpTransport = transport
         self._orphans: dict[int, list[Envelope]] = {}  # envelopes for communicators not made here yet
         self._data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing
+        self._sent_at = 0.0  # the time of the coordinator's previous round
+        self._closing = False  # this STEP closes an instant: charge its rendezvous transfers
+        # envelopes charged on their send side, waiting for their receive side (_land):
+        # (instant they were charged at, 1 for rendezvous data else 0, envelope)
+        self._landing: list[tuple[float, int, Envelope]] = []
 
     # ---- delivery of envelopes from other processes ----
 
@@ -207,6 +240,10 @@ class HostedEngine(Engine):
             Engine._deliver(self, env)
             return
         kind = env.kind
+        if self._book_later and (kind == EAGER or kind == RTS or kind == DATA):
+            # sent in the previous round: its receive side is charged with the others (_land)
+            self._landing.append((self._sent_at, int(kind == DATA), env))
+            return
         if kind == EAGER or kind == DATA:
             if not self._zero_latency:  # Rule 2: the receive port is charged here
                 arrive = self._inner_ports.recv_side(src, env.dst, env.nbytes, env.time)
@@ -223,6 +260,15 @@ class HostedEngine(Engine):
 
     def _clear_to_send(self, env: Envelope) -> None:
         sender, receiver = env.dst, env.src
+        if self._book_later:  # charged when the instant closes (_book)
+            req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+            if self.lo <= receiver < self.hi:
+                self._rdv_landing[(sender, env.msg_id)] = req  # Engine._data_arrived completes it
+            else:
+                self._data_waits[(sender, env.msg_id)] = req  # the receiver's ACK completes it
+            self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                       env.nbytes, env.time, header, buffers, False, b"", _serial(req)])
+            return
         if self.lo <= receiver < self.hi:
             Engine._clear_to_send(self, env)
             return
@@ -244,6 +290,119 @@ class HostedEngine(Engine):
             return
         req = self._rdv_recvs.pop((env.src, env.msg_id))
         self._complete_recv(req, env, copy=False)  # the transport's buffers are ours already
+
+    # ---- charging ports across processes (Rule 2) ----
+
+    def _book(self) -> bool:
+        """Charge the send side of the messages this round posted; False when there are none.
+
+        Called by the loop once no event is left at ``now``, as on the memory
+        transport, but only the send side is charged here: envelopes to other
+        processes leave now, those to local ranks wait with them for their
+        receive side at the next STEP (``_land``). Rendezvous transfers wait
+        for a STEP that closes the instant.
+        """
+        items = self._bookings
+        phase = 0
+        if items:
+            self._bookings = []
+            if len(items) > 1:
+                items.sort(key=_by_source)  # stable: each source's messages in posting order
+        else:
+            items = self._rdv_bookings
+            if not items or not self._closing:
+                return False
+            self._rdv_bookings = []
+            phase = 1
+            if len(items) > 1:
+                items.sort(key=_by_source_and_id)
+        send_side = self._inner_ports.send_side
+        now = self.now
+        lo, hi = self.lo, self.hi
+        for fields in items:  # in posting order: receivers keep each source's order (_land)
+            if fields[0] != RTS:
+                fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
+            fields.pop()  # the task's serial
+            env = _new_tuple(Envelope, fields)
+            if lo <= fields[3] < hi:
+                self._landing.append((now, phase, env))
+            else:
+                self.transport.send(env)
+        return True
+
+    def _land(self) -> None:
+        """Charge the receive side of the envelopes sent to this process before this STEP.
+
+        Those charged at an earlier instant than ``now``, and those that arrive
+        at ``now`` (nothing to wait for); the others of this instant wait for a
+        STEP at a later time, so that all of one instant's are charged together
+        whichever round sent them (a synchronous send's ACK, a CTS, may wake a
+        sender in a later round at the same time), with those behind them on
+        their channels. Each receive port takes them in the memory transport's
+        order (``Engine._charge``): by instant, eager before rendezvous data,
+        then by wire time and source rank, then in the order the source sent
+        them (its posting order: stable sorts keep it); then they enter their
+        channels in each source's posting order (an ACK tells a remote
+        rendezvous sender that its data landed).
+        """
+        landing = self._landing
+        if not landing:
+            return
+        now = self.now
+        landing.sort(key=_posting_order)
+        ready: list[tuple[float, int, Envelope]] = []
+        held: list[tuple[float, int, Envelope]] = []
+        waiting: set[tuple[int, int]] = set()  # channels with an envelope held: the rest wait too
+        for item in landing:
+            env = item[2]
+            pair = (env.src, env.dst)
+            if (item[0] < now or env.time <= now) and pair not in waiting:
+                ready.append(item)
+            else:
+                held.append(item)
+                waiting.add(pair)
+        self._landing = held
+        if not ready:
+            return
+        recv_side = self._inner_ports.recv_side
+        arrivals = {}
+        for item in sorted(ready, key=_landing_order):
+            env = item[2]
+            if env.kind != RTS:
+                arrivals[id(env)] = recv_side(env.src, env.dst, env.nbytes, env.time)
+        lo, hi = self.lo, self.hi
+        for _, _, env in ready:
+            kind = env.kind
+            if kind != RTS:
+                arrive = arrivals[id(env)]
+                if kind == DATA and not lo <= env.src < hi:
+                    self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
+                                                 0, arrive))
+                env = env._replace(time=arrive)
+            Engine._deliver(self, env)
+
+    def _next_time(self) -> float | None:
+        """The earliest local event, or envelope waiting for its receive side (held rendezvous
+        transfers are the coordinator's to close: ``held`` in the REPORT).
+
+        An envelope due by ``now`` that waits behind a later one on its channel
+        (an RTS behind eager messages) lands with that one: it does not count.
+        """
+        if self._ready or self._due or self._bookings:
+            t: float | None = self.now
+        else:
+            t = self._times[0] if self._times else None
+        now = self.now
+        waiting: set[tuple[int, int]] = set()
+        for _, _, env in sorted(self._landing, key=_posting_order):
+            pair = (env.src, env.dst)
+            if env.time > now:
+                waiting.add(pair)
+            elif pair in waiting:
+                continue
+            if t is None or env.time < t:
+                t = env.time
+        return t
 
     # ---- communicators another process made first ----
 
@@ -287,34 +446,57 @@ class HostedEngine(Engine):
         """Pop every event at time ``<= limit`` (the bounded twin of the main loop)."""
         self._run_events(limit, -1)  # a negative budget never runs out
 
-    async def phase(self, now: float, counts: list[int]) -> dict[str, Any]:
+    async def phase(self, now: float, counts: list[int], firsts: list[list[Any]],
+                    payloads: list[list[Any]], sent: float = 0.0, close: bool = False) -> dict[str, Any]:
         """Run one STEP at virtual time ``now`` and return the REPORT payload.
 
         Completes when every local event at ``now`` has run (including those
-        the delivered envelopes caused) and the streams are flushed.
+        the delivered envelopes caused) and the streams are flushed. ``firsts``:
+        first signatures of collective calls that members elsewhere entered;
+        ``payloads``: those of calls this process reported with broadcast
+        placeholders only, where another process saw an array. ``sent``: the
+        time of the coordinator's previous round, when the envelopes delivered
+        now were sent; ``close``: the instant ``now`` is over, so charge its
+        rendezvous transfers (Rule 2).
         """
         self.now = now
+        self._sent_at = sent
+        for record in firsts:  # before any step: a member entering now is compared with them
+            group = self.groups.get(record[0])
+            if group is None:
+                self.coll_pending.setdefault(record[0], []).append(record)
+            else:
+                take_first(group, record)
+        for record in payloads:
+            take_first(self.groups[record[0]], record, reported=True)
         await self.transport.receive(counts)
-        self._run_until(now)
-        while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
-            if self._ready or self._due:
-                self._run_until(now)
-                continue
-            self._wake_future = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake_future
-            finally:
-                self._wake_future = None
+        self._land()
+        self._closing = close
+        try:
             self._run_until(now)
+            while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
+                if self._ready or self._due:
+                    self._run_until(now)
+                    continue
+                self._wake_future = asyncio.get_running_loop().create_future()
+                try:
+                    await self._wake_future
+                finally:
+                    self._wake_future = None
+                self._run_until(now)
+        finally:
+            self._closing = False
         await self.transport.flush()
         sent, earliest = self.transport.take_counts()
         failure = None
         if self._failure is not None:
             task, exc = self._failure
             failure = {"rank": task.rank, "exc": _remote.encode_exception(exc)}
+        seen = list(self.coll_firsts)
+        self.coll_firsts.clear()  # the communicators hold this very list
         return {"sent": sent, "min": earliest, "unfinished": self._unfinished,
                 "next": self._next_time() if failure is None else None,
-                "failure": failure}
+                "failure": failure, "firsts": seen, "held": bool(self._rdv_bookings)}
 
     def blocked_split(self) -> dict[str, list[Any]]:
         """The BLOCKED payload: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""
@@ -510,7 +692,7 @@ class Host:
         assert spec is not None
         w = spec.world_size
         engine = self.engine = HostedEngine(
-            w, self.transport, spec.latency.bind(w, _model_rng(spec.seed)), self.lo, self.hi,
+            w, self.transport, spec.latency.bind(w, _model_rng(spec.seed)), self.lo, self.hi, spec.per,
             seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict, model=spec.latency,
             schedule=spec.schedule)
         engine.algorithms = dict(spec.algorithms)
@@ -533,7 +715,9 @@ class Host:
             env = await self._next()
             op = env.tag
             if op == STEP:
-                report = await engine.phase(env.time, payload_of(env))
+                step = payload_of(env)
+                report = await engine.phase(env.time, step["counts"], step["firsts"], step["payloads"],
+                                            step.get("sent", 0.0), step.get("close", False))
                 self.send(REPORT, report, engine.now)
             elif op == DESCRIBE:
                 self.send(BLOCKED, engine.blocked_split(), engine.now)
@@ -587,6 +771,17 @@ class Host:
             "leaks": engine.leaks() if self.spec is not None and self.spec.strict else [],
             "trace": trace,
         }
+
+
+def _landing_order(item: tuple[float, int, Envelope]) -> tuple[float, int, float, int]:
+    """The order a receive port takes envelopes in (``HostedEngine._land``; sorts are stable)."""
+    env = item[2]
+    return item[0], item[1], env.time, env.src
+
+
+def _posting_order(item: tuple[float, int, Envelope]) -> tuple[float, int, int]:
+    """The order envelopes enter their channels in: each source's in the order it sent them."""
+    return item[0], item[1], item[2].src
 
 
 def _plain_args(args: dict[str, Any]) -> dict[str, Any]:

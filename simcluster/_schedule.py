@@ -92,7 +92,10 @@ def chooser(schedule: object) -> Chooser:
 def draws_noise(model: _latency.LatencyModel | None) -> bool:
     """True when ``model`` may draw from the run's RNG per message (its draws depend on order).
 
-    Built-in models other than ``Jitter`` are pure; any other class might draw.
+    Built-in models are pure (``Jitter`` hashes its noise per message); any
+    other class might draw. The engine only asks when it charges messages as
+    they are posted (``Ports.ordered`` False): otherwise it charges them in a
+    canonical order between events, so no event's order reaches the model.
     """
     if model is None:
         return False
@@ -101,6 +104,8 @@ def draws_noise(model: _latency.LatencyModel | None) -> bool:
         return False
     if type(model) is _latency.Hierarchical:
         return draws_noise(model.intra) or draws_noise(model.inter)
+    if type(model) is _latency.Jitter:
+        return draws_noise(model.model)
     return True
 
 

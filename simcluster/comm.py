@@ -22,6 +22,7 @@ from simcluster.transports import wire
 
 from . import _awaits
 from .collectives._methods import CollectiveMethods
+from .errors import CollectiveMismatchError
 from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from .payload import check_buffer
 from .request import COMPLETED, Request, Status
@@ -40,7 +41,8 @@ TAG_UB: Final = 2**31
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
-    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll", "key")
+    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll", "key",
+                 "entered", "here", "procs", "firsts")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
                  tasks: list[Task], *, private: bool = False) -> None:
@@ -56,9 +58,28 @@ class Group:
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
         self.key = "world"
+        # collective verification (_verify): call number -> [signature, first member, members
+        # entered here, forced, member whose payload the signature holds], kept until every
+        # member hosted here has entered that call
+        self.entered: dict[int, list[Any]] = {}
+        hosted: tuple[int, int, int] | None = getattr(engine, "hosted", None)  # _hosting.HostedEngine
+        self.here = len(world_ranks)  # members hosted in this process
+        self.procs: list[int] | None = None  # several processes: those hosting members (None: all)
+        if hosted is not None:
+            lo, hi, per = hosted
+            self.here = sum(1 for w in world_ranks if lo <= w < hi)
+            procs = sorted({w // per for w in world_ranks})
+            if len(procs) < -(-engine.world_size // per):
+                self.procs = procs
+        # several processes: the first signatures seen here, for the coordinator's next round
+        self.firsts: list[list[Any]] | None = getattr(engine, "coll_firsts", None)
         engine.groups[ctx] = self
         if not private:
             self.coll = Group(engine, ctx + 1, world_ranks, name, tasks, private=True)
+            pending = getattr(engine, "coll_pending", None)
+            if pending and ctx in pending:  # another process's members entered first
+                for record in pending.pop(ctx):
+                    take_first(self, record)
 
     def local_rank(self, world_rank: int) -> int:
         """Return the rank in this communicator of a world rank."""
@@ -453,20 +474,33 @@ class Comm(CollectiveMethods):
 
     # ---- collectives: the private context ----
 
-    def _collective(self, call: str, algorithm: str = "", signature: str = "") -> CollContext:
-        """Number a new collective call on this comm and return its private context.
+    def _collective(self, call: str, algorithm: str = "", payload: str | None = None, op: str = "",
+                    forced: bool = False) -> CollContext:
+        """Number a new collective call on this comm, verify it, and return its private context.
 
-        Every member must create contexts in the same order; each call's
-        messages carry ``call`` and its number so that a mismatch is caught at
-        the first message.
+        Every member numbers its calls in the same order. The call's signature
+        (``call`` with its root and op, ``algorithm``, ``payload``: the array
+        every member must pass alike, None where nothing is compared, ``op``: a
+        user op's definition) is compared with that of the first member that
+        entered the same call; a difference raises CollectiveMismatchError here,
+        at the call (``_verify``). ``forced``: the algorithm was asked for.
         """
-        self._coll_seq += 1
-        return CollContext(self, self._coll_seq, call, algorithm, signature)
+        self._coll_seq = seq = self._coll_seq + 1
+        sig = (call, algorithm, payload, op)
+        group = self._group
+        first = group.entered.get(seq)
+        if first is not None and first[0] == sig:  # the usual case: one lookup, one comparison
+            first[2] += 1
+            if first[2] == group.here:
+                del group.entered[seq]
+        else:
+            _verify(self, seq, sig, forced, first)
+        return CollContext(self, seq, call, algorithm)
 
-    async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]],
-                              algorithm: str = "", signature: str = "") -> R:
+    async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
+                              payload: str | None = None, op: str = "", forced: bool = False) -> R:
         """Run a blocking collective: ``body`` gets the private context."""
-        ctx, outer, start = self._enter_collective(call, algorithm, signature)
+        ctx, outer, start = self._enter_collective(call, algorithm, payload, op, forced)
         try:
             result = await body(ctx)
         finally:
@@ -478,13 +512,14 @@ class Comm(CollectiveMethods):
     # _run_collective in two halves, for the callers that inline it (barrier, all_reduce: one
     # coroutine frame less per rank, which counts at a million ranks)
 
-    def _enter_collective(self, call: str, algorithm: str = "", signature: str = ""
+    def _enter_collective(self, call: str, algorithm: str = "", payload: str | None = None,
+                          op: str = "", forced: bool = False
                           ) -> tuple[CollContext, CollContext | None, float]:
         """Start a blocking collective: return its context, the call it nests in, and the time."""
-        ctx = self._collective(call, algorithm, signature)
         task = self._engine._current
         if task is None:
             raise self._engine._outside(self.rank, call)
+        ctx = self._collective(call, algorithm, payload, op, forced)
         outer = task.collective
         task.collective = ctx
         return ctx, outer, self._engine.now
@@ -501,15 +536,148 @@ class Comm(CollectiveMethods):
         self._span(call.partition("(")[0], start, call=call, algorithm=ctx.algorithm, seq=ctx.seq)
 
     def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
-                          algorithm: str = "", signature: str = "") -> Request[R]:
+                          algorithm: str = "", payload: str | None = None, op: str = "",
+                          forced: bool = False) -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
         if self._engine._current is None:
             raise self._engine._outside(self.rank, "i" + call)
-        ctx = self._collective(call, algorithm, signature)
+        ctx = self._collective(call, algorithm, payload, op, forced)
         if self._engine.trace is not None:
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
         return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
+
+
+# ---- collective verification ----
+
+Signature = tuple[str, str, "str | None", str]
+"""What every member of a collective call must agree on: (call, algorithm, payload, op)."""
+
+
+def _verify(comm: Comm, seq: int, sig: Signature, forced: bool, first: list[Any] | None) -> None:
+    """The rest of ``Comm._collective``'s check: register the first member, or compare with it.
+
+    Raises:
+        CollectiveMismatchError: ``sig`` differs from the first member's signature.
+    """
+    group = comm._group
+    if first is None:  # the first member (hosted here) to enter call number seq
+        if group.here > 1:
+            group.entered[seq] = [sig, comm.rank, 1, forced, comm.rank]
+        if group.firsts is not None:  # other processes learn it at the next round
+            group.firsts.append(_record(group, seq, sig, comm, forced))
+        return
+    error = mismatch(comm.rank, seq, group.name, sig, forced, first[0], first[1], first[3], first[4])
+    if error is not None:
+        raise error
+    if first[0][2] is None and sig[2] is not None:
+        # a broadcast placeholder: the first array passed is what later members must match
+        first[0], first[4] = sig, comm.rank
+        if group.firsts is not None:
+            group.firsts.append(_record(group, seq, sig, comm, first[3]))
+    first[2] += 1
+    if first[2] == group.here:
+        del group.entered[seq]
+
+
+def _record(group: Group, seq: int, sig: Signature, comm: Comm, forced: bool) -> list[Any]:
+    """A first signature as processes exchange them (``_hosting``, ``_coordinator``).
+
+    ``[context, call number, call, algorithm, payload, op, comm rank, world rank,
+    forced, comm rank whose payload it holds, comm name, hosting processes]``:
+    plain values, packed by ``transports.wire``; the last is None when every
+    process hosts members of the comm.
+    """
+    return [group.ctx, seq, *sig, comm.rank, comm._world_rank, forced, comm.rank, group.name,
+            group.procs]
+
+
+def take_first(group: Group, record: list[Any], reported: bool = False) -> None:
+    """Note a first signature (a ``_record``) a member in another process passed, for members here.
+
+    The coordinator compared it with every signature this process reported for
+    the same call, so it only fills in what this process lacks: the entry
+    itself (no member here has entered that call yet), or, where this process
+    ``reported`` the call with placeholders only, the payload to compare with.
+    """
+    seq = record[1]
+    sig: Signature = (record[2], record[3], record[4], record[5])
+    first = group.entered.get(seq)
+    if first is not None:
+        if first[0][2] is None and sig[2] is not None:
+            first[0], first[4] = sig, record[9]
+    elif not reported:
+        group.entered[seq] = [sig, record[6], 0, record[8], record[9]]
+
+
+def merge_firsts(records: list[list[Any]]) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """Compare the first signatures several processes reported for one call (coordinator side).
+
+    ``records`` are ``_record`` lists for one (context, call number), in the
+    order the members count as having entered (the lowest process first).
+    Returns the merged first record, and ``(world rank, CollectiveMismatchError)``
+    for each record that differs from it.
+    """
+    merged = records[0]
+    errors: list[tuple[int, Any]] = []
+    for record in records[1:]:
+        sig: Signature = (record[2], record[3], record[4], record[5])
+        first: Signature = (merged[2], merged[3], merged[4], merged[5])
+        error = mismatch(record[6], record[1], record[10], sig, record[8], first, merged[6], merged[8],
+                         merged[9])
+        if error is not None:
+            errors.append((record[7], error))
+        elif merged[4] is None and record[4] is not None:
+            merged = [*merged[:4], record[4], *merged[5:9], record[9], *merged[10:]]
+    return merged, errors
+
+
+def mismatch(rank: int, seq: int, name: str, mine: Signature, mine_forced: bool, first: Signature,
+             first_rank: int, first_forced: bool, payload_rank: int) -> CollectiveMismatchError | None:
+    """Return the error for member ``rank`` whose signature ``mine`` differs from ``first``, or None.
+
+    None when they agree: equal, or different only where one member passed a
+    broadcast placeholder (payload None).
+    """
+    call, algorithm, payload, op = mine
+    first_call, first_algorithm, first_payload, first_op = first
+    if call != first_call:
+        name_of = call.partition("(")[0]
+        if name_of != first_call.partition("(")[0]:
+            fix = "every rank must call collectives in the same order"
+        else:
+            mine_args, first_args = _call_args(call), _call_args(first_call)
+            differ = [k for k in (*mine_args, *(k for k in first_args if k not in mine_args))
+                      if mine_args.get(k) != first_args.get(k)]
+            fix = f"every rank must pass the same {' and '.join(differ) or 'arguments'}"
+        return CollectiveMismatchError(
+            rank, call, f"this is collective #{seq} on comm {name!r}, but rank {first_rank} called "
+            f"{first_call}", fix)
+    if op != first_op:
+        return CollectiveMismatchError(
+            rank, call, f"rank {first_rank} passed {_op_text(first_op)} but this rank passed "
+            f"{_op_text(op)}", "every rank must pass an op made from the same function")
+    if payload != first_payload and payload is not None and first_payload is not None:
+        return CollectiveMismatchError(
+            rank, call, f"rank {payload_rank} passed {first_payload or 'an object'} but this rank "
+            f"passed {payload or 'an object'}", "every rank must pass arrays of one shape and dtype")
+    if algorithm != first_algorithm:
+        fix = "pass the same algorithm= on every rank" if mine_forced or first_forced else \
+            "pass the same kind of payload (array or object) on every rank, or force algorithm="
+        return CollectiveMismatchError(
+            rank, call, f"rank {first_rank} runs collective #{seq} with algorithm {first_algorithm!r} "
+            f"but this rank chose {algorithm!r}", fix)
+    return None
+
+
+def _call_args(call: str) -> dict[str, str]:
+    """``{"src": "0"}`` for ``broadcast(src=0)``."""
+    inner = call.partition("(")[2].rpartition(")")[0]
+    return dict(part.partition("=")[::2] for part in inner.split(", ") if part)
+
+
+def _op_text(op: str) -> str:
+    return f"op {op}" if op else "a built-in op"
 
 
 class _StrictComm(Comm):
@@ -547,17 +715,16 @@ class CollContext:
 
     Collective algorithms talk only through this: calls like ``Comm``'s
     (``isend``, ``irecv``, ``send``, ``recv``, ``sendrecv``, ``sleep``) without
-    tags, and with the peer first (``irecv(src, buf=None)``). Its messages live on the communicator's private context, carry the
-    call's number as their tag and its signature as metadata, so they never
-    meet user messages, never meet another collective's, and a rank that
-    called a different collective is caught at the first message.
+    tags, and with the peer first (``irecv(src, buf=None)``). Its messages live
+    on the communicator's private context and carry the call's number as their
+    tag, so they never meet user messages nor another collective's; members
+    whose calls differ were stopped before sending anything (``Comm._collective``).
     """
 
     __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "free_reductions", "_coll",
-                 "_tag", "_meta", "_engine")
+                 "_tag", "_engine")
 
-    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "",
-                 signature: str = "") -> None:
+    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "") -> None:
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.size
@@ -567,8 +734,6 @@ class CollContext:
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
         self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
-        # signature: the payload's dtype and shape where every rank must pass the same
-        self._meta = f"{seq}\x00{call}\x00{algorithm}\x00{signature}".encode()
         self._engine = comm._engine
         # the run's model charges nothing for reductions: skip sizing each partial result
         self.free_reductions: bool = comm._engine.free_reductions
@@ -587,15 +752,14 @@ class CollContext:
     def isend(self, obj: object, dst: int) -> Request[None]:
         """Start sending ``obj`` to member ``dst`` (same completion rules as ``Comm.isend``)."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                     op=("isend", dst), nonblocking=False, meta=self._meta,
-                                     need_request=True)
+                                     op=("isend", dst), nonblocking=False, need_request=True)
         assert req is not None
         return req
 
     def irecv(self, src: int, buf: Any = None) -> Request[Any]:
         """Post a receive from member ``src``; ``buf`` is filled in place when given."""
         return self._engine.post_recv(self._coll, buf, src, self._tag, op="irecv",
-                                      nonblocking=False, meta=self._meta)
+                                      nonblocking=False)
 
     # send, recv and sendrecv return awaitables rather than being coroutines: a coroutine
     # frame per message is most of a message's cost on a million ranks
@@ -603,7 +767,7 @@ class CollContext:
     def send(self, obj: object, dst: int) -> Awaitable[None]:
         """Send ``obj`` to member ``dst``; await the result."""
         req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                     op=("send", dst), nonblocking=False, meta=self._meta)
+                                     op=("send", dst), nonblocking=False)
         return COMPLETED if req is None else req
 
     def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
@@ -613,10 +777,9 @@ class CollContext:
     def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Awaitable[Any]:
         """Send to ``dst`` and receive from ``src`` at once; await what was received."""
         engine = self._engine
-        rreq = engine.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False,
-                                meta=self._meta)
+        rreq = engine.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False)
         sreq = engine.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                op=("sendrecv", dst), nonblocking=False, meta=self._meta)
+                                op=("sendrecv", dst), nonblocking=False)
         return rreq if sreq is None else _both(rreq, sreq)
 
     async def sleep(self, seconds: float) -> None:

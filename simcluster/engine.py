@@ -20,6 +20,15 @@ completed while a rank runs wakes its waiter in the next batch.
 Rule 3: messages between one pair of ranks enter one FIFO channel whose
 arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
+Rule 4: a latency model with port state (``Ports.ordered``) is charged for the
+messages of one virtual instant together, once no event is left at that
+instant (``_book``): each send port takes its messages in posting order (a
+rank's own, then each helper's by ``Task.serial``), each receive port in the
+order they reach it (wire time, then source rank, then posting order); then
+each pair's messages enter their channel in posting order. So virtual times
+do not depend on the order the seed runs
+simultaneous events in; only what the program leaves open (ANY_SOURCE,
+wait_any, polling) does.
 
 No event left, no rank runnable, no foreign await, and some rank unfinished: that
 is a deadlock, reported with each blocked call, its source line and the
@@ -34,6 +43,7 @@ import heapq
 import inspect
 import types
 import itertools
+import operator
 import random
 import time as _time
 import zlib
@@ -52,7 +62,6 @@ from . import _schedule
 from . import arrays as _arrays
 from .errors import (
     BufferHazardError,
-    CollectiveMismatchError,
     DeadlockError,
     RunTimeoutError,
     SimclusterError,
@@ -94,7 +103,7 @@ class Task:
     """One rank: its coroutine and where it is parked."""
 
     __slots__ = ("rank", "coro", "comm", "state", "waiting", "result", "time", "spins", "collective",
-                 "done_request")
+                 "done_request", "serial")
 
     def __init__(self, rank: int, coro: Coroutine[Any, Any, Any]) -> None:
         self.rank = rank
@@ -108,6 +117,7 @@ class Task:
         # the collective call in progress, for reports: (ctx, comm name, number, call, comm rank)
         self.collective: CollContext | None = None
         self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
+        self.serial = 0  # 0 for a rank, n for its n-th helper: orders its simultaneous messages
 
     def __repr__(self) -> str:
         return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
@@ -120,7 +130,7 @@ class _RecvRequest(Request[Any]):
     formats the whole call from the fields, so an idle receive costs no string.
     """
 
-    __slots__ = ("comm", "src", "tag", "buf", "meta")
+    __slots__ = ("comm", "src", "tag", "buf")
 
     @property
     def op(self) -> str:
@@ -133,7 +143,7 @@ class _RecvRequest(Request[Any]):
         return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
 
     def __init__(self, engine: Engine, task: Task, op: str,
-                 comm: Comm, src: int, tag: int, buf: Any, meta: bytes, nonblocking: bool) -> None:
+                 comm: Comm, src: int, tag: int, buf: Any, nonblocking: bool) -> None:
         # Every slot set once, here: one receive is built per message.
         self._engine = engine
         self._task = task
@@ -150,7 +160,6 @@ class _RecvRequest(Request[Any]):
         self.src = src
         self.tag = tag
         self.buf = buf
-        self.meta = meta
 
 
 class Engine:
@@ -173,6 +182,10 @@ class Engine:
         self.transport = transport
         self.ports = ports
         self._zero_latency = bool(getattr(ports, "zero", False))
+        # Rule 4: a model with port state charges each instant's messages together (_book)
+        self._book_later = not self._zero_latency and bool(getattr(ports, "ordered", True))
+        self._bookings: list[list[Any]] = []  # Envelope fields of eager messages and RTS posted now
+        self._rdv_bookings: list[list[Any]] = []  # those of rendezvous data cleared to send now
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
         self.rng = random.Random(seed)
@@ -216,6 +229,7 @@ class Engine:
         self._failure: tuple[Task, BaseException] | None = None
         self._unfinished = 0
         self._events = 0
+        self._spawned = [0] * world_size  # helpers each rank has started (Task.serial)
         self.msgs_sent = [0] * world_size
         self.bytes_sent = [0] * world_size
         self.msgs_recv = [0] * world_size
@@ -244,7 +258,7 @@ class Engine:
 
     def _next_time(self) -> float | None:
         """Return the time of the earliest scheduled event, or None when there is none."""
-        if self._ready or self._due:
+        if self._ready or self._due or self._bookings or self._rdv_bookings:
             return self.now
         return self._times[0] if self._times else None
 
@@ -287,7 +301,7 @@ class Engine:
         self._order = _as_scheduled  # type: ignore[method-assign]
         self._run_loop = self._run_loop_chosen  # type: ignore[method-assign]
         if chooser.footprints:
-            self._noisy = _schedule.draws_noise(model)
+            self._noisy = not self._book_later and _schedule.draws_noise(model)
             self._step = self._step_noted  # type: ignore[method-assign]
             self._deliver = self._deliver_noted  # type: ignore[method-assign]
 
@@ -329,6 +343,9 @@ class Engine:
             if self._due:
                 due, self._due = self._due, []
             else:
+                if (self._bookings or self._rdv_bookings) and not self._foreign and self._book() \
+                        and (self._due or self._bookings or self._rdv_bookings):
+                    continue  # the instant's messages were charged (Rule 4) and made more to do
                 times = self._times
                 if not times or times[0] > limit or self._foreign:
                     break
@@ -360,6 +377,9 @@ class Engine:
             if self._due:
                 due, self._due = self._due, []
             else:
+                if (self._bookings or self._rdv_bookings) and not self._foreign and self._book() \
+                        and (self._due or self._bookings or self._rdv_bookings):
+                    continue  # the instant's messages were charged (Rule 4) and made more to do
                 times = self._times
                 if not times or times[0] > limit or self._foreign:
                     break
@@ -448,6 +468,8 @@ class Engine:
         req: Request[Any] = Request(self, owner, op)
         req._nb = True
         helper = Task(owner.rank, coro)
+        self._spawned[owner.rank] += 1
+        helper.serial = self._spawned[owner.rank]  # program order: Rule 4 orders by it
         helper.comm = owner.comm
         helper.collective = collective
         helper.done_request = req
@@ -664,7 +686,7 @@ class Engine:
     # ---- point-to-point: posting ----
 
     def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
-                  op: str | tuple[Any, ...], nonblocking: bool, meta: bytes = b"",
+                  op: str | tuple[Any, ...], nonblocking: bool,
                   need_request: bool = False) -> Request[None] | None:
         """Start a send from ``comm``'s rank.
 
@@ -704,19 +726,30 @@ class Engine:
                 buffers = tuple(np.array(b, copy=True, order="K") if type(b) is np.ndarray
                                 else b.copy() for b in buffers)  # ObjectBuffer: its own library
             now = self.now
-            arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
-            env = _new_tuple(Envelope, (EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
-                                        packed.header, buffers, sync, meta))
+            if self._book_later:  # charged with the rest of this instant (Rule 4)
+                self._bookings.append([EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                                       packed.header, buffers, sync, b"", self._current.serial])
+                env = None
+            else:
+                arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
+                env = _new_tuple(Envelope, (EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                                            packed.header, buffers, sync, b""))
             if sync:
                 self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
             elif req is not None:
                 req._state = 1  # DONE at once; nobody can be waiting yet
         else:
             assert req is not None
-            env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync, meta)
+            if self._book_later:  # on its channel behind this instant's eager messages
+                self._bookings.append([RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now,
+                                       b"", (), sync, b"", self._current.serial])
+                env = None
+            else:
+                env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
             self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
-        self._send_envelope(env)
+        if env is not None:
+            self._send_envelope(env)
         return req
 
     def _pack_opaque(self, comm: Comm, obj: object, op: str | tuple[Any, ...],
@@ -731,12 +764,12 @@ class Engine:
         raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
 
     def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
-                  nonblocking: bool, meta: bytes = b"") -> Request[Any]:
+                  nonblocking: bool) -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         task = self._current
         if task is None or task.rank != comm._world_rank:
             raise self._outside(comm.rank, (op, buf, src, tag))
-        req = _RecvRequest(self, task, op, comm, src, tag, buf, meta, nonblocking)
+        req = _RecvRequest(self, task, op, comm, src, tag, buf, nonblocking)
         if nonblocking and self.strict:
             self._track(req)
         mq = comm._mq
@@ -806,6 +839,76 @@ class Engine:
             self._push(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
         return req
 
+    # ---- point-to-point: charging an instant's messages (Rule 4) ----
+
+    def _book(self) -> bool:
+        """Charge and send the messages of the instant that just ended; False when there are none.
+
+        The loop calls it once no event is left at ``now``. Eager messages and
+        RTS envelopes go first; the rendezvous transfers cleared to send at
+        ``now`` follow once those have settled (an RTS delivered here may be
+        matched at once). Each send port takes its messages in posting order
+        and each receive port in the order they reach it (``_charge``),
+        whatever order the instant's events ran in; then each source's
+        messages are delivered in posting order, so channels stay FIFO.
+        """
+        items = self._bookings
+        if items:
+            self._bookings = []
+            if len(items) == 1:  # the common case in chains of dependent steps: one message
+                fields = items[0]
+                fields.pop()  # the task's serial
+                if fields[0] != RTS:
+                    fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+                self._send_envelope(_new_tuple(Envelope, fields))
+                return True
+            self._charge(items, _by_source)
+            send = self._send_envelope
+            for fields in items:
+                fields.pop()  # the task's serial
+                send(_new_tuple(Envelope, fields))
+            return True
+        items = self._rdv_bookings
+        if not items:
+            return False
+        self._rdv_bookings = []
+        self._charge(items, _by_source_and_id)
+        send = self.transport.send
+        for fields in items:
+            fields.pop()
+            send(_new_tuple(Envelope, fields))
+        return True
+
+    def _charge(self, items: list[list[Any]], posting: Callable[[list[Any]], Any]) -> None:
+        """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
+
+        Send sides first, in posting order (``posting`` sorts by source and
+        task serial, then by message id; a stable sort keeps the order items
+        were added in), then receive sides by ``(wire, source, serial, message
+        id)``. One item, or one per receive port: one ``transfer`` each, which
+        equals the two halves bit for bit.
+        """
+        if len(items) == 1:
+            fields = items[0]
+            if fields[0] != RTS:
+                fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+            return
+        items.sort(key=posting)
+        if len({fields[3] for fields in items}) == len(items):  # one message per receive port
+            transfer = self.ports.transfer
+            for fields in items:
+                if fields[0] != RTS:
+                    fields[7] = transfer(fields[2], fields[3], fields[6], fields[7])[1]
+            return
+        send_side = self.ports.send_side
+        for fields in items:
+            if fields[0] != RTS:
+                fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
+        recv_side = self.ports.recv_side
+        for fields in sorted(items, key=_by_arrival):
+            if fields[0] != RTS:
+                fields[7] = recv_side(fields[2], fields[3], fields[6], fields[7])
+
     # ---- point-to-point: delivery ----
 
     def _deliver(self, env: Envelope) -> None:
@@ -866,7 +969,7 @@ class Engine:
         mq = comm._mq
         req = mq.take_posted(src, env.tag)
         if req is not None:
-            if env.kind == EAGER and not env.sync and env.meta == req.meta:  # _matched, inline
+            if env.kind == EAGER and not env.sync:  # _matched, inline
                 self._complete_recv(req, env, copy=False)
             else:
                 self._matched(req, env)
@@ -881,9 +984,7 @@ class Engine:
 
     def _matched(self, req: _RecvRequest, env: Envelope) -> None:
         """A receive met its message at ``now``: complete it, or start the rendezvous."""
-        if env.meta != req.meta:
-            req._finish(None, _mismatch(req, env))  # its rank fails; the run ends
-        elif env.kind == EAGER:
+        if env.kind == EAGER:
             self._complete_recv(req, env, copy=False)
             if env.sync:
                 self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
@@ -898,11 +999,15 @@ class Engine:
         req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
         nbytes = env.nbytes
         match_time = env.time
-        arrive = match_time if self._zero_latency else self.ports.transfer(
-            sender, receiver, nbytes, match_time)[1]
         # the send completes when its data has been copied out at the receiver (_data_arrived):
         # the DATA envelope references the sender's own arrays
         self._rdv_landing[(sender, env.msg_id)] = req
+        if self._book_later:  # charged with this instant's other transfers (Rule 4)
+            self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id, nbytes,
+                                       match_time, header, buffers, False, b"", _serial(req)])
+            return
+        arrive = match_time if self._zero_latency else self.ports.transfer(
+            sender, receiver, nbytes, match_time)[1]
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, arrive, header, buffers))
 
@@ -1077,15 +1182,12 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
                    members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
     """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
 
-    A collective mismatch among them is reported instead when there is one. A
-    collective that some members never entered gets a line naming who is inside,
-    who is not, and what those do instead (a member not blocked has finished).
+    A collective that some members never entered gets a line naming who is
+    inside, who is not, and what those do instead (a member not blocked has
+    finished); members whose calls differ never get here (``Comm._collective``).
     ``members(ctx)`` gives a communicator's world ranks; without it only the
     world's members can be named, other communicators' by their comm rank.
     """
-    mismatch = _collective_mismatch([entry[3] for entry in entries])
-    if mismatch is not None:
-        return mismatch
     blocked: dict[int, str] = {}
     edges: dict[int, list[int]] = {}
     lines = []
@@ -1157,54 +1259,6 @@ def _doing(rank: int, doing: dict[int, str]) -> str:
     return prefix + "is " + line[len(prefix):] if line.startswith(prefix) else line
 
 
-def _mismatch(req: _RecvRequest, env: Envelope) -> CollectiveMismatchError:
-    """Explain a collective message that met a receive of another collective call."""
-    mine_seq, mine, mine_algo, mine_sig = (req.meta.decode().split("\x00") + [""] * 4)[:4]
-    theirs_seq, theirs, theirs_algo, theirs_sig = (env.meta.decode().split("\x00") + [""] * 4)[:4]
-    group = req.comm._group
-    src = group.local_rank(env.src)
-    if (mine_seq, mine, mine_algo) == (theirs_seq, theirs, theirs_algo):
-        return CollectiveMismatchError(
-            req.comm.rank, mine, f"rank {src} passed {theirs_sig or 'an object'} but this rank "
-            f"passed {mine_sig or 'an object'}", "every rank must pass arrays of one shape and dtype")
-    if not theirs:
-        problem = f"collective #{mine_seq} on comm {group.name!r} received a point-to-point message from rank {src}"
-    elif (mine_seq, mine) == (theirs_seq, theirs):
-        problem = (f"rank {src} runs collective #{mine_seq} with algorithm {theirs_algo!r} but this "
-                   f"rank chose {mine_algo!r}")
-        return CollectiveMismatchError(
-            req.comm.rank, mine, problem,
-            "pass the same kind of payload (array or object) on every rank, or force algorithm=")
-    elif mine_seq == theirs_seq:
-        problem = (f"this is collective #{mine_seq} on comm {group.name!r}, but rank {src} "
-                   f"called {theirs}")
-    else:
-        problem = (f"this is collective #{mine_seq} on comm {group.name!r}, but rank {src} "
-                   f"is in collective #{theirs_seq}, {theirs}")
-    return CollectiveMismatchError(req.comm.rank, mine or req.op, problem,
-                                   "every rank must call collectives in the same order")
-
-
-def _collective_mismatch(blocked: list[Any]) -> CollectiveMismatchError | None:
-    """Among ranks stuck in collectives of one comm, find two that called different ones.
-
-    ``blocked`` holds the ``Task.collective`` of each blocked task (None outside collectives).
-    """
-    first: dict[int, Any] = {}
-    for collective in blocked:
-        if collective is None:
-            continue
-        ctx, name, seq, call, rank = collective[:5]
-        other = first.setdefault(ctx, collective)
-        oseq, ocall, orank = other[2:5]
-        if (oseq, ocall) != (seq, call):
-            where = f"called {ocall}" if oseq == seq else f"is in collective #{oseq}, {ocall}"
-            return CollectiveMismatchError(
-                rank, call, f"this is collective #{seq} on comm {name!r}, but rank "
-                f"{orank} {where}", "every rank must call collectives in the same order")
-    return None
-
-
 def _info(task: Task) -> CollectiveInfo | None:
     """The collective call a task is inside, as reports carry it (None outside collectives)."""
     return None if task.collective is None else task.collective.info
@@ -1212,6 +1266,19 @@ def _info(task: Task) -> CollectiveInfo | None:
 
 def _finish_request(req: Request[Any]) -> None:
     req._finish()
+
+
+# orders of booked messages (Engine._book): Envelope fields, then the posting task's serial,
+# [kind, ctx, src, dst, tag, msg_id, nbytes, time, header, buffers, sync, meta, serial]
+_by_source = operator.itemgetter(2, 12)
+_by_source_and_id = operator.itemgetter(2, 12, 5)
+_by_arrival = operator.itemgetter(7, 2, 12, 5)
+
+
+def _serial(req: Request[Any]) -> int:
+    """The serial of the task that posted a send (``Task.serial``)."""
+    task = req._task
+    return 0 if task is None else task.serial
 
 
 def _close_task_coro(coro: Any) -> None:

@@ -57,7 +57,13 @@ class BufferHazardError(SimclusterError):
 
 
 class CollectiveMismatchError(SimclusterError):
-    """Ranks called collectives in a different order, or with other roots or ops."""
+    """Ranks called collectives in a different order, or with other roots, ops, arrays or algorithms.
+
+    Raised at the call, on the member whose call differs from that of the
+    first member that entered the same collective (``comm.Comm._collective``);
+    across processes, at the end of the synchronisation round in which both
+    entered it.
+    """
 
 
 class RunTimeoutError(SimclusterError):

@@ -4,17 +4,22 @@ Design. A model is an immutable, reusable *description* (``AlphaBeta(alpha=1e-6,
 beta=1e-10)``) that can be shared by many runs. ``model.bind(world_size, rng)``
 makes the per-run state, a :class:`Ports` object holding one send timer and
 one receive timer per world rank (plain Python lists, indexed by world rank)
-and the run's seeded RNG. The engine calls ``ports.transfer(src, dst, nbytes,
-now)`` exactly once per message, in the order messages are posted, and gets
-back ``(depart, arrive)``: when the sender's port is free of the message
+and the run's seeded RNG. The engine charges every message exactly once and
+gets back ``(depart, arrive)``: when the sender's port is free of the message
 (an isend can complete) and when the receiver has it (a matching receive can
-complete).
+complete). It charges the messages of one virtual instant together, once the
+instant's events have run, in a canonical order: each send port takes its
+messages in posting order, each receive port in the order they reach it
+(``wire`` time, then source rank, then posting order); so the answers never
+depend on the order in which the run's seed processes simultaneous events.
 
 Rule 1: no clock here. Models never read or advance virtual time; they only
 turn the time they are handed into later times, and keep port timers.
 Rule 2: deterministic. Given the same model, seed and sequence of
 ``transfer`` calls, the answers are the same, bit for bit; the only
-randomness is the ``rng`` passed to ``bind`` (which the run seeds).
+randomness is the ``rng`` passed to ``bind`` (which the run seeds), and
+built-in models draw from it only there (``Jitter`` hashes its noise per
+message), so a model's answers do not depend on how calls interleave.
 Rule 3: lean hot path. ``transfer`` runs on every message, so it does a few
 float operations on lists and nothing else: it checks no arguments (the
 engine has already validated ranks) and allocates only its result tuple.
@@ -74,11 +79,18 @@ class Ports(ABC):
     zero: bool = False
     """True only when ``transfer`` always returns ``(t, t)``, so the engine may skip calls."""
 
+    ordered: bool = True
+    """True when an answer may depend on earlier calls (port timers): the engine then
+    charges the messages of each virtual instant together, in a canonical order, once
+    the instant's events have run. False (``Constant``) lets it charge each message as
+    it is posted; leave it True for any model with state."""
+
     @abstractmethod
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         """Charge one n-byte message posted by world rank ``src`` to ``dst`` at virtual time ``t``.
 
-        Called once per message, in posting order; updates the port timers.
+        Called once per message, in a canonical order (see the module
+        docstring); updates the port timers.
         ``src`` and ``dst`` must be in ``range(world_size)`` (not checked).
 
         Args:
@@ -115,7 +127,8 @@ class Ports(ABC):
         """Charge the receiver's half of a message that left at ``wire``; return its arrival.
 
         Called in the receiver's process, once per message, in the order
-        messages reach ``dst``; the default returns ``wire`` unchanged.
+        messages reach ``dst`` (by ``wire``, then source rank, then posting
+        order among those of one instant); the default returns ``wire`` unchanged.
         """
         return wire
 
@@ -249,6 +262,7 @@ class _BoundPorts(Ports):
 class _ZeroPorts(_BoundPorts):
     __slots__ = ()
     zero = True
+    ordered = False
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         return t, t
@@ -269,6 +283,7 @@ class Zero(_Model):
 
 class _ConstantPorts(_BoundPorts):
     __slots__ = ("_seconds",)
+    ordered = False  # no port state: each message is charged as it is posted
 
     def __init__(self, model: Constant, world_size: int) -> None:
         super().__init__(model, world_size)
@@ -505,13 +520,14 @@ class LogGP(_Model):
 
 
 class _HierarchicalPorts(_BoundPorts):
-    __slots__ = ("zero", "_ranks_per_node", "_intra", "_inter", "intra", "inter")
+    __slots__ = ("zero", "ordered", "_ranks_per_node", "_intra", "_inter", "intra", "inter")
 
     def __init__(self, model: Hierarchical, world_size: int, rng: random.Random) -> None:
         super().__init__(model, world_size)
         self.intra = model.intra.bind(world_size, rng)
         self.inter = model.inter.bind(world_size, rng)
         self.zero = self.intra.zero and self.inter.zero
+        self.ordered = bool(getattr(self.intra, "ordered", True) or getattr(self.inter, "ordered", True))
         self._ranks_per_node = model.ranks_per_node
         self._intra = self.intra.transfer
         self._inter = self.inter.transfer
@@ -588,37 +604,72 @@ class Hierarchical(_Model):
         return self.intra.free_reductions
 
 
+_M64: Final = (1 << 64) - 1
+_GOLDEN: Final = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    """splitmix64's finalizer: a 64-bit integer to a well-mixed 64-bit integer."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _unit(key: int, src: int, dst: int, seq: int) -> float:
+    """Return a number uniform in [0, 1) that is a pure function of its arguments."""
+    z = _mix((key ^ ((src << 32) ^ dst)) & _M64)
+    z = _mix((z + (seq + 1) * _GOLDEN) & _M64)
+    return (z >> 11) * 1.1102230246251565e-16  # 53 bits, times 2**-53
+
+
 class _JitterPorts(_BoundPorts):
-    __slots__ = ("zero", "inner", "_transfer", "_rel", "_random")
+    __slots__ = ("zero", "inner", "_send_side", "_recv_side", "_rel", "_key", "_sent")
 
     def __init__(self, model: Jitter, world_size: int, rng: random.Random) -> None:
         super().__init__(model, world_size)
+        self._key = rng.getrandbits(64)  # the seed's share of every message's noise
         self.inner = model.model.bind(world_size, rng)
         self.zero = self.inner.zero
-        self._transfer = self.inner.transfer
+        self._send_side = self.inner.send_side
+        self._recv_side = self.inner.recv_side
         self._rel = model.rel
-        self._random: Callable[[], float] = rng.random
+        self._sent = [0] * world_size  # messages each rank has sent: their sequence numbers
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        depart, arrive = self._transfer(src, dst, nbytes, t)
-        # u = 2*random() - 1 is uniform in [-1, 1); one draw per message, always.
-        arrive = t + (arrive - t) * (1.0 + self._rel * (2.0 * self._random() - 1.0))
-        if arrive < t:
-            arrive = t
-        return depart, arrive
+        depart, wire = self.send_side(src, dst, nbytes, t)
+        return depart, self._recv_side(src, dst, nbytes, wire)
+
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        depart, wire = self._send_side(src, dst, nbytes, t)
+        seq = self._sent[src]
+        self._sent[src] = seq + 1
+        # u = 2*unit - 1 is uniform in [-1, 1): a pure function of (seed, src, dst, seq)
+        wire = t + (wire - t) * (1.0 + self._rel * (2.0 * _unit(self._key, src, dst, seq) - 1.0))
+        if wire < t:
+            wire = t
+        return depart, wire
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        return self._recv_side(src, dst, nbytes, wire)
 
 
 class Jitter(_Model):
     """Multiplicative noise on another model's delivery delay, drawn from the run's seed.
 
-    For each message, ``(depart, arrive)`` come from ``model``; then::
+    For the message number ``k`` that rank ``s`` sends (counted from 0 in the
+    order its send port takes them), posted to ``d`` at time ``t``::
 
-        u      = uniform in [-1, 1)               # one draw from the run's rng
-        arrive = max(t, t + (arrive - t) * (1 + rel*u))
+        depart, wire = model's send side            # wire: when it reaches d's port
+        u      = uniform in [-1, 1)                 # a hash of (seed, s, d, k)
+        wire   = max(t, t + (wire - t) * (1 + rel*u))
+        arrive = model's receive side from wire     # d's port contention, if any
 
-    ``depart`` and the inner model's port timers are left as they were, so
-    noise never accumulates through port state. The same seed gives the same
-    noise. Reductions cost what ``model`` says, without noise.
+    The noise is a pure function of the seed and the message, so it is the
+    same on every transport and whatever order simultaneous events run in;
+    the receive port takes messages in the order their noisy ``wire`` times
+    reach it, so noise can reorder messages posted at one instant. ``depart``
+    and the send port are left as they were. Reductions cost what ``model``
+    says, without noise.
 
     Args:
         model: the model to perturb.
@@ -639,7 +690,7 @@ class Jitter(_Model):
         self._set("rel", _number("Jitter", "rel", rel, "a fraction, e.g. rel=0.1 for ±10%"))
 
     def bind(self, world_size: int, rng: random.Random) -> Ports:
-        """Bind ``model`` with the same ``rng``, and draw the noise from ``rng`` too."""
+        """Draw the noise's key from ``rng``, then bind ``model`` with the same ``rng``."""
         return _JitterPorts(self, _check_world_size(self, world_size), rng)
 
     def reduce_time(self, nbytes: int) -> float:

@@ -101,8 +101,9 @@ class Envelope(NamedTuple):
             control envelopes).
         buffers: raw array buffers that belong to the header, in order.
         sync: the sender wants an ACK when the message is matched (ssend).
-        meta: opaque bytes of the layer above, compared when a message is
-            matched (collectives carry the call's signature here).
+        meta: opaque bytes of the layer above, carried as they are; simcluster
+            sends ``b""`` (collectives are verified at the call, not per
+            message), a third-party layer may use it.
     """
 
     kind: int

@@ -10,6 +10,7 @@ body as a helper task and return a ``Request`` at once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,9 +36,69 @@ def _nbytes(obj: object) -> int:
     return arrays.nbytes(obj) if arrays.is_array(obj) else 0
 
 
-def _signature(same: object) -> str:
+def _payload(same: object) -> str:
     """Describe a payload every rank must pass with one shape and dtype ("" for non-arrays)."""
     return describe(same) if _is_array(same) else ""
+
+
+def _payloads(items: Sequence[Any]) -> str:
+    """Describe a list whose items every rank must pass alike ("" when none is an array)."""
+    described = [describe(o) if _is_array(o) else "object" for o in items]
+    return f"[{', '.join(described)}]" if any(d != "object" for d in described) else ""
+
+
+def _op_key(rop: ReduceOp) -> str:
+    """What every rank's op must agree on beyond its name: a user op's definition ("" for built-ins).
+
+    Ops made on each rank from one function (``ReduceOp.custom(f)``, a lambda
+    at one place in the source, ``MPI.Op.Create(f)``) agree, in any process:
+    functions are compared by name and place of definition, not identity.
+    """
+    fn = rop._fn
+    if fn is None:
+        return ""
+    text = _definition(fn, 0)
+    if not rop.commutative:
+        text += ", not commutative"
+    if rop.elementwise:
+        text += ", elementwise"
+    return text
+
+
+def _definition(fn: Any, depth: int) -> str:
+    """``name defined at file.py:12``, with the definitions of the functions a closure holds."""
+    func = getattr(fn, "__func__", None)
+    if func is not None:  # a bound method: its function and what the object holds
+        owner = getattr(fn, "__self__", None)
+        return f"{_definition(func, depth)} of {_held(owner, depth + 1)}"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a builtin, a ufunc, a callable object
+        return f"{getattr(fn, '__module__', None) or type(fn).__module__}.{name}"
+    text = f"{name} defined at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+    cells = getattr(fn, "__closure__", None)
+    if cells and depth < 3:
+        inner = []
+        for cell in cells:
+            try:
+                held = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(held) and not isinstance(held, type):
+                inner.append(_definition(held, depth + 1))
+        if inner:
+            text += f" ({', '.join(inner)})"
+    return text
+
+
+def _held(owner: object, depth: int) -> str:
+    """The functions an object holds (a bound method's ``__self__``), as ``_definition`` names them."""
+    names = [n for cls in type(owner).__mro__ for n in getattr(cls, "__slots__", ())
+             if not n.startswith("__")]
+    values = [getattr(owner, n, None) for n in names] + list(getattr(owner, "__dict__", {}).values())
+    inner = [_definition(v, depth) for v in values
+             if callable(v) and not isinstance(v, type) and depth < 3]
+    return f"{type(owner).__qualname__}({', '.join(inner)})"
 
 
 def _is_array(obj: object) -> bool:
@@ -84,6 +145,12 @@ class CollectiveMethods:
 
     def _choose(self: Comm, name: str, algorithm: str | None, nbytes: int,
                 commutative: bool = True, arrays: bool = True) -> str:
+        """Return the algorithm: ``algorithm=``, then ``run(algorithms=...)``, then the default.
+
+        The default may look only at what every member agrees on (the world
+        size, the op, and the payload that ``_collective`` compares), so that
+        members never choose differently.
+        """
         if algorithm is None:
             algorithm = self._engine.algorithms.get(name)
         if algorithm is None:
@@ -123,14 +190,17 @@ class CollectiveMethods:
             return _twin(name, algo)
         return _algorithms(name)[algo]
 
+    def _forced(self: Comm, name: str, algorithm: str | None) -> bool:
+        """Whether the algorithm was asked for (on the call or the run) rather than the default."""
+        return algorithm is not None or name in self._engine.algorithms
+
     def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
-            nonblocking: bool, same: object = None) -> Any:
-        # same: a payload every rank must pass with one shape and dtype (reductions); its
-        # description (_signature) travels with each message so a difference is named
-        signature = _signature(same)
+            nonblocking: bool, payload: str | None = None, op: str = "", forced: bool = False) -> Any:
+        # payload: what every rank must pass alike (None: nothing compared); op: a user op's
+        # definition. Both are compared with the first member's at the call (Comm._collective).
         if nonblocking:
-            return self._start_collective(call, body, algorithm, signature)
-        return self._run_collective(call, body, algorithm, signature)
+            return self._start_collective(call, body, algorithm, payload, op, forced)
+        return self._run_collective(call, body, algorithm, payload, op, forced)
 
     # ---- barrier ----
 
@@ -138,7 +208,7 @@ class CollectiveMethods:
         call = "barrier()"
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
-        return self._go(call, algo, fn, nonblocking)
+        return self._go(call, algo, fn, nonblocking, forced=self._forced("barrier", algorithm))
 
     async def barrier(self: Comm, *, algorithm: str | None = None) -> None:
         """Wait until every member has called barrier.
@@ -148,7 +218,8 @@ class CollectiveMethods:
         """
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
-        ctx, outer, start = self._enter_collective("barrier()", algo)  # _run_collective, inline
+        ctx, outer, start = self._enter_collective(  # _run_collective, inline
+            "barrier()", algo, None, "", algorithm is not None or "barrier" in self._engine.algorithms)
         try:
             await fn(ctx)
         finally:
@@ -166,13 +237,17 @@ class CollectiveMethods:
     def _broadcast(self: Comm, obj: Any, src: int, algorithm: str | None, nonblocking: bool) -> Any:
         call = f"broadcast(src={src})"
         self._root(call, "src", src)
-        algo = self._choose("broadcast", algorithm, _nbytes(obj), arrays=_is_array(obj))
+        # every member passes an array of one shape and dtype (compared, so the size-based
+        # default agrees), or a placeholder (None, an object) that compares with anything
+        array = _is_array(obj)
+        algo = self._choose("broadcast", algorithm, _nbytes(obj), arrays=array)
         fn = self._algorithm("broadcast", algo)
 
         async def body(c: CollContext) -> Any:
             value = await fn(c, obj, src)
             return obj if c.rank == src else _in_place(obj, value)
-        return self._go(call, algo, body, nonblocking)
+        return self._go(call, algo, body, nonblocking, describe(obj) if array else None,
+                        forced=self._forced("broadcast", algorithm))
 
     async def broadcast(self: Comm, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Any:
         """Return ``src``'s ``obj`` on every rank; an array is filled in place and returned.
@@ -201,7 +276,7 @@ class CollectiveMethods:
         async def body(c: CollContext) -> Any:
             mine = await fn(c, objs if c.rank == src else None, src)
             return _in_place(buf, mine) if buf is not None else mine
-        return self._go(call, algo, body, nonblocking)
+        return self._go(call, algo, body, nonblocking, forced=self._forced("scatter", algorithm))
 
     async def scatter(self: Comm, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
                       algorithm: str | None = None) -> Any:
@@ -222,7 +297,8 @@ class CollectiveMethods:
         self._root(call, "dst", dst)
         algo = self._choose("gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
         fn = self._algorithm("gather", algo)
-        return self._go(call, algo, lambda c: fn(c, obj, dst), nonblocking)
+        return self._go(call, algo, lambda c: fn(c, obj, dst), nonblocking,
+                        forced=self._forced("gather", algorithm))
 
     async def gather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> list[Any] | None:
         """Return the list of every rank's ``obj`` on ``dst`` and ``None`` elsewhere."""
@@ -248,7 +324,8 @@ class CollectiveMethods:
         async def body(c: CollContext) -> Any:
             value = await fn(c, obj, rop, dst)
             return _in_place(obj, value) if c.rank == dst else None
-        return self._go(call, algo, body, nonblocking, same=obj)
+        return self._go(call, algo, body, nonblocking, _payload(obj), _op_key(rop),
+                        self._forced("reduce", algorithm))
 
     async def reduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
                      algorithm: str | None = None) -> Any:
@@ -278,7 +355,8 @@ class CollectiveMethods:
 
         async def body(c: CollContext) -> Any:
             return _in_place(obj, await fn(c, obj, rop))
-        return self._go(call, algo, body, nonblocking, same=obj)
+        return self._go(call, algo, body, nonblocking, _payload(obj), _op_key(rop),
+                        self._forced("all_reduce", algorithm))
 
     async def all_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Reduce every rank's ``obj`` with ``op`` (default SUM) and return it everywhere.
@@ -287,7 +365,9 @@ class CollectiveMethods:
         With the ring algorithm under AlphaBeta it costs ``2(p-1)(alpha + n/p*beta)``.
         """
         call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
-        ctx, outer, start = self._enter_collective(call, algo, _signature(obj))  # _run_collective, inline
+        ctx, outer, start = self._enter_collective(  # _run_collective, inline
+            call, algo, describe(obj) if _is_array(obj) else "", "" if rop._fn is None else _op_key(rop),
+            algorithm is not None or "all_reduce" in self._engine.algorithms)
         try:
             result = await fn(ctx, obj, rop)
         finally:
@@ -312,7 +392,8 @@ class CollectiveMethods:
         algo = self._choose("reduce_scatter", algorithm, nbytes, rop.commutative,
                             all(_is_array(o) for o in objs))
         fn = self._algorithm("reduce_scatter", algo)
-        return self._go(call, algo, lambda c: fn(c, list(objs), rop), nonblocking)
+        return self._go(call, algo, lambda c: fn(c, list(objs), rop), nonblocking, _payloads(objs),
+                        _op_key(rop), self._forced("reduce_scatter", algorithm))
 
     async def reduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
                              algorithm: str | None = None) -> Any:
@@ -332,7 +413,8 @@ class CollectiveMethods:
         rop.check(obj, self.rank, call)
         algo = self._choose(name, algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
         fn = self._algorithm(name, algo)
-        return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking, same=obj)
+        return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking, _payload(obj), _op_key(rop),
+                        self._forced(name, algorithm))
 
     async def scan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Return the inclusive prefix reduction ``obj_0 op ... op obj_rank`` (a new value)."""
@@ -358,7 +440,8 @@ class CollectiveMethods:
         call = "all_gather()"
         algo = self._choose("all_gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
         fn = self._algorithm("all_gather", algo)
-        return self._go(call, algo, lambda c: fn(c, obj), nonblocking)
+        return self._go(call, algo, lambda c: fn(c, obj), nonblocking,
+                        forced=self._forced("all_gather", algorithm))
 
     async def all_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> list[Any]:
         """Return the list of every rank's ``obj`` on every rank (shapes may differ per rank)."""
@@ -376,7 +459,8 @@ class CollectiveMethods:
         algo = self._choose("all_to_all", algorithm, sum(_nbytes(o) for o in objs),
                             arrays=all(_is_array(o) for o in objs))
         fn = self._algorithm("all_to_all", algo)
-        return self._go(call, algo, lambda c: fn(c, list(objs)), nonblocking)
+        return self._go(call, algo, lambda c: fn(c, list(objs)), nonblocking,
+                        forced=self._forced("all_to_all", algorithm))
 
     async def all_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
         """Return a list whose element ``i`` is rank ``i``'s ``objs[rank]``."""

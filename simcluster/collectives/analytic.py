@@ -20,8 +20,10 @@ a rank's own item is ``fresh``, as in the algorithms.
 Rule 2: one meeting holds one list of contributions, never per-rank dicts,
 and arrays are reduced as one stacked numpy array (``log2 p`` ufunc calls for
 a tree), so a million ranks stay cheap.
-Rule 3: nothing raised while resolving escapes into the engine: a mismatch or
-an op that fails becomes each member's error, raised where it awaits.
+Rule 3: nothing raised while resolving escapes into the engine: an op that
+fails becomes each member's error, raised where it awaits. Members that
+called different things never meet: ``Comm._collective`` stopped the one that
+differs at its call, as at message level.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .. import arrays
-from ..errors import CollectiveMismatchError
 from . import _cost
 from ._chunks import fresh, split_bounds
 from ._reduction import flatten, nbytes_of
@@ -141,9 +142,6 @@ def _resolve(calls: list[_Call], times: list[float]) -> tuple[list[Any], float]:
     """Return every member's result and the time they all complete (never raises)."""
     start = max(times)
     try:
-        failed = _mismatch(calls)
-        if failed is not None:
-            return failed, start
         name, c = calls[0].name, calls[0].c
         algorithm = c.algorithm
         args = [call.args for call in calls]
@@ -152,36 +150,6 @@ def _resolve(calls: list[_Call], times: list[float]) -> tuple[list[Any], float]:
     except Exception as exc:  # an op that fails on these payloads: every member's error
         return [_Failed(exc)] * len(calls), start
     return results, done
-
-
-def _mismatch(calls: list[_Call]) -> list[Any] | None:
-    """Return each member's CollectiveMismatchError when members called different things, else None.
-
-    A member is told about rank 0's call, or rank 0 and those who agree with
-    it about the first rank that called something else: the message
-    ``_mismatch`` in the engine gives at message level.
-    """
-    first = calls[0].c
-    call0, algo0 = first.call, first.algorithm
-    odd = next((q for q, member in enumerate(calls)
-                if member.c.call != call0 or member.c.algorithm != algo0), None)
-    if odd is None:
-        return None
-    errors: list[Any] = []
-    for rank, member in enumerate(calls):
-        mine = member.c
-        other = calls[0 if (mine.call, mine.algorithm) != (call0, algo0) else odd].c
-        if mine.call == other.call:
-            error = CollectiveMismatchError(
-                rank, mine.call, f"rank {other.rank} runs collective #{mine.seq} with algorithm "
-                f"{other.algorithm!r} but this rank chose {mine.algorithm!r}",
-                "pass the same kind of payload (array or object) on every rank, or force algorithm=")
-        else:
-            error = CollectiveMismatchError(
-                rank, mine.call, f"this is collective #{mine.seq} on comm {mine.info[1]!r}, but rank "
-                f"{other.rank} called {other.call}", "every rank must call collectives in the same order")
-        errors.append(_Failed(error))
-    return errors
 
 
 class _Deliver:

@@ -322,13 +322,31 @@ def test_jitter_differs_for_another_seed() -> None:
     assert jittered_times(model, seed=7) != jittered_times(model, seed=8)
 
 
-def test_jitter_scales_the_delay_by_one_plus_rel_u_from_the_run_rng() -> None:
-    rng = random.Random(3)
+def test_jitter_scales_the_delay_by_one_plus_rel_u_hashed_from_the_seed_and_the_message() -> None:
+    key = random.Random(3).getrandbits(64)  # the one draw Jitter makes from the run's rng
     ports = Jitter(Constant(2.0), rel=0.25).bind(4, random.Random(3))
-    for t in (0.0, 1.0, 2.5):
+    for seq, t in enumerate((0.0, 1.0, 2.5)):
         depart, arrive = ports.transfer(0, 1, 8, t)
-        u = 2.0 * rng.random() - 1.0
+        u = 2.0 * latency._unit(key, 0, 1, seq) - 1.0  # (seed, src, dst, the sender's seq)
         assert (depart, arrive) == (t, t + 2.0 * (1.0 + 0.25 * u))
+
+
+def test_jitter_noise_is_a_function_of_the_message_not_of_the_order_of_calls() -> None:
+    model = Jitter(Constant(1.0), rel=0.5)
+    a, b = model.bind(4, random.Random(9)), model.bind(4, random.Random(9))
+    first = [a.transfer(0, 1, 8, 0.0), a.transfer(2, 3, 8, 0.0), a.transfer(0, 1, 8, 0.0)]
+    second = [b.transfer(2, 3, 8, 0.0), b.transfer(0, 1, 8, 0.0), b.transfer(0, 1, 8, 0.0)]
+    assert (first[0], first[1], first[2]) == (second[1], second[0], second[2])
+    assert first[0] != first[2]  # the sender's next message draws other noise
+
+
+def test_jitter_splits_like_its_model_and_both_halves_equal_transfer() -> None:
+    model = Jitter(AlphaBeta(alpha=1e-6, beta=1e-9), rel=0.3)
+    whole, split = bind(model, seed=5), bind(model, seed=5)
+    for i in range(40):
+        src, dst, n, t = i % 3, 3, 100 * (i % 5), (i // 4) * 1e-6
+        depart, wire = split.send_side(src, dst, n, t)
+        assert whole.transfer(src, dst, n, t) == (depart, split.recv_side(src, dst, n, wire))
 
 
 def test_jitter_stays_within_rel_band_and_leaves_depart_alone() -> None:
