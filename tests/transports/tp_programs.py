@@ -1,9 +1,8 @@
 """Programs that do not race on ANY_SOURCE: memory, shm and tcp must agree on them exactly.
 
-Their values never depend on timing; their times do not either, except where
-several messages reach one rank at the same virtual time under a port model
-(then even the memory transport's times depend on the seed, see
-``test_equal_to_memory``). Module-level functions: hosting processes import
+Their values never depend on timing, and their times depend only on the
+program, the model and the world size (ports book simultaneous messages in a
+canonical order). Module-level functions: hosting processes import
 them by name.
 """
 
