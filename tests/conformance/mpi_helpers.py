@@ -78,3 +78,14 @@ def marked(module_file: str, marker: str) -> int:
         if line.rstrip().endswith(f"# <- {marker}"):
             return number
     raise AssertionError(f"no line marked {marker!r}")
+
+
+def mpi_errors(calls: list[Any]) -> list[tuple[int, str, bool]]:
+    """Call each; return (error class, message, is a ValueError) of the MPI.Exception each raises."""
+    got = []
+    for call in calls:
+        try:
+            call()
+        except MPI.Exception as exc:
+            got.append((exc.Get_error_class(), str(exc), isinstance(exc, ValueError)))
+    return got

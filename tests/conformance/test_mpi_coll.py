@@ -23,7 +23,7 @@ import pytest
 import simcluster as sc
 from simcluster import MPI
 from simcluster.collectives import all_reduce
-from mpi_helpers import ALPHA, BETA, DTYPES, WORLD_SIZES, kw, sentinel, values
+from mpi_helpers import ALPHA, BETA, DTYPES, WORLD_SIZES, kw, mpi_errors, sentinel, values
 
 # ---- lowercase: Python objects ----
 
@@ -725,13 +725,7 @@ def bad_roots(comm: MPI.Intracomm) -> Any:
         lambda: comm.bcast("x", root=size),
         lambda: comm.scatter(None, root=-3),
     ]
-    got = []
-    for call in calls:
-        try:
-            call()
-        except MPI.Exception as exc:
-            got.append((exc.Get_error_class(), str(exc), isinstance(exc, ValueError)))
-    return got
+    return mpi_errors(calls)
 
 
 def test_root_out_of_range_is_err_root(transport: str) -> None:

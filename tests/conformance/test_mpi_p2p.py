@@ -21,7 +21,7 @@ import pytest
 
 import simcluster as sc
 from simcluster import MPI
-from mpi_helpers import ALPHA, BETA, DTYPES, WORLD_SIZES, kw, marked, rank_error, sentinel, values
+from mpi_helpers import ALPHA, BETA, DTYPES, WORLD_SIZES, kw, mpi_errors, marked, rank_error, sentinel, values
 
 
 @dataclass(frozen=True)
@@ -705,13 +705,7 @@ def bad_arguments(comm: MPI.Intracomm) -> Any:
         lambda: comm.recv(source=0, tag=-5),
         lambda: comm.Probe(source=size),
     ]
-    got = []
-    for call in calls:
-        try:
-            call()
-        except MPI.Exception as exc:
-            got.append((exc.Get_error_class(), str(exc), isinstance(exc, ValueError)))
-    return got
+    return mpi_errors(calls)
 
 
 def test_bad_ranks_and_tags_are_err_rank_and_err_tag(transport: str) -> None:
