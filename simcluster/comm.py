@@ -386,7 +386,11 @@ class Comm(CollectiveMethods):
         new communicator identically on every member, in any process.
         """
         self._created += 1
-        key = f"{self._ctx}/{self._created}/{how}"
+        name = how if self._group.name == "world" else f"{self._group.name}.{how}"
+        return self._member_of(f"{self._ctx}/{self._created}/{how}", world_ranks, name)
+
+    def _member_of(self, key: str, world_ranks: list[int], name: str) -> Comm:
+        """Return this rank's Comm on the communicator ``key`` names, made on first use."""
         engine = self._engine
         ctx = 2 * (zlib.crc32(key.encode()) + 1)
         while ctx in engine.groups and engine.groups[ctx].key != key:
@@ -394,8 +398,7 @@ class Comm(CollectiveMethods):
         group = engine.groups.get(ctx)
         if group is None:
             tasks = [engine.groups[0].tasks[w] for w in world_ranks]
-            name = how if self._group.name == "world" else f"{self._group.name}.{how}"
-            group = Group(engine, ctx, world_ranks, name, tasks)
+            group = Group(engine, ctx, list(world_ranks), name, tasks)
             group.key = key
         return group.member(world_ranks.index(self._world_rank))
 
@@ -415,17 +418,7 @@ class Comm(CollectiveMethods):
             raise ValueError(f"rank {self.rank}: named({key!r}, world_ranks={world_ranks!r}): this "
                              f"rank (world rank {self._world_rank}) is not a member; pass ranks "
                              "that include it")
-        full = f"{self._ctx}/named/{key}"
-        engine = self._engine
-        ctx = 2 * (zlib.crc32(full.encode()) + 1)
-        while ctx in engine.groups and engine.groups[ctx].key != full:
-            ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
-        group = engine.groups.get(ctx)
-        if group is None:
-            tasks = [engine.groups[0].tasks[w] for w in world_ranks]
-            group = Group(engine, ctx, list(world_ranks), key, tasks)
-            group.key = full
-        return group.member(world_ranks.index(self._world_rank))
+        return self._member_of(f"{self._ctx}/named/{key}", world_ranks, key)
 
     async def split(self, color: int | None, key: int = 0) -> Comm | None:
         """Split this communicator by ``color``; order each part by ``(key, rank)``.

@@ -340,20 +340,32 @@ class Engine:
                 fn(arg)
                 budget -= 1
                 continue
-            if self._due:
-                due, self._due = self._due, []
-            else:
-                if (self._bookings or self._rdv_bookings) and not self._foreign and self._book() \
-                        and (self._due or self._bookings or self._rdv_bookings):
-                    continue  # the instant's messages were charged (Rule 4) and made more to do
-                times = self._times
-                if not times or times[0] > limit or self._foreign:
-                    break
-                t = heapq.heappop(times)
-                self.now = t
-                due = self._later.pop(t)
+            due = self._next_due(limit)
+            if due is None:
+                break
             self._ready = ready = self._order(due)
         return budget
+
+    def _next_due(self, limit: float) -> list[tuple[Callable[[Any], None], Any]] | None:
+        """Return the next batch of due events, moving time; None when nothing runs before ``limit``.
+
+        None also while a rank waits on asyncio, or once the run failed.
+        """
+        while True:
+            if self._due:
+                due, self._due = self._due, []
+                return due
+            if (self._bookings or self._rdv_bookings) and not self._foreign and self._book() \
+                    and (self._due or self._bookings or self._rdv_bookings):
+                if self._failure is not None:
+                    return None
+                continue  # the instant's messages were charged (Rule 4) and made more to do
+            times = self._times
+            if not times or times[0] > limit or self._foreign:
+                return None
+            t = heapq.heappop(times)
+            self.now = t
+            return self._later.pop(t)
 
     def _run_loop_chosen(self, limit: float, budget: int) -> int:
         """``_run_loop`` under a chooser: it picks each event of a batch in turn (``_schedule``).
@@ -374,18 +386,9 @@ class Engine:
                 chooser.ran(touched)
                 budget -= 1
                 continue
-            if self._due:
-                due, self._due = self._due, []
-            else:
-                if (self._bookings or self._rdv_bookings) and not self._foreign and self._book() \
-                        and (self._due or self._bookings or self._rdv_bookings):
-                    continue  # the instant's messages were charged (Rule 4) and made more to do
-                times = self._times
-                if not times or times[0] > limit or self._foreign:
-                    break
-                t = heapq.heappop(times)
-                self.now = t
-                due = self._later.pop(t)
+            due = self._next_due(limit)
+            if due is None:
+                break
             self._ready = ready = _one_each(due)
             chooser.batch(len(ready))
         return budget
