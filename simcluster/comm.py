@@ -62,7 +62,7 @@ class Group:
         # entered here, forced, member whose payload the signature holds], kept until every
         # member hosted here has entered that call
         self.entered: dict[int, list[Any]] = {}
-        hosted: tuple[int, int, int] | None = getattr(engine, "hosted", None)  # _hosting.HostedEngine
+        hosted: tuple[int, int, int] | None = getattr(engine, "hosted", None)  # _hosted_engine.HostedEngine
         self.here = len(world_ranks)  # members hosted in this process
         self.procs: list[int] | None = None  # several processes: those hosting members (None: all)
         if hosted is not None:
