@@ -27,6 +27,7 @@ formatted string; text is made only for the error.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -71,7 +72,7 @@ def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
     pairs (an empty name shows the text alone); None shows those the coroutine
     itself was called with.
     """
-    task = engine._current
+    task = engine.current
     if task is None:  # outside any rank: the call fails when awaited (Engine._outside)
         return
     frame: FrameType | None = sys._getframe(depth)
@@ -103,7 +104,7 @@ def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callab
             ours = _ours(code)
         if not ours:
             engine = self._engine
-            task = engine._current
+            task = engine.current
             if task is not None:
                 engine._calls.append((coro, task, frame, frame.f_lasti, name, None))
         return coro
@@ -123,7 +124,7 @@ def check(engine: Engine) -> None:
     kept: list[Note] = []
     for call in calls:
         coro = call[0]
-        if coro.cr_frame is None or coro.cr_suspended or coro.cr_running:
+        if inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
             continue  # awaited: done, waiting at an await, or running
         task = call[1]
         if engine._failure is not None:  # the run is stopping: only tidy up
@@ -199,10 +200,10 @@ def show(name: str, value: object) -> str:
 def _call_text(call: Note) -> str:
     coro, name, args = call[0], call[4], call[5]
     if name == "Request.wait":  # the request is the coroutine's self
-        local = coro.cr_frame.f_locals if coro.cr_frame is not None else {}
+        local = inspect.getcoroutinelocals(coro)
         return f"{getattr(local.get('self'), 'op', 'request')}.wait()"
     if args is None:
-        local = coro.cr_frame.f_locals if coro.cr_frame is not None else {}
+        local = inspect.getcoroutinelocals(coro)
         args = tuple((key, show(key, local[key])) for key in _SHOWN.get(name, ())
                      if key in local and not (key == "buf" and local[key] is None))
     return f"{name}({', '.join(f'{key}={text}' if key else text for key, text in args)})"

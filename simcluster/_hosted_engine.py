@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope
+from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, make_envelope
 from simcluster.transports.tcp import TcpTransport
 
-from . import _remote
+from . import _control, _remote
 from .comm import take_first
-from .engine import BLOCKED as _PARKED
-from .engine import (Engine, Task, _by_source, _by_source_and_id, _finish_request, _info, _new_tuple,
-                     _serial)
+from ._diagnostics import _info
+from ._kernel import BLOCKED as _PARKED
+from ._kernel import Task, _finish_request
+from ._protocol import _by_source, _by_source_and_id, _serial
+from .engine import Engine
 from .latency import Ports
 from .request import Request
 from .trace import Trace
@@ -179,7 +181,7 @@ class HostedEngine(Engine):
             if fields[0] != RTS:
                 fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
             fields.pop()  # the task's serial
-            env = _new_tuple(Envelope, fields)
+            env = make_envelope(fields)
             if lo <= fields[3] < hi:
                 self._landing.append((now, phase, env))
             else:
@@ -303,8 +305,9 @@ class HostedEngine(Engine):
         self._run_events(limit, -1)  # a negative budget never runs out
 
     async def phase(self, now: float, counts: list[int], firsts: list[list[Any]],
-                    payloads: list[list[Any]], sent: float = 0.0, close: bool = False) -> dict[str, Any]:
-        """Run one STEP at virtual time ``now`` and return the REPORT payload.
+                    payloads: list[list[Any]], sent: float = 0.0,
+                    close: bool = False) -> _control.Report:
+        """Run one STEP at virtual time ``now`` (``_control.Step``'s fields) and return its Report.
 
         Completes when every local event at ``now`` has run (including those
         the delivered envelopes caused) and the streams are flushed. ``firsts``:
@@ -347,23 +350,24 @@ class HostedEngine(Engine):
         failure = None
         if self._failure is not None:
             task, exc = self._failure
-            failure = {"rank": task.rank, "exc": _remote.encode_exception(exc)}
+            failure = _control.Failure(task.rank, _remote.encode_exception(exc))
         seen = list(self.coll_firsts)
         self.coll_firsts.clear()  # the communicators hold this very list
-        return {"sent": sent, "min": earliest, "unfinished": self._unfinished,
-                "next": self._next_time() if failure is None else None,
-                "failure": failure, "firsts": seen, "held": bool(self._rdv_bookings)}
+        return _control.Report(now, sent, earliest, self._unfinished,
+                               self._next_time() if failure is None else None,
+                               failure, seen, bool(self._rdv_bookings))
 
-    def blocked_split(self) -> dict[str, list[Any]]:
-        """The BLOCKED payload: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""
-        def entries(tasks: list[Task]) -> list[Any]:
-            out = []
+    def blocked_split(self) -> _control.Blocked:
+        """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""
+        def entries(tasks: list[Task]) -> list[_control.BlockedEntry]:
+            out: list[_control.BlockedEntry] = []
             for task in tasks:
                 if task.state == _PARKED:
                     line, peers = self._describe(task)
-                    out.append([task.rank, line, peers, _info(task)])
+                    out.append((task.rank, line, peers, _info(task)))
             return out
-        return {"tasks": entries(self.tasks), "helpers": entries(list(self._helpers.values()))}
+        return _control.Blocked(self.now, entries(self.tasks),
+                                entries(list(self._helpers.values())))
 
     def timeout_lines(self) -> list[str]:
         """The per-rank lines of the timeout report."""

@@ -3,7 +3,7 @@
 The engine checks its deadline between events, but a rank that loops without
 awaiting (``while True: pass``) never gives it back control. While a run with
 a timeout is going, a daemon thread sleeps until the deadline; past it, if a
-rank is being stepped (``Engine._current``), it raises ``Overtime`` in the
+rank is being stepped (``Kernel.current``), it raises ``Overtime`` in the
 thread running that rank's code (the engine's, or a thread rank's own:
 ``_sync.ThreadRank``) with ``PyThreadState_SetAsyncExc``, the way a debugger
 stops a thread. The engine turns that into the usual ``RunTimeoutError`` report.
@@ -85,7 +85,7 @@ class Watchdog:
             with self._lock:
                 if self._stopped.is_set():
                     return
-                task = self._engine._current
+                task = self._engine.current
                 if task is not None:  # a rank is running past the deadline
                     target = getattr(task.coro, "thread_ident", None) or self._target
                     raise_in(target, Overtime)

@@ -23,7 +23,7 @@ from simcluster.transports import wire
 from . import _awaits
 from .collectives._methods import CollectiveMethods
 from .errors import CollectiveMismatchError
-from .matching import ANY_SOURCE, ANY_TAG, MatchQueue
+from .matching import ANY_SOURCE, ANY_TAG
 from .payload import check_buffer
 from .request import COMPLETED, Request, Status
 
@@ -41,7 +41,7 @@ TAG_UB: Final = 2**31
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
-    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "name", "tasks", "coll", "key",
+    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "endpoints", "name", "tasks", "coll", "key",
                  "entered", "here", "procs", "firsts")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
@@ -54,6 +54,7 @@ class Group:
             and all(w == i for i, w in enumerate(world_ranks)))
         self._local: dict[int, int] | None = None if identity else {w: i for i, w in enumerate(world_ranks)}
         self.members: list[Comm | None] = [None] * len(world_ranks)
+        self.endpoints = engine.endpoints.add(ctx, len(world_ranks), self._local)  # members' match queues
         self.name = name
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
@@ -138,7 +139,7 @@ class Comm(CollectiveMethods):
         self.rank = rank
         self.size = len(group.world_ranks)
         self._world_rank = group.world_ranks[rank]
-        self._mq = MatchQueue()
+        self._mq = group.endpoints.queue(rank)
         self._task = group.tasks[rank]
         self._coll_seq = 0  # collectives called so far, for mismatch reports
         self._created = 0  # communicators created from this one, for context ids
@@ -343,7 +344,7 @@ class Comm(CollectiveMethods):
         self._check_probe(src, tag, op)
         status = self._engine.iprobe(self, src, tag)
         if status is None:
-            self._engine._spin(Request(self._engine, None, op))
+            self._engine.spin(Request(self._engine, None, op))
         return status
 
     async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
@@ -509,9 +510,9 @@ class Comm(CollectiveMethods):
                           op: str = "", forced: bool = False
                           ) -> tuple[CollContext, CollContext | None, float]:
         """Start a blocking collective: return its context, the call it nests in, and the time."""
-        task = self._engine._current
+        task = self._engine.current
         if task is None:
-            raise self._engine._outside(self.rank, call)
+            raise self._engine.outside(self.rank, call)
         ctx = self._collective(call, algorithm, payload, op, forced)
         outer = task.collective
         task.collective = ctx
@@ -519,7 +520,7 @@ class Comm(CollectiveMethods):
 
     def _leave_collective(self, outer: CollContext | None) -> None:
         """End what ``_enter_collective`` started (also when it failed)."""
-        task = self._engine._current
+        task = self._engine.current
         if task is not None:
             task.collective = outer
 
@@ -532,8 +533,8 @@ class Comm(CollectiveMethods):
                           algorithm: str = "", payload: str | None = None, op: str = "",
                           forced: bool = False) -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
-        if self._engine._current is None:
-            raise self._engine._outside(self.rank, "i" + call)
+        if self._engine.current is None:
+            raise self._engine.outside(self.rank, "i" + call)
         ctx = self._collective(call, algorithm, payload, op, forced)
         if self._engine.trace is not None:
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,

@@ -72,7 +72,7 @@ def _append(table: dict[tuple[int, int], Slot], key: tuple[int, int], entry: Ent
 
 
 def _head(slot: Slot) -> Entry:
-    return slot if type(slot) is tuple else slot[0]  # type: ignore[no-any-return]
+    return slot if type(slot) is tuple else slot[0]
 
 
 def _pop(table: dict[tuple[int, int], Slot], key: tuple[int, int]) -> Entry:
@@ -224,3 +224,49 @@ class MatchQueue:
         posted = [e[1] for slot in self._posted_table().values() for e in _entries(slot)]
         unexpected = [e[1] for slot in (self._unexpected or {}).values() for e in _entries(slot)]
         return posted, unexpected
+
+
+class EndpointRow:
+    """The match queues of one communicator context, by rank in the communicator.
+
+    ``local`` maps world ranks to ranks in the communicator (None where they
+    are the same); a queue is made on first use, by the member's ``Comm`` or
+    by the first message that reaches the member, whichever comes first.
+    """
+
+    __slots__ = ("local", "queues")
+
+    def __init__(self, size: int, local: dict[int, int] | None) -> None:
+        self.local = local
+        self.queues: list[MatchQueue | None] = [None] * size
+
+    def queue(self, rank: int) -> MatchQueue:
+        """Return the match queue of comm rank ``rank``, making it on first use."""
+        mq = self.queues[rank]
+        if mq is None:
+            mq = self.queues[rank] = MatchQueue()
+        return mq
+
+
+class Endpoints:
+    """The endpoint table: one match queue per (communicator context, rank) of this process.
+
+    The protocol matches an arriving message here, by its envelope's context
+    and destination, without going through the receiver's ``Comm``; a
+    ``Comm`` posts its receives into the same queue.
+    """
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: dict[int, EndpointRow] = {}
+
+    def add(self, ctx: int, size: int, local: dict[int, int] | None) -> EndpointRow:
+        """Open the row of a new communicator context of ``size`` members."""
+        row = self.rows[ctx] = EndpointRow(size, local)
+        return row
+
+    def queues(self) -> list[tuple[int, int, MatchQueue]]:
+        """Every queue made so far, as ``(context, comm rank, queue)``, by context as opened, then rank."""
+        return [(ctx, rank, mq) for ctx, row in self.rows.items()
+                for rank, mq in enumerate(row.queues) if mq is not None]

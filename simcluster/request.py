@@ -17,6 +17,7 @@ arguments at the call and return a coroutine that strict runs note
 from __future__ import annotations
 
 from collections.abc import Coroutine, Generator, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
@@ -39,6 +40,11 @@ class Status(NamedTuple):
     source: int
     tag: int
     nbytes: int
+
+
+make_status: Final = partial(tuple.__new__, Status)
+"""``make_status((source, tag, nbytes))``: a Status without the NamedTuple's Python-level ``__new__``
+(one per received message; ``tests/test_hot_path.py`` pins the field order)."""
 
 
 class Request(Generic[T]):
@@ -87,13 +93,7 @@ class Request(Generic[T]):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            if waiter.state == 2:  # BLOCKED: it runs now
-                engine = self._engine
-                if engine._current is None and engine._looping and engine._failure is None:
-                    engine._step(waiter)  # inside an event, between rank steps: run it here
-                else:  # inside another rank's step: after it, in seeded order
-                    waiter.state = 0  # READY
-                    engine._push(engine.now, engine._resume, waiter)
+            self._engine.resume_waiter(waiter)
 
     # ---- user side ----
 
@@ -117,7 +117,7 @@ class Request(Generic[T]):
                 rank awaiting anything (virtual time cannot advance).
         """
         if self._state == PENDING:
-            self._engine._spin(self)
+            self._engine.spin(self)
             return False
         self._take_result()
         return True
@@ -130,14 +130,14 @@ class Request(Generic[T]):
         """
         if self._state != PENDING:
             return False
-        if not self._engine._cancel(self):
+        if not self._engine.cancel(self):
             return False
         self._state = CANCELLED
         self._retrieved = True
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._engine._wake(waiter)
+            self._engine.wake(waiter)
         return True
 
     def wait(self) -> Coroutine[Any, Any, T]:
@@ -158,8 +158,8 @@ class Request(Generic[T]):
         # would cost about 250 bytes per blocked rank, and its allocation per message.
         if self._state == PENDING:
             engine = self._engine
-            if engine._current is not self._task or self._task is None:
-                engine._check_awaiter(self)  # raises: awaited outside its rank's coroutine
+            if engine.current is not self._task or self._task is None:
+                engine.check_awaiter(self)  # raises: awaited outside its rank's coroutine
             if self._nb and engine.trace is not None:
                 return self._traced_wait()
         return self  # type: ignore[return-value]
@@ -186,7 +186,7 @@ class Request(Generic[T]):
         self._retrieved = True
         if self._guard is not None:
             guard, self._guard = self._guard, None
-            self._engine._check_hazard(self, guard)
+            self._engine.check_hazard(self, guard)
         if self._error is not None:  # raised again on every later wait or test
             raise self._error
         value: T = self._value
@@ -351,7 +351,7 @@ def test_all(requests: Iterable[Request[Any]]) -> bool:
     reqs = _as_list(requests)
     if any(r._state == PENDING for r in reqs):  # like MPI_Testall: nothing completes unless all do
         if reqs:
-            reqs[0]._engine._spin(reqs[0])
+            reqs[0]._engine.spin(reqs[0])
         return False
     return all([r.test() for r in reqs])
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, NamedTuple
 
 # ---- errors shared by every layer ----
@@ -125,6 +126,14 @@ class Envelope(NamedTuple):
             f"tag={self.tag} id={self.msg_id} nbytes={self.nbytes} t={self.time:.9g}>"
         )
 
+
+make_envelope: Final = partial(tuple.__new__, Envelope)
+"""``make_envelope(fields)``: an Envelope from all twelve fields, in the order declared above.
+
+The fast constructor for the hot path (one envelope per message): it skips
+the NamedTuple's Python-level ``__new__`` and its defaults, so every field
+must be given, in order (``tests/test_hot_path.py`` pins the order).
+"""
 
 Deliver = Callable[[Envelope], None]
 

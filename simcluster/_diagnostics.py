@@ -1,0 +1,231 @@
+"""Diagnostics: the deadlock report, the timeout report, leaks and the buffer-hazard check.
+
+Nothing here runs on the hot path: these read the kernel's tasks and the
+protocol's queues once something went wrong (or at the end of a strict
+run). ``Diagnostics`` is mixed into ``engine.Engine``; ``deadlock_error``
+also builds the report of a multi-process run from the blocked ranks every
+hosting process describes.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simcluster.transports import wire
+
+from . import _frames
+from . import arrays as _arrays
+from ._kernel import _TASK_STATES, BLOCKED, FINISHED, Task
+from .errors import BufferHazardError, DeadlockError, SimclusterError
+from .request import CANCELLED, PENDING, Request, _WaitAny
+
+if TYPE_CHECKING:
+    from ._protocol import P2P
+
+CollectiveInfo = tuple[int, str, int, str, int, int]
+"""What a rank inside a collective is doing: (context, comm name, number, call, comm rank, comm size)."""
+
+BlockedEntry = tuple[int, str, list[int], Any]
+"""(rank, "rank R waiting in ... at file:line", world ranks it waits on, Task.collective)."""
+
+
+class Diagnostics:
+    """The reports of an engine (``engine.Engine`` mixes this class in)."""
+
+    def check_hazard(self: P2P, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
+        self._untrack(req)
+        arrays, sums, line = guard
+        for a, s in zip(arrays, sums):
+            if checksum(a) != s:
+                owner = req._task.rank if req._task is not None else None
+                raise BufferHazardError(
+                    owner, req.op,
+                    f"the send buffer changed before the request completed (posted at {line})",
+                    "wait for the request before writing to the buffer, or send a copy")
+
+    def leaks(self: P2P) -> list[str]:
+        """Describe messages never received and nonblocking requests never completed.
+
+        Each problem is reported once: a pending request whose message or
+        receive is already listed (a posted receive, a send nobody received)
+        is not listed again.
+        """
+        lines: list[str] = []
+        listed: set[int] = set()
+        for ctx, rank, mq in self.endpoints.queues():
+            posted, unexpected = mq.leftovers()
+            group = self.groups[ctx]
+            for req in posted:
+                listed.add(id(req))
+                lines.append(f"rank {rank}: {req.op} was never matched")
+            for env in unexpected:
+                lines.append(
+                    f"rank {rank}: a message from rank {group.local_rank(env.src)} "
+                    f"(tag={env.tag}, {env.nbytes} bytes) on comm {group.name!r} was never received")
+        listed.update(id(entry[0]) for entry in self._rdv_sends.values())
+        listed.update(id(req) for req in self._sync_sends.values())
+        for req in self._tracked.values():
+            if req._retrieved or req._state == CANCELLED or id(req) in listed:
+                continue
+            owner = req._task.rank if req._task is not None else "?"
+            state = "never completed" if req._state == PENDING else "completed but was never waited or tested"
+            lines.append(f"rank {owner}: {req.op} {state}")
+        return lines
+
+    def _describe(self: P2P, task: Task) -> tuple[str, list[int]]:
+        """Return a line about what a blocked task waits for, and the ranks it waits on."""
+        waiting = task.waiting
+        reqs = waiting.requests if isinstance(waiting, _WaitAny) else [waiting]
+        ops = ", ".join(r.op for r in reqs if isinstance(r, Request))
+        peers = [r._peer for r in reqs if isinstance(r, Request) and r._peer is not None]
+        where = _frames.coroutine_line(task.coro)
+        inside = ""
+        if task.collective is not None:
+            info = task.collective.info
+            inside = f" inside {info[3]} (collective #{info[2]} on comm {info[1]!r})"
+        return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
+
+    def blocked_entries(self: P2P) -> list[BlockedEntry]:
+        """Describe every blocked rank and helper, ranks first: what ``deadlock_error`` reads."""
+        entries = []
+        for task in [*self.tasks, *self._helpers.values()]:
+            if task.state == BLOCKED:
+                line, peers = self._describe(task)
+                entries.append((task.rank, line, peers, _info(task)))
+        return entries
+
+    def _deadlock(self: P2P) -> SimclusterError:
+        groups = self.groups
+        return deadlock_error(self.blocked_entries(), self.now,
+                              members=lambda ctx: groups[ctx].world_ranks)
+
+    def _timeout_report(self: P2P, spinning: tuple[Task, str] | None = None) -> str:
+        """Say what each unfinished rank was doing when the timeout passed.
+
+        ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
+        """
+        lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
+        for task in self.tasks:  # helpers are their rank's nonblocking calls: the rank's line says
+            if spinning is not None and task is spinning[0]:
+                lines.append(f"  rank {task.rank} running at {spinning[1]}")
+            elif task.state == BLOCKED:
+                lines.append("  " + self._describe(task)[0])
+            elif task.state != FINISHED:
+                lines.append(f"  rank {task.rank} {_TASK_STATES[task.state]} at "
+                             f"{_frames.coroutine_line(task.coro)}")
+        lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
+        return "\n".join(lines)
+
+def deadlock_error(entries: list[BlockedEntry], now: float,
+                   members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
+    """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
+
+    A collective that some members never entered gets a line naming who is
+    inside, who is not, and what those do instead (a member not blocked has
+    finished); members whose calls differ never get here (``Comm._collective``).
+    ``members(ctx)`` gives a communicator's world ranks; without it only the
+    world's members can be named, other communicators' by their comm rank.
+    """
+    blocked: dict[int, str] = {}
+    edges: dict[int, list[int]] = {}
+    lines = []
+    for rank, line, peers, _ in entries:
+        blocked[rank] = line
+        edges.setdefault(rank, []).extend(peers)
+        lines.append("  " + line)
+    cycle = _find_cycle(edges)
+    n = len(blocked)
+    head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
+            f"at virtual time {now:.9g}s")
+    gaps = _collective_gaps(entries, members)
+    if cycle:
+        tail = "wait-for cycle: " + " -> ".join(map(str, cycle))
+    elif gaps:
+        tail = ("no wait-for cycle: ranks wait inside a collective that other members never "
+                "entered; every member of a comm must call its collectives, in the same order")
+    else:
+        tail = "no wait-for cycle: some rank waits for a message nobody sends"
+    return DeadlockError("\n".join([head, *lines, *gaps, tail]), blocked, cycle)
+
+
+def _collective_gaps(entries: list[BlockedEntry],
+                     members: Callable[[int], Sequence[int]] | None) -> list[str]:
+    """Lines about collectives that blocked ranks are inside but other members never entered."""
+    doing: dict[int, str] = {}
+    inside: dict[tuple[int, int], tuple[str, str, int, dict[int, int]]] = {}
+    for rank, line, _, info in entries:
+        doing.setdefault(rank, line)  # a rank's own task comes before its helpers
+        if info is None or len(info) < 6:
+            continue
+        ctx, name, seq, call, comm_rank, size = info[:6]
+        inside.setdefault((ctx, seq), (name, call, size, {}))[3][comm_rank] = rank
+    lines = []
+    for (ctx, seq), (name, call, size, entered) in sorted(inside.items()):
+        missing = [r for r in range(size) if r not in entered]
+        if not missing:
+            continue
+        world = members(ctx) if members is not None else range(size) if ctx == 0 else None
+        if world is None:  # gathered from several processes: only comm ranks are known
+            outside = f"comm {_ranks(missing)} never entered"
+        else:
+            absent = [_doing(world[r], doing) for r in missing[:_LISTED]]
+            if len(missing) > _LISTED:
+                absent.append("...")
+            outside = f"{_ranks([world[r] for r in missing])} never entered: {'; '.join(absent)}"
+        lines.append(f"{_ranks(sorted(entered.values()))} {'is' if len(entered) == 1 else 'are'} "
+                     f"inside {call} (collective #{seq} on comm {name!r}), which {outside}")
+    return lines
+
+
+_LISTED = 8  # ranks named one by one in a report line; the rest are counted
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0, 2`` or ``ranks 0, 1, ... (1000 in all)``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(map(str, ranks[:_LISTED]))
+    return f"ranks {shown}" + (f", ... ({len(ranks)} in all)" if len(ranks) > _LISTED else "")
+
+
+def _doing(rank: int, doing: dict[int, str]) -> str:
+    """What a member that never entered a collective does instead: its blocked line, or finished."""
+    line = doing.get(rank)
+    if line is None:
+        return f"rank {rank} finished"
+    prefix = f"rank {rank} "
+    return prefix + "is " + line[len(prefix):] if line.startswith(prefix) else line
+
+
+def _info(task: Task) -> CollectiveInfo | None:
+    """The collective call a task is inside, as reports carry it (None outside collectives)."""
+    return None if task.collective is None else task.collective.info
+
+
+def checksum(a: Any) -> int:
+    if isinstance(a, np.ndarray):
+        return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+    return _arrays.checksum(a.array if type(a) is wire.ObjectBuffer else a)  # on a's own device
+
+
+def _find_cycle(edges: dict[int, list[int]]) -> list[int] | None:
+    """Return one cycle in the wait-for graph, as a list that ends where it starts."""
+    for start in sorted(edges):
+        path: list[int] = []
+        seen: dict[int, int] = {}
+        node: int | None = start
+        while node is not None and node in edges and node not in seen:
+            seen[node] = len(path)
+            path.append(node)
+            nxt = edges[node]
+            node = nxt[0] if len(nxt) == 1 else None
+        if node is not None and node in seen:
+            cyc = path[seen[node]:]
+            return [*cyc, cyc[0]]
+    return None
+
+

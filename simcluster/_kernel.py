@@ -1,0 +1,724 @@
+"""The kernel: virtual clock, event calendar, and stepping rank coroutines.
+
+Everything else is built on the few calls made here. A rank is a coroutine
+the kernel steps itself with ``coro.send()`` (``Task``); it runs until it
+awaits a pending ``Request``, which it yields to the kernel, and the kernel
+parks it there (state ``BLOCKED``). Whoever completes the request (a message
+arriving, a timer, a collective's meeting) calls ``Request._finish``, which
+hands the parked rank back with ``Kernel.resume_waiter``. A rank that awaits
+something foreign (an asyncio future: real I/O, ``asyncio.sleep``) is handed
+to the running asyncio loop (state ``FOREIGN``) and comes back when that
+future is done.
+
+The kernel's API, for the layers above it:
+
+* ``now``, ``current`` (the task being stepped), ``schedule(t, fn, arg)``
+  (run ``fn(arg)`` at virtual time ``t``);
+* ``start``/``start_rank``/``spawn`` (add a rank or a helper task),
+  ``resume_waiter`` and ``wake`` (hand a parked task back), ``post_sleep``
+  and ``meet`` (requests the kernel completes itself);
+* hooks a subclass fills in: ``_end_instant`` (charge what the instant that
+  just ended left behind: ``_protocol`` books its messages there),
+  ``_instant_open``, ``_deadlock`` and ``_timeout_report`` (``_diagnostics``).
+
+Rule 1: time only moves in ``_run_events``, to the earliest time that has
+events once none is left at the current one. A rank runs at the time of the
+event that resumed it, so every rank's clock is the kernel's ``now`` while it
+runs, and time never jumps while a rank is still runnable (or is awaiting
+something foreign).
+Rule 2: events due at one virtual time run in batches, each in an order drawn
+from the run's seeded RNG (``_order``), so the same seed gives the same
+schedule and another seed may give another one. A request completed by an
+event resumes its rank right there (one event per message, not two); one
+completed while a rank runs wakes its waiter in the next batch.
+
+No event left, no rank runnable, no foreign await, and some rank unfinished:
+that is a deadlock, reported by ``_deadlock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import heapq
+import inspect
+import random
+import time as _time
+import types
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from . import _awaits, _schedule, _sync, _watchdog
+from .errors import RunTimeoutError, SimclusterError
+from .request import PENDING, SPIN_LIMIT, Request, _format_op, _WaitAny
+
+if TYPE_CHECKING:
+    from .comm import CollContext, Comm
+    from .latency import LatencyModel
+    from .trace import Trace
+
+Event = tuple[Callable[[Any], None], Any]
+"""``fn(arg)``, due at some virtual time."""
+
+# A task's states. Plain ints (compared on every step), named here and nowhere else.
+READY: Final = 0  # scheduled to run at the current virtual time
+RUNNING: Final = 1  # being stepped right now
+BLOCKED: Final = 2  # parked on a pending request (or several: wait_any)
+FOREIGN: Final = 3  # awaiting an asyncio future (real I/O); virtual time waits for it
+FINISHED: Final = 4
+_TASK_STATES = ("ready", "running", "blocked", "awaiting a foreign future", "finished")
+
+_BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout checks)
+
+_BARE_YIELD = object()
+"""``Task.waiting`` after a bare yield: polling spins keep counting across it."""
+
+_running: Task | None = None
+"""The task being stepped right now, for ``simcluster.dist``; None between steps."""
+
+
+def current_task() -> Task | None:
+    """Return the rank task being stepped right now, if any."""
+    return _running
+
+
+class Task:
+    """One rank: its coroutine and where it is parked."""
+
+    __slots__ = ("rank", "coro", "comm", "state", "waiting", "result", "time", "spins", "collective",
+                 "done_request", "serial")
+
+    def __init__(self, rank: int, coro: Coroutine[Any, Any, Any]) -> None:
+        self.rank = rank
+        self.coro = coro
+        self.comm: Comm | None = None
+        self.state = READY
+        self.waiting: Any = None
+        self.result: Any = None
+        self.time = 0.0
+        self.spins = 0
+        # the collective call in progress, for reports: (ctx, comm name, number, call, comm rank)
+        self.collective: CollContext | None = None
+        self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
+        self.serial = 0  # 0 for a rank, n for its n-th helper: orders its simultaneous messages
+
+    def __repr__(self) -> str:
+        return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
+
+
+class Kernel:
+    """Steps rank coroutines in virtual-time order; the layers above move their messages."""
+
+    def __init__(self, world_size: int, *, seed: int = 0, strict: bool = True,
+                 timeout: float | None = None, schedule: object = "batch",
+                 model: LatencyModel | None = None) -> None:
+        self.world_size = world_size
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.strict = strict
+        self.timeout = timeout
+        self.compute = 0.0  # run(compute="wall:F"): F, charged by synchronous ranks
+        self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
+        self.trace: Trace | None = None  # set by run(trace=...)
+        self.now = 0.0
+        # the event queue: what is due now, and later times' events by time (a calendar;
+        # a heap of single events costs log(events) tuple comparisons per event at scale)
+        self._ready: list[Event] = []  # the batch running now
+        self._due: list[Event] = []  # the next batch at this time
+        self._later: dict[float, list[Event]] = {}
+        self._times: list[float] = []  # heap of the keys of _later
+        self._rand = self.rng.random
+        self.tasks: list[Task] = []
+        self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
+        self._spawned = [0] * world_size  # helpers each rank has started (Task.serial)
+        self._tracked: dict[int, Request[Any]] = {}  # strict: nonblocking requests, for leaks
+        self._calls: list[_awaits.Note] = []  # strict: calls not yet awaited (_awaits.check)
+        self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
+        self.current: Task | None = None
+        self._looping = False  # inside _run_events: a request completed by an event resumes its rank at once
+        self._foreign = 0
+        self._wake_future: asyncio.Future[None] | None = None
+        self._failure: tuple[Task, BaseException] | None = None
+        self._unfinished = 0
+        self._events = 0
+        self._use_schedule(schedule, model)
+
+    # ---- the calendar ----
+
+    def schedule(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run ``fn(arg)`` at virtual time ``t`` (at once in the next batch if ``t <= now``)."""
+        self._push(t, fn, arg)
+
+    def _end_instant(self) -> bool:
+        """Settle what the instant that just ended left behind; return whether it made events now.
+
+        Called once no event is left at ``now``, before time moves on. The
+        kernel leaves nothing behind; ``_protocol`` charges the instant's
+        messages here.
+        """
+        return False
+
+    def _instant_open(self) -> bool:
+        """Whether ``_end_instant`` has something to settle at ``now``."""
+        return False
+
+    def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        """Schedule ``fn(arg)`` at virtual time ``t`` (never before now)."""
+        if t <= self.now:
+            self._due.append((fn, arg))
+            return
+        bucket = self._later.get(t)
+        if bucket is None:
+            self._later[t] = [(fn, arg)]
+            heapq.heappush(self._times, t)
+        else:
+            bucket.append((fn, arg))
+
+    def _next_time(self) -> float | None:
+        """Return the time of the earliest scheduled event, or None when there is none."""
+        if self._ready or self._due or self._instant_open():
+            return self.now
+        return self._times[0] if self._times else None
+
+    def _order(self, events: list[tuple[Callable[[Any], None], Any]]
+               ) -> list[tuple[Callable[[Any], None], Any]]:
+        """Put one batch of simultaneous events in this run's seeded order (run from the end).
+
+        The order is the batch rotated by a seeded offset and maybe reversed:
+        any two simultaneous events run in either order under some seed, and
+        the rest keep their neighbours, so a million-rank round walks memory
+        in sequence (a full shuffle made big runs 1.6x slower by cache misses
+        alone).
+        """
+        n = len(events)
+        if n > 1:
+            k = int(self._rand() * 2 * n)
+            if k % n:
+                events = events[k % n:] + events[:k % n]
+            if k >= n:
+                events.reverse()
+        return events
+
+    def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
+        """Set up run(schedule=...): "batch" changes nothing; the others replace methods here.
+
+        The default path stays as it is: "shuffle" replaces ``_order``, a chooser
+        (a list of choices, explore's search) replaces ``_run_loop``, and a chooser
+        that needs footprints gets a ``_step`` wrapper that notes which ranks
+        each event touches (``_schedule``; the protocol wraps its delivery too).
+        """
+        self._chooser: _schedule.Chooser | None = None
+        self._touched: set[int] | None = None  # ranks the running event touched (chooser runs)
+        if schedule == "batch":
+            return
+        if schedule == "shuffle":
+            self._order = self._shuffled  # type: ignore[method-assign]
+            return
+        self._chooser = chooser = _schedule.chooser(schedule)
+        self._order = _as_scheduled  # type: ignore[method-assign]
+        self._run_loop = self._run_loop_chosen  # type: ignore[method-assign]
+        if chooser.footprints:
+            self._step = self._step_noted  # type: ignore[method-assign]
+
+    def _shuffled(self, events: list[tuple[Callable[[Any], None], Any]]
+                  ) -> list[tuple[Callable[[Any], None], Any]]:
+        """``_order`` under schedule="shuffle": a full seeded permutation of the batch.
+
+        Every order of n simultaneous events occurs under some seed (the
+        rotations of ``_order`` reach 2n of them); it costs a random draw per
+        event and scatters a big round's memory accesses, hence not the default.
+        """
+        self.rng.shuffle(events)
+        return events
+
+    def _run_events(self, limit: float, budget: int) -> int:
+        """Run due events in seeded order, moving time up to ``limit``; return the budget left.
+
+        Events due at one time run in batches: those scheduled while a batch
+        runs (a rank woken now, a message sent with no latency) form the next
+        batch, so nobody can starve the others at one virtual time. Stops when
+        no event is left at or before ``limit``, when a rank failed, when the
+        next event lies in the future while some rank awaits a foreign future
+        (time must not jump past it), or after ``budget`` events.
+        """
+        self._looping = True
+        try:
+            return self._run_loop(limit, budget)
+        finally:
+            self._looping = False
+
+    def _run_loop(self, limit: float, budget: int) -> int:
+        ready = self._ready
+        while budget and self._failure is None:
+            if ready:
+                fn, arg = ready.pop()
+                fn(arg)
+                budget -= 1
+                continue
+            due = self._next_due(limit)
+            if due is None:
+                break
+            self._ready = ready = self._order(due)
+        return budget
+
+    def _next_due(self, limit: float) -> list[tuple[Callable[[Any], None], Any]] | None:
+        """Return the next batch of due events, moving time; None when nothing runs before ``limit``.
+
+        None also while a rank waits on asyncio, or once the run failed.
+        """
+        while True:
+            if self._due:
+                due, self._due = self._due, []
+                return due
+            if not self._foreign and self._end_instant():
+                if self._failure is not None:
+                    return None
+                continue  # what the instant left behind was settled and made more to do
+            times = self._times
+            if not times or times[0] > limit or self._foreign:
+                return None
+            t = heapq.heappop(times)
+            self.now = t
+            return self._later.pop(t)
+
+    def _run_loop_chosen(self, limit: float, budget: int) -> int:
+        """``_run_loop`` under a chooser: it picks each event of a batch in turn (``_schedule``).
+
+        A batch keeps the order its events were scheduled in; the members of an
+        analytic collective completed by one ``_finish_each`` event count as one
+        event each here, so their order is a choice too.
+        """
+        chooser = self._chooser
+        assert chooser is not None
+        ready = self._ready
+        while budget and self._failure is None:
+            if ready:
+                fn, arg = ready.pop(chooser.pick(len(ready)))
+                self._touched = touched = self._owner(fn, arg)
+                fn(arg)
+                self._touched = None
+                chooser.ran(touched)
+                budget -= 1
+                continue
+            due = self._next_due(limit)
+            if due is None:
+                break
+            self._ready = ready = _one_each(due)
+            chooser.batch(len(ready))
+        return budget
+
+    def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """Return the ranks an event touches by itself (None: unknown, so every rank)."""
+        func = getattr(fn, "__func__", fn)
+        if func is Kernel._resume:
+            return {arg.rank}
+        if func is _finish_request or func is _finish_one:
+            task = (arg if func is _finish_request else arg[0])._task
+            return None if task is None else {task.rank}
+        return None
+
+    def _step_noted(self, task: Task) -> None:
+        """``_step`` while exploring: note the rank as touched by the running event."""
+        touched = self._touched
+        if touched is not None:
+            touched.add(task.rank)
+        type(self)._step(self, task)
+
+    # ---- tasks: start, step, park, resume ----
+
+    def start_rank(self, task: Task, comm: Comm, fn: Callable[..., Any], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> None:
+        """Give ``task`` its world ``comm`` and the coroutine ``fn(comm, *args, **kwargs)``; start it.
+
+        A plain (non-async) ``fn`` becomes a synchronous rank (``_sync.SyncRank``)
+        called as ``fn(MPI_COMM_WORLD, *args, **kwargs)``.
+
+        Raises:
+            TypeError: ``fn`` returned something other than a coroutine.
+        """
+        task.comm = comm
+        if not _sync.is_async(fn):  # a plain function: a synchronous rank on a stack of its own
+            if not self._sync_ranks:
+                self._sync_ranks = True
+                _sync.start_run(self.seed)
+            stack = _sync.ThreadRank if getattr(fn, "__simcluster_stack__", "") == "thread" else _sync.SyncRank
+            task.coro = stack(fn, (_sync.world(comm), *args), kwargs, comm, task.rank,  # type: ignore[assignment]
+                              self.compute)
+            self.start(task)
+            return
+        coro = fn(comm, *args, **kwargs)
+        if not asyncio.iscoroutine(coro):
+            raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
+                            f"{type(coro).__name__}, not a coroutine; define it with async def")
+        task.coro = coro
+        self.start(task)
+
+    def start(self, task: Task) -> None:
+        """Add a rank and schedule its first step at time 0."""
+        self.tasks.append(task)
+        self._unfinished += 1
+        self._push(0.0, self._resume, task)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], op: str,
+              collective: CollContext | None = None) -> Request[Any]:
+        """Run ``coro`` as a helper of the current rank; return a request for its result.
+
+        Nonblocking collectives use this: the helper progresses on its own while
+        the rank goes on, and its result or error goes to the request.
+        """
+        owner = self.current
+        if owner is None:
+            coro.close()
+            raise RuntimeError(f"{op}: called outside any rank; call it from a rank's coroutine")
+        req: Request[Any] = Request(self, owner, op)
+        req._nb = True
+        helper = Task(owner.rank, coro)
+        self._spawned[owner.rank] += 1
+        helper.serial = self._spawned[owner.rank]  # program order: Rule 4 orders by it
+        helper.comm = owner.comm
+        helper.collective = collective
+        helper.done_request = req
+        self._helpers[id(helper)] = helper
+        if self.strict:
+            self._track(req)
+        self._push(self.now, self._resume, helper)
+        return req
+
+    def resume_waiter(self, task: Task) -> None:
+        """Hand back a task parked on a request that just completed (``Request._finish``).
+
+        Inside an event, between rank steps, it runs right here (one event per
+        message); inside another rank's step it runs after that one, in the
+        next batch at this time.
+        """
+        if task.state == BLOCKED:
+            if self.current is None and self._looping and self._failure is None:
+                self._step(task)
+            else:
+                task.state = READY
+                self._push(self.now, self._resume, task)
+
+    def wake(self, task: Task) -> None:
+        """Schedule a parked task to resume at the current time (its request was cancelled)."""
+        if task.state == BLOCKED:
+            task.state = READY
+            self._push(self.now, self._resume, task)
+
+    def _resume(self, task: Task) -> None:
+        if task.state == READY:
+            self._step(task)
+
+    def _step(self, task: Task) -> None:
+        """Run one rank until it parks, finishes or fails."""
+        global _running
+        task.state = RUNNING
+        if task.waiting is not _BARE_YIELD:
+            task.spins = 0
+        self.current = _running = task
+        try:
+            yielded = task.coro.send(None)
+        except StopIteration as stop:
+            task.state = FINISHED
+            task.result = stop.value
+            task.time = self.now
+            if task.done_request is not None:
+                del self._helpers[id(task)]
+                task.done_request._finish(stop.value)
+            else:
+                self._unfinished -= 1
+            return
+        except Exception as exc:
+            task.state = FINISHED
+            task.time = self.now
+            if task.done_request is not None:  # a helper's error belongs to its request
+                del self._helpers[id(task)]
+                task.done_request._finish(None, exc)
+                return
+            self._unfinished -= 1
+            if self._failure is None:  # the rank failed: the run stops
+                self._failure = (task, exc)
+            return
+        except BaseException as exc:
+            task.state = FINISHED
+            self._failure = (task, exc)
+            return
+        finally:
+            self.current = _running = None
+            if self._calls:  # strict runs only: was every simcluster call awaited?
+                _awaits.check(self)
+        if isinstance(yielded, Request):  # the common case, inline
+            task.state = BLOCKED
+            task.waiting = yielded
+            yielded._waiter = task
+        else:
+            self._park(task, yielded)
+
+    def _park(self, task: Task, yielded: Any) -> None:
+        """Park a rank on what it yielded other than a request."""
+        if yielded is None:  # a bare yield (asyncio.sleep(0)): run again at this time
+            task.spins += 1  # a poll loop around sleep(0) never lets virtual time move
+            if task.spins > SPIN_LIMIT:
+                self._failure = self._failure or (task, SimclusterError(
+                    task.rank, "asyncio.sleep(0)",
+                    f"yielded {SPIN_LIMIT} times at one virtual time without awaiting anything "
+                    "simcluster can complete, so virtual time cannot advance",
+                    "await the request itself, or await comm.sleep(dt) between polls"))
+                return
+            task.state = READY
+            task.waiting = _BARE_YIELD
+            self._push(self.now, self._resume, task)
+        elif isinstance(yielded, _WaitAny):
+            task.state = BLOCKED
+            task.waiting = yielded
+            for req in yielded.requests:
+                if req._state == PENDING:
+                    req._waiter = task
+        elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
+            yielded._asyncio_future_blocking = False
+            task.state = FOREIGN
+            task.waiting = yielded
+            self._foreign += 1
+            yielded.add_done_callback(lambda f, task=task: self._foreign_done(task, f))
+        else:
+            self._failure = self._failure or (task, RuntimeError(
+                f"rank {task.rank}: a rank awaited {yielded!r}, which is neither a simcluster "
+                "request nor an asyncio future; await simcluster calls or asyncio awaitables only"))
+
+    def _foreign_done(self, task: Task, fut: Any = None) -> None:
+        if fut is not None and not fut.cancelled():
+            fut.exception()  # retrieved: the rank reads it when it resumes, unless the run stopped
+        if task.state != FOREIGN:
+            return
+        self._foreign -= 1
+        task.state = READY
+        task.waiting = None
+        self._push(self.now, self._resume, task)
+        fut = self._wake_future
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # ---- reports: filled in by _diagnostics ----
+
+    def _deadlock(self) -> SimclusterError:
+        """The error for a run whose unfinished ranks are all blocked."""
+        raise NotImplementedError
+
+    def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
+        """What each unfinished rank was doing when the run's timeout passed."""
+        raise NotImplementedError
+
+    # ---- the main loop ----
+
+    def _run_until_quiescent(self) -> None:
+        """Pop events in virtual-time order until none is left that may run now.
+
+        This loop is the simulator. It returns when no event is left, when a
+        rank failed, when the next event lies in the future while some rank
+        awaits a foreign future (time must not jump past it), or every
+        ``_BREATHE_EVERY`` events so that the asyncio loop and the timeout get
+        a turn.
+        """
+        budget = self._run_events(float("inf"), _BREATHE_EVERY)
+        self._events += _BREATHE_EVERY - budget
+
+    async def run(self) -> None:
+        """Run every rank to completion, or raise what stopped the run.
+
+        Python's cyclic garbage collector is paused while the simulation runs:
+        a large world keeps millions of live objects (frames, requests), and
+        each full collection walks all of them, which made big runs grow worse
+        than linearly. It is restored at the end.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            await self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    async def _run(self) -> None:
+        if self.timeout is None:
+            await self._simulate(None)
+            return
+        deadline = _time.monotonic() + self.timeout
+        watchdog = _watchdog.Watchdog(self, deadline)  # for a rank that never yields
+        try:
+            await self._simulate(deadline)
+            return
+        except _watchdog.Overtime as exc:
+            overtime = exc
+        finally:
+            watchdog.stop()
+        failure = self._failure
+        if failure is not None and failure[1] is overtime:  # it landed in a rank's step
+            spinning: tuple[Task, str] | None = (failure[0], _watchdog.spinning_line(overtime))
+        else:
+            spinning = None
+        raise RunTimeoutError(None, "run", self._timeout_report(spinning), "") from None
+
+    async def _simulate(self, deadline: float | None) -> None:
+        """Run events, breathing to asyncio, until every rank finished or something stopped the run."""
+        while True:
+            self._run_until_quiescent()
+            if self._failure is not None:
+                if isinstance(self._failure[1], _watchdog.Overtime):
+                    raise self._failure[1]  # the timeout interrupted a rank: _run reports it
+                return
+            if deadline is not None and _time.monotonic() > deadline:
+                raise RunTimeoutError(None, "run", self._timeout_report(), "")
+            if self._foreign and not (self._ready or self._due):
+                loop = asyncio.get_running_loop()
+                self._wake_future = loop.create_future()
+                remaining = None if deadline is None else max(0.0, deadline - _time.monotonic())
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._wake_future), remaining)
+                except asyncio.TimeoutError:
+                    raise RunTimeoutError(None, "run", self._timeout_report(), "") from None
+                finally:
+                    self._wake_future = None
+                continue
+            if self._next_time() is not None:
+                await asyncio.sleep(0)  # let the event loop breathe on long runs
+                continue
+            break
+        if self._unfinished:
+            raise self._deadlock()
+
+    def close(self) -> None:
+        """Cancel every unfinished rank.
+
+        A rank's ``finally:`` blocks run here, outside the simulation: one that
+        awaits a simcluster call fails, and that failure is dropped so it can
+        neither hide the error that stopped the run nor keep others open.
+        """
+        try:
+            for task in [*self.tasks, *self._helpers.values()]:
+                if task.state != FINISHED:
+                    if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
+                        task.waiting.cancel()
+                    task.state = FINISHED
+                    try:
+                        _close_task_coro(task.coro)
+                    except Exception:  # noqa: BLE001 - see the docstring
+                        pass
+        finally:
+            if self._sync_ranks:
+                self._sync_ranks = False
+                _sync.end_run()
+
+    @property
+    def failure(self) -> tuple[Task, BaseException] | None:
+        """The task that stopped the run and its exception, if one did."""
+        return self._failure
+
+    # ---- requests the kernel completes itself; checks on who awaits ----
+
+    def post_sleep(self, seconds: float, op: str) -> Request[None]:
+        """Return a request that completes ``seconds`` of virtual time from now."""
+        req: Request[None] = Request(self, self.current, op)
+        self._push(self.now + seconds, _finish_request, req)
+        return req
+
+    def meet(self, key: Any, size: int, rank: int, value: Any, op: str,
+             resolve: Callable[[list[Any], list[float]], tuple[list[Any], float]]) -> Request[Any]:
+        """Join a meeting of ``size`` members (an analytic collective); return a request.
+
+        Each member deposits ``value`` at its current time. When the last one
+        arrives, ``resolve(values, times)`` returns every member's result and
+        the virtual time at which all of them complete; each member's request
+        then completes at that time with its result.
+        """
+        req: Request[Any] = Request(self, self.current, op)
+        meeting = self._meetings.get(key)
+        if meeting is None:
+            meeting = self._meetings[key] = ([None] * size, [0.0] * size, [None] * size, [0])
+        values, times, reqs, count = meeting
+        values[rank], times[rank], reqs[rank] = value, self.now, req
+        count[0] += 1
+        if count[0] == size:
+            del self._meetings[key]
+            results, done_at = resolve(values, times)
+            # one event completes every member (an event per member cost 1/3 of an
+            # analytic collective), in this run's seeded order
+            self._push(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
+        return req
+
+    def spin(self, req: Request[Any]) -> None:
+        task = self.current
+        if task is None:
+            return
+        task.spins += 1
+        if task.spins > SPIN_LIMIT:
+            raise SimclusterError(
+                task.rank, f"{req.op}.test()",
+                f"polled {SPIN_LIMIT} times without awaiting, so virtual time cannot advance",
+                "await the request, or await comm.sleep(dt) between tests")
+
+    def check_awaiter(self, req: Request[Any]) -> None:
+        task = req._task
+        if self.current is not task or task is None:
+            raise self.outside("?" if task is None else task.rank, req.op, "awaited")
+
+    def outside(self, rank: object, op: str | tuple[Any, ...], verb: str = "called") -> RuntimeError:
+        """The error for a simcluster call made or awaited outside its rank's own coroutine."""
+        call = op if isinstance(op, str) else _format_op(op)
+        who = "outside any rank" if self.current is None else f"by rank {self.current.rank}"
+        return RuntimeError(
+            f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "
+            f"(asyncio.gather/create_task run coroutines outside the simulator); {_awaits.advice(call)}")
+
+    def _track(self, req: Request[Any]) -> None:
+        self._tracked[id(req)] = req
+
+    def _untrack(self, req: Request[Any]) -> None:
+        self._tracked.pop(id(req), None)
+
+def _finish_request(req: Request[Any]) -> None:
+    req._finish()
+
+
+def _close_task_coro(coro: Any) -> None:
+    """Close a rank's or helper's coroutine; an unstarted one also closes the coroutines it was given.
+
+    A helper that never ran (``comm._as_coro(body)``) holds its body's coroutine
+    as an argument; closing only the wrapper would leave that one to warn that
+    it was never awaited.
+    """
+    if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        for value in coro.cr_frame.f_locals.values():
+            if isinstance(value, types.CoroutineType):
+                value.close()
+    coro.close()
+
+
+def _finish_one(pair: tuple[Request[Any], Any]) -> None:
+    """Complete one (request, value) pair of a ``_finish_each`` (chosen schedules)."""
+    pair[0]._finish(pair[1])
+
+
+def _one_each(due: list[tuple[Callable[[Any], None], Any]]) -> list[tuple[Callable[[Any], None], Any]]:
+    """Return a batch with each ``_finish_each`` event split into one event per member."""
+    if all(fn is not _finish_each for fn, _ in due):
+        return due
+    events: list[tuple[Callable[[Any], None], Any]] = []
+    for fn, arg in due:
+        if fn is _finish_each:
+            events.extend((_finish_one, pair) for pair in reversed(arg))
+        else:
+            events.append((fn, arg))
+    return events
+
+
+def _as_scheduled(events: list[tuple[Callable[[Any], None], Any]]
+                  ) -> list[tuple[Callable[[Any], None], Any]]:
+    """``Kernel._order`` under a chooser: the chooser orders each batch as it runs."""
+    return events
+
+
+def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
+    """Complete each (request, value) pair, from the end of the list (``Kernel._order``)."""
+    for req, value in reversed(pairs):
+        req._finish(value)
+
+

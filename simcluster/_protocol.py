@@ -1,0 +1,580 @@
+"""The point-to-point protocol: posting sends and receives, charging the ports, delivery, matching.
+
+A send is packed by the codec (``transports.wire``) and becomes an
+``Envelope``. Up to ``eager_limit`` bytes it travels at once with its data
+(EAGER); a larger one sends a request to send (RTS), and its data follows
+once a receive has matched it and the receiver's clear to send (CTS) is back
+(DATA, charged from the match instant). A synchronous send's eager message is
+acknowledged (ACK) when it is matched.
+
+Rule 3: messages between one pair of ranks enter one FIFO channel whose
+arrival times never decrease, so they are matched in send order whatever the
+tie-breaking does (MPI's non-overtaking rule).
+Rule 4: a latency model with port state (``Ports.ordered``) is charged for the
+messages of one virtual instant together, once no event is left at that
+instant (``_end_instant``): each send port takes its messages in posting order
+(a rank's own, then each helper's by ``Task.serial``), each receive port in
+the order they reach it (wire time, then source rank, then posting order);
+then each pair's messages enter their channel in posting order. So virtual
+times do not depend on the order the seed runs simultaneous events in; only
+what the program leaves open (ANY_SOURCE, wait_any, polling) does.
+
+A message reaching its receiver is matched in the endpoint table
+(``matching.Endpoints``): one match queue per (context, rank), so delivery
+never goes through a ``Comm``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simcluster.transports import wire
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, make_envelope
+from simcluster.transports.wire import PACKED_NONE
+
+from . import _frames
+from . import _schedule
+from . import arrays as _arrays
+from ._diagnostics import checksum
+from ._kernel import Kernel, Task, _finish_request
+from .errors import TruncationError
+from .matching import ANY_SOURCE, ANY_TAG, Endpoints
+from .payload import describe
+from .request import Request, Status, _format_op, make_status
+
+if TYPE_CHECKING:
+    from .comm import Comm, Group
+    from .latency import LatencyModel, Ports
+
+class _RecvRequest(Request[Any]):
+    """A receive: also remembers what it asked for.
+
+    ``_op`` holds only the call's name (``recv``, ``irecv``, ...); ``op``
+    formats the whole call from the fields, so an idle receive costs no string.
+    """
+
+    __slots__ = ("comm", "src", "tag", "buf")
+
+    @property
+    def op(self) -> str:
+        return _format_op((self._op, self.buf, self.src, self.tag))
+
+    @property
+    def _peer(self) -> int | None:  # type: ignore[override]
+        """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
+        src = self.src
+        return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
+
+    def __init__(self, engine: P2P, task: Task, op: str,
+                 comm: Comm, src: int, tag: int, buf: Any, nonblocking: bool) -> None:
+        # Every slot set once, here: one receive is built per message.
+        self._engine = engine
+        self._task = task
+        self._state = 0
+        self._value = None
+        self._error = None
+        self._waiter = None
+        self._op = op
+        self.status = None
+        self._guard = None
+        self._retrieved = False
+        self._nb = nonblocking
+        self.comm = comm
+        self.src = src
+        self.tag = tag
+        self.buf = buf
+
+
+class P2P(Kernel):
+    """The kernel plus point-to-point messages: what ``Comm`` posts its sends and receives to."""
+
+    def __init__(
+        self,
+        world_size: int,
+        transport: Transport,
+        ports: Ports,
+        *,
+        seed: int = 0,
+        eager_limit: int = 65536,
+        strict: bool = True,
+        timeout: float | None = None,
+        model: LatencyModel | None = None,
+        schedule: object = "batch",
+    ) -> None:
+        self.transport = transport
+        self.ports = ports
+        self._zero_latency = bool(getattr(ports, "zero", False))
+        # Rule 4: a model with port state charges each instant's messages together (_book)
+        self._book_later = not self._zero_latency and bool(getattr(ports, "ordered", True))
+        self._bookings: list[list[Any]] = []  # Envelope fields of eager messages and RTS posted now
+        self._rdv_bookings: list[list[Any]] = []  # those of rendezvous data cleared to send now
+        self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
+        self.free_reductions = model is None or model.free_reductions
+        self.eager_limit = eager_limit
+        # run(serializer="pickle"): what msgpack cannot carry is pickled (wire.EXT_PICKLE)
+        self._dumps: Callable[[object], bytes] | None = None
+        self._loads: Callable[[bytes], object] | None = None
+        # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
+        # objects over, so a CuPy array stays on its device; byte transports stage them to host
+        self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
+        self._msg_ids = itertools.count(1)
+        self.groups: dict[int, Group] = {}  # the communicators, by context (comm.Group registers)
+        self.endpoints = Endpoints()
+        self._rows = self.endpoints.rows
+        self._channels: dict[int, Envelope | deque[Envelope]] = {}
+        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes]] = {}
+        self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
+        self._rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
+        self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
+        self.last_nbytes = 0
+        self.msgs_sent = [0] * world_size
+        self.bytes_sent = [0] * world_size
+        self.msgs_recv = [0] * world_size
+        self.bytes_recv = [0] * world_size
+        self._arrive_key = self._arrive  # bound once: an event per message names it
+        self._noisy = False  # the latency model draws from one RNG per message (explore's footprints)
+        super().__init__(world_size, seed=seed, strict=strict, timeout=timeout, schedule=schedule,
+                         model=model)
+        transport.open(world_size, self._deliver)  # after _use_schedule, which may wrap _deliver
+        self._send_envelope = self._deliver if transport.in_process else transport.send
+
+    def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
+        super()._use_schedule(schedule, model)
+        chooser = self._chooser
+        if chooser is not None and chooser.footprints:
+            self._noisy = not self._book_later and _schedule.draws_noise(model)
+            self._deliver = self._deliver_noted  # type: ignore[method-assign]
+
+    def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        func = getattr(fn, "__func__", fn)
+        if func is P2P._arrive:
+            return {arg % self.world_size}  # the key of channel (src, dst): src*world_size + dst
+        if func is P2P._data_arrived:
+            return {arg.src, arg.dst}
+        return super()._owner(fn, arg)
+
+    def _instant_open(self) -> bool:
+        return bool(self._bookings or self._rdv_bookings)
+
+    def _end_instant(self) -> bool:
+        """Charge the instant's messages (Rule 4); return whether that made events at ``now``."""
+        if not (self._bookings or self._rdv_bookings) or not self._book():
+            return False
+        return bool(self._due or self._bookings or self._rdv_bookings)
+
+    def close(self) -> None:
+        """Cancel every unfinished rank and release the transport."""
+        try:
+            super().close()
+        finally:
+            self.transport.close()
+
+    # ---- posting ----
+
+    def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
+                  op: str | tuple[Any, ...], nonblocking: bool,
+                  need_request: bool = False) -> Request[None] | None:
+        """Start a send from ``comm``'s rank.
+
+        Returns its request, or None for a blocking standard send that
+        completed at once (eager), which needs no request at all, unless
+        ``need_request``.
+        """
+        if self.current is None or self.current.rank != comm._world_rank:
+            raise self._outside(comm.rank, op)
+        try:
+            packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays)
+        except wire.Unsendable as exc:
+            packed = self._pack_opaque(comm, obj, op, exc)
+        nbytes = packed.nbytes
+        src_w = comm._world_rank
+        dst_w = comm._group.world_ranks[dst]
+        msg_id = next(self._msg_ids)
+        self.msgs_sent[src_w] += 1
+        self.bytes_sent[src_w] += nbytes
+        self.last_nbytes = nbytes  # for the caller's trace span
+        if self.trace is not None:
+            name = comm._group.name if comm._ctx % 2 == 0 else _collective_name(comm, self.current)
+            self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
+        buffers = packed.buffers
+        eager = nbytes <= self.eager_limit
+        req: Request[None] | None = None
+        if nonblocking or sync or not eager or need_request:
+            req = Request(self, self.current, op, dst_w)
+            req._nb = nonblocking
+            if self.strict and nonblocking:
+                if buffers:
+                    arrays = [obj] if packed.single_array else list(buffers)
+                    req._guard = (arrays, [checksum(a) for a in arrays], _frames.user_line())
+                self._track(req)
+        if eager:
+            if buffers:
+                buffers = tuple(np.array(b, copy=True, order="K") if type(b) is np.ndarray
+                                else b.copy() for b in buffers)  # ObjectBuffer: its own library
+            now = self.now
+            if self._book_later:  # charged with the rest of this instant (Rule 4)
+                self._bookings.append([EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                                       packed.header, buffers, sync, b"", self.current.serial])
+                env = None
+            else:
+                arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
+                env = make_envelope((EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                                            packed.header, buffers, sync, b""))
+            if sync:
+                self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
+            elif req is not None:
+                req._state = 1  # DONE at once; nobody can be waiting yet
+        else:
+            assert req is not None
+            if self._book_later:  # on its channel behind this instant's eager messages
+                self._bookings.append([RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now,
+                                       b"", (), sync, b"", self.current.serial])
+                env = None
+            else:
+                env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync)
+            req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
+            self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
+        if env is not None:
+            self._send_envelope(env)
+        return req
+
+    def _pack_opaque(self, comm: Comm, obj: object, op: str | tuple[Any, ...],
+                     exc: wire.Unsendable) -> wire.Packed:
+        """Pack what msgpack refused with pickle, in serializer="pickle" runs; else explain."""
+        if self._dumps is not None:
+            try:
+                return wire.pack(obj, copy=False, dumps=self._dumps, arrays=self._arrays)
+            except wire.Unsendable as again:
+                exc = again
+        name = op if isinstance(op, str) else op[0]
+        raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
+
+    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
+                  nonblocking: bool) -> Request[Any]:
+        """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
+        task = self.current
+        if task is None or task.rank != comm._world_rank:
+            raise self._outside(comm.rank, (op, buf, src, tag))
+        req = _RecvRequest(self, task, op, comm, src, tag, buf, nonblocking)
+        if nonblocking and self.strict:
+            self._track(req)
+        mq = comm._mq
+        env = mq.take_unexpected(src, tag) if mq._unexpected else None
+        if env is None:
+            mq.post(src, tag, req)
+        else:
+            self._matched(req, env)
+        return req
+
+    def iprobe(self, comm: Comm, src: int, tag: int) -> Status | None:
+        """Return the status of a message a receive for (src, tag) would take now, if any."""
+        env = comm._mq.peek_unexpected(src, tag)
+        if env is None:
+            return None
+        return Status(comm._group.local_rank(env.src), env.tag, env.nbytes)
+
+    def post_probe(self, comm: Comm, src: int, tag: int, op: str) -> Request[Status]:
+        """Return a request that completes with a Status once a fitting message arrives."""
+        peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
+        req: Request[Status] = Request(self, self.current, op, peer)
+        status = self.iprobe(comm, src, tag)
+        if status is not None:
+            req._finish(status)
+        else:
+            mq = comm._mq
+            if mq.probes is None:
+                mq.probes = []
+            mq.probes.append((src, tag, req))
+        return req
+
+    # ---- charging an instant's messages (Rule 4) ----
+
+    def _book(self) -> bool:
+        """Charge and send the messages of the instant that just ended; False when there are none.
+
+        The loop calls it once no event is left at ``now``. Eager messages and
+        RTS envelopes go first; the rendezvous transfers cleared to send at
+        ``now`` follow once those have settled (an RTS delivered here may be
+        matched at once). Each send port takes its messages in posting order
+        and each receive port in the order they reach it (``_charge``),
+        whatever order the instant's events ran in; then each source's
+        messages are delivered in posting order, so channels stay FIFO.
+        """
+        items = self._bookings
+        if items:
+            self._bookings = []
+            if len(items) == 1:  # the common case in chains of dependent steps: one message
+                fields = items[0]
+                fields.pop()  # the task's serial
+                if fields[0] != RTS:
+                    fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+                self._send_envelope(make_envelope(fields))
+                return True
+            self._charge(items, _by_source)
+            send = self._send_envelope
+            for fields in items:
+                fields.pop()  # the task's serial
+                send(make_envelope(fields))
+            return True
+        items = self._rdv_bookings
+        if not items:
+            return False
+        self._rdv_bookings = []
+        self._charge(items, _by_source_and_id)
+        send = self.transport.send
+        for fields in items:
+            fields.pop()
+            send(make_envelope(fields))
+        return True
+
+    def _charge(self, items: list[list[Any]], posting: Callable[[list[Any]], Any]) -> None:
+        """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
+
+        Send sides first, in posting order (``posting`` sorts by source and
+        task serial, then by message id; a stable sort keeps the order items
+        were added in), then receive sides by ``(wire, source, serial, message
+        id)``. One item, or one per receive port: one ``transfer`` each, which
+        equals the two halves bit for bit.
+        """
+        if len(items) == 1:
+            fields = items[0]
+            if fields[0] != RTS:
+                fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+            return
+        items.sort(key=posting)
+        if len({fields[3] for fields in items}) == len(items):  # one message per receive port
+            transfer = self.ports.transfer
+            for fields in items:
+                if fields[0] != RTS:
+                    fields[7] = transfer(fields[2], fields[3], fields[6], fields[7])[1]
+            return
+        send_side = self.ports.send_side
+        for fields in items:
+            if fields[0] != RTS:
+                fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
+        recv_side = self.ports.recv_side
+        for fields in sorted(items, key=_by_arrival):
+            if fields[0] != RTS:
+                fields[7] = recv_side(fields[2], fields[3], fields[6], fields[7])
+
+    # ---- delivery ----
+
+    def _deliver_noted(self, env: Envelope) -> None:
+        """``_deliver`` while exploring: both ends' queues and ports are touched (the RNG too: -1)."""
+        touched = self._touched
+        if touched is not None:
+            touched.add(env.src)
+            touched.add(env.dst)
+            if self._noisy:
+                touched.add(-1)
+        type(self)._deliver(self, env)
+
+    def _deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
+        kind = env.kind
+        if kind == EAGER or kind == RTS:
+            # one channel per (src, dst): arrival times never decrease along it, so its
+            # messages are matched in send order (a lone one is kept as is, not in a deque)
+            key = env.src * self.world_size + env.dst
+            channels = self._channels
+            chan = channels.get(key)
+            t = env.time
+            if chan is None:
+                if t <= self.now:  # arrives now, nothing ahead of it: match it at once
+                    self._arrived(env)
+                    return
+                channels[key] = env
+            elif isinstance(chan, deque):
+                if chan[-1].time > t:
+                    t = chan[-1].time
+                    env = env._replace(time=t)
+                chan.append(env)
+            else:  # a second message while one is in flight: now a queue
+                if chan.time > t:
+                    t = chan.time
+                    env = env._replace(time=t)
+                channels[key] = deque((chan, env))
+            self._push(t, self._arrive_key, key)
+        elif kind == CTS:
+            self._clear_to_send(env)
+        elif kind == DATA:
+            self._push(env.time, self._data_arrived, env)
+        elif kind == ACK:
+            req = self._sync_sends.pop((env.dst, env.msg_id))
+            self._push(env.time, _finish_request, req)
+
+    def _arrive(self, key: int) -> None:
+        channels = self._channels
+        chan = channels[key]
+        if not isinstance(chan, deque):
+            del channels[key]
+            self._arrived(chan)
+            return
+        env = chan.popleft()
+        if len(chan) == 1:
+            channels[key] = chan[0]
+        self._arrived(env)
+
+    def _arrived(self, env: Envelope) -> None:
+        """Match an envelope that has reached its receiver, or queue it as unexpected."""
+        row = self._rows[env.ctx]
+        local = row.local
+        if local is None:
+            dst, src = env.dst, env.src
+        else:
+            dst, src = local[env.dst], local[env.src]
+        mq = row.queues[dst] or row.queue(dst)
+        req = mq.take_posted(src, env.tag)
+        if req is not None:
+            if env.kind == EAGER and not env.sync:  # _matched, inline
+                self._complete_recv(req, env, copy=False)
+            else:
+                self._matched(req, env)
+            return
+        mq.add_unexpected(src, env.tag, env)
+        if mq.probes:
+            for i, (psrc, ptag, preq) in enumerate(mq.probes):
+                if (psrc == ANY_SOURCE or psrc == src) and (ptag == ANY_TAG or ptag == env.tag):
+                    del mq.probes[i]
+                    preq._finish(Status(src, env.tag, env.nbytes))
+                    break
+
+    def _matched(self, req: _RecvRequest, env: Envelope) -> None:
+        """A receive met its message at ``now``: complete it, or start the rendezvous."""
+        if env.kind == EAGER:
+            self._complete_recv(req, env, copy=False)
+            if env.sync:
+                self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
+                                             0, self.now))
+        else:  # RTS: ask the sender for the data; the transfer is charged from now
+            self._rdv_recvs[(env.src, env.msg_id)] = req
+            self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
+                                         env.nbytes, self.now))
+
+    def _clear_to_send(self, env: Envelope) -> None:
+        sender, receiver = env.dst, env.src
+        req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+        nbytes = env.nbytes
+        match_time = env.time
+        # the send completes when its data has been copied out at the receiver (_data_arrived):
+        # the DATA envelope references the sender's own arrays
+        self._rdv_landing[(sender, env.msg_id)] = req
+        if self._book_later:  # charged with this instant's other transfers (Rule 4)
+            self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id, nbytes,
+                                       match_time, header, buffers, False, b"", _serial(req)])
+            return
+        arrive = match_time if self._zero_latency else self.ports.transfer(
+            sender, receiver, nbytes, match_time)[1]
+        self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                     nbytes, arrive, header, buffers))
+
+    def _data_arrived(self, env: Envelope) -> None:
+        key = (env.src, env.msg_id)
+        self._complete_recv(self._rdv_recvs.pop(key), env, copy=True)
+        self._rdv_landing.pop(key)._finish()
+
+    def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
+        local = req.comm._group._local
+        source = env.src if local is None else local[env.src]
+        req.status = make_status((source, env.tag, env.nbytes))
+        self.msgs_recv[env.dst] += 1
+        self.bytes_recv[env.dst] += env.nbytes
+        if self.trace is not None:
+            self.trace.received(env.src, env.msg_id, self.now)
+        buf = req.buf
+        try:
+            if buf is None:
+                value = wire.unpack(env.header, env.buffers, copy=copy, loads=self._loads,
+                                    arrays=self._arrays)
+            else:
+                _fill(buf, wire.unpack(env.header, env.buffers, copy=False, loads=self._loads,
+                                       arrays=_arrays.HOST), req, source)
+                value = buf
+        except Exception as exc:
+            req._finish(None, exc)
+            return
+        req._finish(value)  # may run the receiver right here: outside the try
+
+    def cancel(self, req: Request[Any]) -> bool:
+        """Take a pending receive or probe out of its queue; return whether it was there."""
+        if isinstance(req, _RecvRequest):
+            return req.comm._mq.unpost(req.src, req.tag, req)
+        for _, _, mq in self.endpoints.queues():
+            probes = mq.probes or []
+            for i, item in enumerate(probes):
+                if item[2] is req:
+                    del probes[i]
+                    return True
+        return False
+
+def _collective_name(comm: Comm, task: Task) -> str:
+    """Name a traced collective message after its call: ``world:all_reduce#3(ring)``."""
+    coll = task.collective
+    if coll is None:
+        return f"{comm._group.name}:collective"
+    algorithm = f"({coll.algorithm})" if coll.algorithm else ""
+    return f"{comm._group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
+
+
+# orders of booked messages (Engine._book): Envelope fields, then the posting task's serial,
+# [kind, ctx, src, dst, tag, msg_id, nbytes, time, header, buffers, sync, meta, serial]
+_by_source = operator.itemgetter(2, 12)
+_by_source_and_id = operator.itemgetter(2, 12, 5)
+_by_arrival = operator.itemgetter(7, 2, 12, 5)
+
+
+def _serial(req: Request[Any]) -> int:
+    """The serial of the task that posted a send (``Task.serial``)."""
+    task = req._task
+    return 0 if task is None else task.serial
+
+
+def _fill(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
+    """Copy a received array into the user's buffer, or explain why it cannot be."""
+    if not (isinstance(value, np.ndarray) and isinstance(buf, np.ndarray)):
+        _fill_any(buf, value, req, source)
+        return
+    rank = req.comm.rank
+    if value.dtype != buf.dtype:
+        raise TypeError(
+            f"rank {rank}: {req.op}: message from rank {source} has dtype {value.dtype} but buf "
+            f"has dtype {buf.dtype}; receive into a {value.dtype} buffer, or without buf")
+    if value.nbytes > buf.nbytes:
+        raise TruncationError(
+            rank, req.op, f"message from rank {source} is {value.nbytes} bytes but buf holds {buf.nbytes}",
+            "pass a larger buf, or size it with probe() first")
+    if value.shape == buf.shape:
+        np.copyto(buf, value)
+    elif buf.flags.c_contiguous:  # a shorter message fills the front, as in MPI
+        buf.reshape(-1)[: value.size] = value.reshape(-1)
+    else:
+        buf.flat[: value.size] = value.reshape(-1)
+
+
+def _fill_any(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
+    """``_fill`` where either side is another library's array: dtypes by name, copies by ``arrays``."""
+    rank = req.comm.rank
+    if not _arrays.is_array(value):
+        raise TypeError(
+            f"rank {rank}: {req.op}: message from rank {source} is a {type(value).__name__}, "
+            f"not an array, so it cannot fill buf={describe(buf)}; call recv() without buf")
+    have, want = _arrays.dtype_name(value), _arrays.dtype_name(buf)
+    if have != want:
+        raise TypeError(
+            f"rank {rank}: {req.op}: message from rank {source} has dtype {have} but buf "
+            f"has dtype {want}; receive into a {have} buffer, or without buf")
+    size, room = _arrays.nbytes(value), _arrays.nbytes(buf)
+    if size > room:
+        raise TruncationError(
+            rank, req.op, f"message from rank {source} is {size} bytes but buf holds {room}",
+            "pass a larger buf, or size it with probe() first")
+    if tuple(value.shape) == tuple(buf.shape):
+        _arrays.copy_into(buf, value)  # device to device, or staged through host across libraries
+    else:  # a shorter message fills the front, as in MPI
+        _arrays.fill_front(buf, value)
