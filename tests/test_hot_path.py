@@ -1,0 +1,256 @@
+"""The hot-path contract: fast constructors build what their types declare, inlined twins agree.
+
+The engine builds envelopes, statuses and receives field by field on the
+hot path (one per message), and a few readable functions have hand-inlined
+twins where they run once per message. Each such pair is pinned here, so a
+change to one side that forgets the other fails a test instead of skewing
+a run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simcluster as sc
+from simcluster import _protocol
+from simcluster._kernel import READY, Task
+from simcluster.engine import Engine
+from simcluster.latency import AlphaBeta, Hierarchical, Jitter, LatencyModel, LogGP, Ports
+from simcluster.matching import ANY_SOURCE, ANY_TAG, MatchQueue
+from simcluster.request import PENDING, Request, Status, make_status
+from simcluster.transports.base import Envelope, make_envelope
+from simcluster.transports.memory import MemoryTransport
+
+ENVELOPE_FIELDS = ("kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "header", "buffers",
+                   "sync", "meta")
+
+# ---- fast constructors ----
+
+
+def test_make_envelope_takes_the_twelve_fields_in_declared_order() -> None:
+    assert Envelope._fields == ENVELOPE_FIELDS
+    values = (1, 2, 3, 4, 5, 6, 7, 8.5, b"h", (np.zeros(1),), True, b"m")
+    fast = make_envelope(values)
+    assert type(fast) is Envelope
+    assert fast == Envelope(*values)
+    assert fast._asdict() == dict(zip(ENVELOPE_FIELDS, values))
+
+
+def test_booked_items_are_the_envelope_fields_then_the_posting_serial() -> None:
+    # _protocol keeps an instant's messages as lists: the Envelope fields, then Task.serial
+    item = [0, 1, 30, 40, 5, 60, 70, 8.0, b"", (), False, b"", 90]
+    env = make_envelope(item[:12])
+    assert (env.src, env.dst, env.nbytes, env.time, env.msg_id) == (30, 40, 70, 8.0, 60)
+    assert _protocol._by_source(item) == (env.src, 90)
+    assert _protocol._by_source_and_id(item) == (env.src, 90, env.msg_id)
+    assert _protocol._by_arrival(item) == (env.time, env.src, 90, env.msg_id)
+
+
+def test_make_status_takes_source_tag_nbytes() -> None:
+    assert Status._fields == ("source", "tag", "nbytes")
+    fast = make_status((3, 7, 24))
+    assert type(fast) is Status and fast == Status(source=3, tag=7, nbytes=24)
+
+
+def _engine(world_size: int = 2) -> Engine:
+    return Engine(world_size, MemoryTransport(), AlphaBeta(1e-6, 1e9).bind(world_size, random.Random(0)))
+
+
+def test_a_receive_request_sets_every_slot_a_request_sets_and_the_same_defaults() -> None:
+    engine = _engine()
+    task = Task(1, None)  # type: ignore[arg-type]
+    fast = _protocol._RecvRequest(engine, task, "irecv", None, 0, 5, None, True)  # type: ignore[arg-type]
+    plain: Request[Any] = Request(engine, task, "irecv")
+    plain._nb = True
+    common = [s for s in Request.__slots__ if s not in ("__weakref__", "_peer")]
+    for slot in common:
+        assert getattr(fast, slot) == getattr(plain, slot), slot
+    assert fast._state == PENDING and (fast.src, fast.tag, fast.buf) == (0, 5, None)
+    engine.close()
+
+
+def test_a_task_starts_ready_at_time_zero_with_nothing_pending() -> None:
+    task = Task(4, None)  # type: ignore[arg-type]
+    assert (task.rank, task.state, task.waiting, task.time, task.spins, task.serial) == (4, READY, None, 0.0, 0, 0)
+    assert task.collective is None and task.done_request is None and task.comm is None
+
+
+# ---- twins: a port's whole charge equals its two halves ----
+
+MODELS: dict[str, Callable[[], LatencyModel]] = {
+    "alphabeta": lambda: AlphaBeta(alpha=1e-6, beta=1e-9),
+    "loggp": lambda: LogGP(L=2e-6, o=5e-7, g=1e-6, G=1e-9),
+    "hierarchical": lambda: Hierarchical(intra=AlphaBeta(1e-7, 1e-10), inter=AlphaBeta(2e-6, 1e-9), ranks_per_node=2),
+    "jitter": lambda: Jitter(AlphaBeta(alpha=1e-6, beta=1e-9), rel=0.2),
+}
+
+messages = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
+                              st.integers(0, 50)), min_size=1, max_size=30)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=60, deadline=None)
+@given(msgs=messages)
+def test_transfer_equals_send_side_then_recv_side(name: str, msgs: list[tuple[int, int, int, int]]) -> None:
+    model = MODELS[name]()
+    whole, split = model.bind(4, random.Random(3)), model.bind(4, random.Random(3))
+    for src, dst, nbytes, step in sorted(msgs, key=lambda m: m[3]):
+        t = step * 1e-6
+        depart, wire = split.send_side(src, dst, nbytes, t)
+        assert whole.transfer(src, dst, nbytes, t) == (depart, split.recv_side(src, dst, nbytes, wire))
+
+
+# ---- twins: _charge's one-message-per-port shortcut equals the two-halves path ----
+
+
+class _Charger:
+    """What ``P2P._charge`` reads of its engine: the ports."""
+
+    def __init__(self, ports: Ports) -> None:
+        self.ports = ports
+
+
+def _items(msgs: list[tuple[int, int, int, int]]) -> list[list[Any]]:
+    return [[0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial]
+            for i, (src, dst, nbytes, serial) in enumerate(msgs)]
+
+
+def _two_halves(ports: Ports, items: list[list[Any]]) -> list[float]:
+    items = sorted(items, key=_protocol._by_source)
+    wires = {id(f): ports.send_side(f[2], f[3], f[6], f[7])[1] for f in items}
+    arrive = {}
+    for f in sorted(items, key=lambda f: (wires[id(f)], f[2], f[12], f[5])):
+        arrive[f[5]] = ports.recv_side(f[2], f[3], f[6], wires[id(f)])
+    return [arrive[f[5]] for f in items]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
+                               st.integers(0, 2)), min_size=1, max_size=12))
+def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
+        name: str, msgs: list[tuple[int, int, int, int]]) -> None:
+    model = MODELS[name]()
+    items = _items(msgs)
+    expected = _two_halves(model.bind(4, random.Random(1)), [list(f) for f in items])
+    charged = [list(f) for f in items]
+    _protocol.P2P._charge(_Charger(model.bind(4, random.Random(1))), charged, _protocol._by_source)  # type: ignore[arg-type]
+    assert [f[7] for f in charged] == expected
+
+
+# ---- twins: the match queue's lone-entry and table forms follow MPI's matching rules ----
+
+
+class _Reference:
+    """MPI matching written plainly: lists in post order and arrival order."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[int, int, Any]] = []
+        self.unexpected: list[tuple[int, int, Any]] = []
+
+    @staticmethod
+    def fits(want_src: int, want_tag: int, src: int, tag: int) -> bool:
+        return want_src in (src, ANY_SOURCE) and want_tag in (tag, ANY_TAG)
+
+    def arrive(self, src: int, tag: int, msg: Any) -> Any:
+        for i, (psrc, ptag, recv) in enumerate(self.posted):
+            if self.fits(psrc, ptag, src, tag):
+                del self.posted[i]
+                return recv
+        self.unexpected.append((src, tag, msg))
+        return None
+
+    def receive(self, src: int, tag: int, recv: Any) -> Any:
+        for i, (msrc, mtag, msg) in enumerate(self.unexpected):
+            if self.fits(src, tag, msrc, mtag):
+                del self.unexpected[i]
+                return msg
+        self.posted.append((src, tag, recv))
+        return None
+
+    def cancel(self, recv: Any) -> bool:
+        for i, entry in enumerate(self.posted):
+            if entry[2] is recv:
+                del self.posted[i]
+                return True
+        return False
+
+
+operations = st.lists(st.tuples(st.sampled_from(["arrive", "receive", "cancel"]),
+                                st.sampled_from([0, 1, ANY_SOURCE]), st.sampled_from([0, 1, ANY_TAG])),
+                      max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=operations)
+def test_match_queue_matches_like_the_plain_reference(ops: list[tuple[str, int, int]]) -> None:
+    mq, ref = MatchQueue(), _Reference()
+    receives: list[tuple[int, int, object]] = []
+    for n, (what, src, tag) in enumerate(ops):
+        if what == "arrive":  # a message has a concrete source and tag
+            src, tag = max(src, 0), max(tag, 0)
+            msg = ("msg", n)
+            expected = ref.arrive(src, tag, msg)
+            got = mq.take_posted(src, tag)
+            if got is None:
+                mq.add_unexpected(src, tag, msg)
+            assert got is expected
+        elif what == "receive":
+            recv = object()
+            expected = ref.receive(src, tag, recv)
+            got = mq.take_unexpected(src, tag)
+            if got is None:
+                mq.post(src, tag, recv)
+                receives.append((src, tag, recv))
+            assert got == expected
+        elif receives:
+            src, tag, recv = receives.pop(n % len(receives))
+            assert mq.unpost(src, tag, recv) == ref.cancel(recv)
+    posted, unexpected = mq.leftovers()
+    assert sorted(map(id, posted)) == sorted(id(r) for _, _, r in ref.posted)
+    assert sorted(unexpected) == sorted(m for _, _, m in ref.unexpected)
+
+
+# ---- twins: an eager message matched on arrival (inline) or at the receive (_matched) ----
+
+
+@pytest.mark.parametrize("late", ["sender", "receiver"])
+def test_an_eager_message_gives_the_same_value_status_and_time_whoever_comes_first(late: str) -> None:
+    async def main(comm: sc.Comm) -> Any:
+        if comm.rank == 0:
+            if late == "sender":
+                await comm.sleep(5e-6)
+            await comm.send(np.arange(4.0), dst=1, tag=3)
+            return None
+        if late == "receiver":
+            await comm.sleep(5e-6)
+        req = comm.irecv(src=0, tag=3)
+        value = await req
+        return value.tolist(), tuple(req.status), comm.now
+
+    result = sc.run(main, 2, latency=AlphaBeta(alpha=1e-6, beta=1e-9))
+    value, status, _ = result[1]
+    assert value == [0.0, 1.0, 2.0, 3.0] and status[:2] == (0, 3) and status[2] >= 32  # 4 float64s
+    arrival = (5e-6 if late == "sender" else 0.0) + 1e-6 + status[2] * 1e-9
+    assert result[1][2] == pytest.approx(max(arrival, 5e-6 if late == "receiver" else 0.0))
+
+
+def test_awaiting_a_done_request_returns_what_test_returns() -> None:
+    async def main(comm: sc.Comm) -> Any:
+        req = comm.isend(7, dst=comm.rank)
+        got = await comm.recv(src=comm.rank)
+        await req
+        again = comm.irecv(src=comm.rank)
+        comm.isend(8, dst=comm.rank).test()
+        await comm.sleep(1e-6)
+        assert again.test()
+        return got, await again
+
+    assert list(sc.run(main, 1)) == [(7, 8)]
