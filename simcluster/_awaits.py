@@ -38,7 +38,7 @@ from . import _frames
 from .errors import SimclusterError
 
 if TYPE_CHECKING:
-    from .engine import Engine, Task
+    from ._kernel import Kernel as Engine, Task
 
 Note = tuple[Coroutine[Any, Any, Any], "Task", FrameType, int, str, "tuple[tuple[str, str], ...] | None"]
 """(coroutine, rank task, calling frame, offset of the call in it, call name, shown arguments)."""

@@ -2,29 +2,22 @@
 
 Nothing here runs on the hot path: these read the kernel's tasks and the
 protocol's queues once something went wrong (or at the end of a strict
-run). ``Diagnostics`` is mixed into ``engine.Engine``; ``deadlock_error``
+run). ``Diagnostics`` extends the protocol's engine with them; ``deadlock_error``
 also builds the report of a multi-process run from the blocked ranks every
 hosting process describes.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-
-from simcluster.transports import wire
+from typing import Any
 
 from . import _frames
-from . import arrays as _arrays
 from ._kernel import _TASK_STATES, BLOCKED, FINISHED, Task
+from ._protocol import P2P, checksum
 from .errors import BufferHazardError, DeadlockError, SimclusterError
 from .request import CANCELLED, PENDING, Request, _WaitAny
 
-if TYPE_CHECKING:
-    from ._protocol import P2P
 
 CollectiveInfo = tuple[int, str, int, str, int, int]
 """What a rank inside a collective is doing: (context, comm name, number, call, comm rank, comm size)."""
@@ -33,10 +26,10 @@ BlockedEntry = tuple[int, str, list[int], Any]
 """(rank, "rank R waiting in ... at file:line", world ranks it waits on, Task.collective)."""
 
 
-class Diagnostics:
-    """The reports of an engine (``engine.Engine`` mixes this class in)."""
+class Diagnostics(P2P):
+    """The protocol plus its reports: what went wrong, where, and who waits for whom."""
 
-    def check_hazard(self: P2P, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
+    def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
         self._untrack(req)
         arrays, sums, line = guard
         for a, s in zip(arrays, sums):
@@ -47,7 +40,7 @@ class Diagnostics:
                     f"the send buffer changed before the request completed (posted at {line})",
                     "wait for the request before writing to the buffer, or send a copy")
 
-    def leaks(self: P2P) -> list[str]:
+    def leaks(self) -> list[str]:
         """Describe messages never received and nonblocking requests never completed.
 
         Each problem is reported once: a pending request whose message or
@@ -76,7 +69,7 @@ class Diagnostics:
             lines.append(f"rank {owner}: {req.op} {state}")
         return lines
 
-    def _describe(self: P2P, task: Task) -> tuple[str, list[int]]:
+    def _describe(self, task: Task) -> tuple[str, list[int]]:
         """Return a line about what a blocked task waits for, and the ranks it waits on."""
         waiting = task.waiting
         reqs = waiting.requests if isinstance(waiting, _WaitAny) else [waiting]
@@ -89,7 +82,7 @@ class Diagnostics:
             inside = f" inside {info[3]} (collective #{info[2]} on comm {info[1]!r})"
         return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
 
-    def blocked_entries(self: P2P) -> list[BlockedEntry]:
+    def blocked_entries(self) -> list[BlockedEntry]:
         """Describe every blocked rank and helper, ranks first: what ``deadlock_error`` reads."""
         entries = []
         for task in [*self.tasks, *self._helpers.values()]:
@@ -98,12 +91,12 @@ class Diagnostics:
                 entries.append((task.rank, line, peers, _info(task)))
         return entries
 
-    def _deadlock(self: P2P) -> SimclusterError:
+    def _deadlock(self) -> SimclusterError:
         groups = self.groups
         return deadlock_error(self.blocked_entries(), self.now,
                               members=lambda ctx: groups[ctx].world_ranks)
 
-    def _timeout_report(self: P2P, spinning: tuple[Task, str] | None = None) -> str:
+    def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
         """Say what each unfinished rank was doing when the timeout passed.
 
         ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
@@ -204,12 +197,6 @@ def _doing(rank: int, doing: dict[int, str]) -> str:
 def _info(task: Task) -> CollectiveInfo | None:
     """The collective call a task is inside, as reports carry it (None outside collectives)."""
     return None if task.collective is None else task.collective.info
-
-
-def checksum(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
-    return _arrays.checksum(a.array if type(a) is wire.ObjectBuffer else a)  # on a's own device
 
 
 def _find_cycle(edges: dict[int, list[int]]) -> list[int] | None:

@@ -497,6 +497,20 @@ class Kernel:
         if fut is not None and not fut.done():
             fut.set_result(None)
 
+    # ---- what requests ask of the layers above ----
+
+    def cancel(self, req: Request[Any]) -> bool:
+        """Take a pending request out of the queue it waits in; return whether it was there.
+
+        The kernel's own requests (timers, meetings) cannot be cancelled;
+        ``_protocol`` cancels receives and probes.
+        """
+        return False
+
+    def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
+        """Check that a completed nonblocking send's buffers are unchanged (``_diagnostics``)."""
+        raise NotImplementedError
+
     # ---- reports: filled in by _diagnostics ----
 
     def _deadlock(self) -> SimclusterError:
@@ -685,8 +699,9 @@ def _close_task_coro(coro: Any) -> None:
     as an argument; closing only the wrapper would leave that one to warn that
     it was never awaited.
     """
-    if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
-        for value in coro.cr_frame.f_locals.values():
+    frame = coro.cr_frame if inspect.iscoroutine(coro) else None
+    if frame is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        for value in frame.f_locals.values():
             if isinstance(value, types.CoroutineType):
                 value.close()
     coro.close()

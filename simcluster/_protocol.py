@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,6 @@ from simcluster.transports.wire import PACKED_NONE
 from . import _frames
 from . import _schedule
 from . import arrays as _arrays
-from ._diagnostics import checksum
 from ._kernel import Kernel, Task, _finish_request
 from .errors import TruncationError
 from .matching import ANY_SOURCE, ANY_TAG, Endpoints
@@ -187,7 +187,7 @@ class P2P(Kernel):
         ``need_request``.
         """
         if self.current is None or self.current.rank != comm._world_rank:
-            raise self._outside(comm.rank, op)
+            raise self.outside(comm.rank, op)
         try:
             packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays)
         except wire.Unsendable as exc:
@@ -260,7 +260,7 @@ class P2P(Kernel):
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         task = self.current
         if task is None or task.rank != comm._world_rank:
-            raise self._outside(comm.rank, (op, buf, src, tag))
+            raise self.outside(comm.rank, (op, buf, src, tag))
         req = _RecvRequest(self, task, op, comm, src, tag, buf, nonblocking)
         if nonblocking and self.strict:
             self._track(req)
@@ -578,3 +578,9 @@ def _fill_any(buf: Any, value: Any, req: _RecvRequest, source: int) -> None:
         _arrays.copy_into(buf, value)  # device to device, or staged through host across libraries
     else:  # a shorter message fills the front, as in MPI
         _arrays.fill_front(buf, value)
+
+
+def checksum(a: Any) -> int:
+    if isinstance(a, np.ndarray):
+        return zlib.crc32(np.ascontiguousarray(a).data.cast("B"))
+    return _arrays.checksum(a.array if type(a) is wire.ObjectBuffer else a)  # on a's own device

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from . import _frames
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ._kernel import Kernel as Engine
 
 _POLL = 0.05
 """Seconds between looks once the deadline has passed (no rank was running, or one swallowed it)."""

@@ -27,7 +27,6 @@ from typing import Any
 
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
-from ._protocol import P2P
 
 __all__ = [
     "BLOCKED", "FINISHED", "FOREIGN", "READY", "RUNNING", "BlockedEntry", "CollectiveInfo", "Engine",
@@ -35,7 +34,7 @@ __all__ = [
 ]
 
 
-class Engine(Diagnostics, P2P):
+class Engine(Diagnostics):
     """Steps rank coroutines in virtual-time order, moves their messages, and reports problems.
 
     Takes ``P2P``'s arguments; adds the run's collective settings, which

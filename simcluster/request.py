@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
-    from .engine import Engine, Task
+    from ._kernel import Kernel, Task
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ class Request(Generic[T]):
         "_op", "status", "_guard", "_retrieved", "_peer", "_nb", "__weakref__",
     )
 
-    def __init__(self, engine: Engine, task: Task | None, op: str | tuple[Any, ...],
+    def __init__(self, engine: Kernel, task: Task | None, op: str | tuple[Any, ...],
                  peer: int | None = None) -> None:
         self._engine = engine
         self._task = task
