@@ -32,7 +32,8 @@ import numpy as np
 from .. import arrays
 from ._blocking import block
 from ._buffers import Buf, blocked, is_in_place, message, vector
-from ._errors import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE, error
+from ._constants import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE
+from ._errors import error
 from ._ops import MAXLOC, MINLOC, SUM, Op, as_buffer_op
 from ._requests import Prequest, Request
 from ._state import CommState, root as check_root
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 
 Start = Callable[[bool], Any]
 """start(nonblocking) -> simcluster awaitable (blocking) or Request (nonblocking)."""
-Finish = Callable[[Any], None]
+Finish = Callable[[Any], object]
+"""finish(raw value): fill the receive buffer. A nonblocking call's ``wait()`` returns its result."""
 
 
 def _copy(x: Any) -> Any:
@@ -130,12 +132,14 @@ class Collectives:
         call = f"{name}(root={root!r})"
         r = check_root(st, root, lambda: call)
         b = message(buf, sc.rank, call, sc.rank != r)
-        if not b._pos:
-            data = b.take(b.displ, b.count)  # filled in place by simcluster's broadcast
-            finish: Finish = lambda _: None  # noqa: E731
-        else:
-            data = b.take(b.displ, b.count) if sc.rank == r else b.empty(b.count)
-            finish = (lambda _: None) if sc.rank == r else (lambda v: b.put(b.displ, v, b.count))
+        keep = b._pos and sc.rank != r  # a non-root rank copies the value into its buffer
+
+        def finish(value: Any) -> None:  # wait() returns None, as mpi4py's buffer requests do
+            if keep:
+                b.put(b.displ, value, b.count)
+
+        # without an offset (b._pos), simcluster's broadcast fills the buffer in place
+        data = b.empty(b.count) if keep else b.take(b.displ, b.count)
         return self._run(st, call, lambda nb: sc.ibroadcast(data, r) if nb else sc.broadcast(data, r),
                          finish, nonblocking)
 

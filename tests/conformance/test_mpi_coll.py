@@ -882,3 +882,17 @@ def test_lowercase_collectives_on_tcp_need_serializer_pickle(transport: str) -> 
                               'serializer="pickle"; ')
     assert list(sc.run(tcp_object_bcast, 2, transport=transport, serializer="pickle")) == [{"k": 0}] * 2
 
+
+
+def ibcast_waits(comm: MPI.Intracomm) -> Any:
+    plain = np.arange(3.0) if comm.Get_rank() == 0 else np.zeros(3)
+    spec = np.arange(4, dtype=np.int32) if comm.Get_rank() == 0 else np.zeros(4, dtype=np.int32)
+    return (comm.Ibcast(plain, root=0).wait(), comm.Ibcast([spec, 2, MPI.INT], root=0).wait(),
+            plain.tolist(), spec.tolist())
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_ibcast_wait_returns_none_on_every_rank_as_mpi4py(transport: str, world_size: int) -> None:
+    result = sc.run(ibcast_waits, world_size, transport=transport)
+    for rank, got in enumerate(result):
+        assert got == (None, None, [0.0, 1.0, 2.0], [0, 1] + ([2, 3] if rank == 0 else [0, 0])), rank
