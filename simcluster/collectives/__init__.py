@@ -1,7 +1,8 @@
 """Collectives, built only from point-to-point on a private context.
 
 One module per family (``all_reduce``, ``broadcast``, ...). Each holds one
-async function per algorithm, ``ALGORITHMS`` (name -> function) and
+async function per algorithm, ``ALGORITHMS`` (name -> ``Algorithm`` record:
+the function, its analytic cost and results; see ``_registry``) and
 ``default(size, nbytes, commutative)`` that picks an algorithm the way MPICH
 does: by message size and world size. Every algorithm receives a
 ``CollContext`` (``c.rank``, ``c.size``, ``c.isend``, ``c.irecv``,
@@ -19,8 +20,11 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._registry import Algorithm
 
 FAMILIES: tuple[str, ...] = (
     "barrier", "broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather",
@@ -29,6 +33,7 @@ FAMILIES: tuple[str, ...] = (
 """Collective names that take ``algorithm=`` and appear in ``run(algorithms=...)``."""
 
 _MODULES = {"exscan": "scan"}  # exscan's algorithms live beside scan's
+_TABLES = {"exscan": "EXSCAN_ALGORITHMS"}
 
 
 @functools.cache
@@ -38,12 +43,16 @@ def family(name: str) -> ModuleType:
 
 
 @functools.cache
+def declared(name: str) -> Mapping[str, Algorithm]:
+    """Return ``{algorithm name: Algorithm}``: the records collective ``name`` declares."""
+    table: Mapping[str, Algorithm] = getattr(family(name), _TABLES.get(name, "ALGORITHMS"))
+    return table
+
+
+@functools.cache
 def algorithms(name: str) -> Mapping[str, Callable[..., Any]]:
     """Return ``{algorithm name: function}`` for collective ``name``."""
-    module = family(name)
-    table: Mapping[str, Callable[..., Any]] = getattr(module, "EXSCAN_ALGORITHMS" if name == "exscan"
-                                                      else "ALGORITHMS")
-    return table
+    return MappingProxyType({algorithm: record.run for algorithm, record in declared(name).items()})
 
 
 def check_algorithm(name: str, algorithm: str) -> None:

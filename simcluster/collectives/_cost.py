@@ -29,7 +29,7 @@ values. Rule 2: nothing here sends or waits.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import arrays
@@ -39,21 +39,24 @@ from ._reduction import nbytes_of
 
 if TYPE_CHECKING:
     from ..comm import CollContext
+    from ._registry import Stages
 
 Stage = tuple[int, int, float, float]
 """``(repeat, fan, nbytes, reduced)``: see the module docstring."""
 
 
-def finish_time(name: str, algorithm: str, args: list[tuple[Any, ...]], nbytes: list[int],
-                start: float, c: CollContext) -> float:
-    """Return when a collective whose last member arrived at ``start`` completes."""
+def finish_time(stages: Stages, args: list[tuple[Any, ...]], nbytes: list[int], start: float,
+                c: CollContext) -> float:
+    """Return when a collective whose last member arrived at ``start`` completes.
+
+    ``stages`` is the algorithm's stage list function (``Algorithm.stages``).
+    """
     p = len(args)
     if p == 1:
         return start
     model = _effective(c.latency, c.comm.world_ranks)
     gamma = model.reduce_time(1 << 20) > 0
-    stages = _STAGES[name](algorithm, p, args, nbytes, gamma)
-    return elapse(model, stages, start)
+    return elapse(model, stages(p, args, nbytes, gamma), start)
 
 
 def elapse(model: LatencyModel, stages: Sequence[Stage], t: float) -> float:
@@ -90,7 +93,11 @@ def _effective(model: LatencyModel, world_ranks: list[int]) -> LatencyModel:
             return model
 
 
-# ---- stage lists, per family ----
+# ---- stage lists, one per algorithm (``Algorithm.stages``) ----
+# Each takes ``(p, args, nbytes, gamma)``: the members' arguments and message
+# bytes in rank order, and whether reductions cost time under the run's model.
+
+Args = list[tuple[Any, ...]]
 
 
 def _fold(p: int) -> tuple[int, int]:
@@ -117,41 +124,9 @@ def _splits(obj: Any, op: Any, p: int) -> bool:
     return arrays.is_array(obj) and op.elementwise and arrays.size(obj) >= p
 
 
-def _barrier(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-             gamma: bool) -> list[Stage]:
-    if algorithm == "tree":  # fan in to rank 0 and back out along the binomial tree
-        return [(2 * (p.bit_length() - 1), 1, 0.0, 0.0)]
-    return [(ceil_log2(p), 1, 0.0, 0.0)]  # dissemination
-
-
-def _broadcast(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-               gamma: bool) -> list[Stage]:
-    root = args[0][1]
-    n = float(nbytes[root])
-    obj = args[root][0]
-    if algorithm == "linear":
-        return [(1, p - 1, n, 0.0)]
-    if algorithm == "scatter_allgather" and arrays.is_array(obj) and arrays.size(obj) >= p:
-        scatter = [(1, 1, n / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
-        return [*scatter, (p - 1, 1, n / p, 0.0)]
-    return [(ceil_log2(p), 1, n, 0.0)]  # binomial
-
-
 def _tree_of_pieces(p: int, n: float) -> list[Stage]:
     """Binomial scatter or gather of ``p`` items of ``n`` bytes: ``log2(p)*alpha + (p-1)*n*beta`` on 2**k."""
     return [(1, 1, n * p / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
-
-
-def _scatter(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-             gamma: bool) -> list[Stage]:
-    n = nbytes[args[0][1]] / p
-    return [(1, p - 1, n, 0.0)] if algorithm == "linear" else _tree_of_pieces(p, n)
-
-
-def _gather(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-            gamma: bool) -> list[Stage]:
-    n = _mean(nbytes)
-    return [(1, p - 1, n, 0.0)] if algorithm == "linear" else _tree_of_pieces(p, n)
 
 
 def _halving(k: int, n: float, r: float) -> list[Stage]:
@@ -164,99 +139,185 @@ def _doubling(k: int, n: float) -> list[Stage]:
     return [(1, 1, n / (1 << i), 0.0) for i in range(k, 0, -1)]
 
 
-def _reduce(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-            gamma: bool) -> list[Stage]:
-    obj, op, root = args[0]
-    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
-    if algorithm == "linear":
-        return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r)]
-    if algorithm == "rabenseifner":
-        k, rem = _fold(p)
-        split = _splits(obj, op, 1 << k)
-        stages: list[Stage] = [(1, 1, n, r)] if rem else []
-        stages += _halving(k, n, r) + _doubling(k, n) if split else [(2 * k, 1, n, r)]
-        if rem and root < 2 * rem and root % 2 == 0:  # a set-aside root gets it from root + 1
-            stages.append((1, 1, n, 0.0))
-        return stages
+def _operands(args: Args, nbytes: list[int], gamma: bool) -> tuple[float, float]:
+    """Return ``(n, r)`` for a reduction: the largest message and the bytes a reduction touches."""
+    return _max(nbytes), _reduced([a[0] for a in args], gamma)
+
+
+def barrier_dissemination(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(ceil_log2(p), 1, 0.0, 0.0)]
+
+
+def barrier_tree(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(2 * (p.bit_length() - 1), 1, 0.0, 0.0)]  # fan in to rank 0 and back out
+
+
+def _root_bytes(args: Args, nbytes: list[int]) -> float:
+    return float(nbytes[args[0][1]])
+
+
+def broadcast_binomial(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(ceil_log2(p), 1, _root_bytes(args, nbytes), 0.0)]
+
+
+def broadcast_scatter_allgather(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    obj = args[args[0][1]][0]
+    if not (arrays.is_array(obj) and arrays.size(obj) >= p):  # goes down the binomial tree whole
+        return broadcast_binomial(p, args, nbytes, gamma)
+    n = _root_bytes(args, nbytes)
+    scatter = [(1, 1, n / (1 << i), 0.0) for i in range(1, ceil_log2(p) + 1)]
+    return [*scatter, (p - 1, 1, n / p, 0.0)]
+
+
+def broadcast_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(1, p - 1, _root_bytes(args, nbytes), 0.0)]
+
+
+def scatter_binomial(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return _tree_of_pieces(p, nbytes[args[0][1]] / p)
+
+
+def scatter_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(1, p - 1, nbytes[args[0][1]] / p, 0.0)]
+
+
+def gather_binomial(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return _tree_of_pieces(p, _mean(nbytes))
+
+
+def gather_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(1, p - 1, _mean(nbytes), 0.0)]
+
+
+def reduce_binomial(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    op, root = args[0][1], args[0][2]
+    n, r = _operands(args, nbytes, gamma)
     extra: list[Stage] = [(1, 1, n, 0.0)] if not op.commutative and root != 0 else []
-    return [(ceil_log2(p), 1, n, r), *extra]  # binomial
+    return [(ceil_log2(p), 1, n, r), *extra]
 
 
-def _all_reduce(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-                gamma: bool) -> list[Stage]:
+def reduce_rabenseifner(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    obj, op, root = args[0]
+    n, r = _operands(args, nbytes, gamma)
+    k, rem = _fold(p)
+    stages: list[Stage] = [(1, 1, n, r)] if rem else []
+    stages += _halving(k, n, r) + _doubling(k, n) if _splits(obj, op, 1 << k) else [(2 * k, 1, n, r)]
+    if rem and root < 2 * rem and root % 2 == 0:  # a set-aside root gets it from root + 1
+        stages.append((1, 1, n, 0.0))
+    return stages
+
+
+def reduce_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r)]
+
+
+def _folded(p: int, n: float, r: float, middle: list[Stage]) -> list[Stage]:
+    """MPICH's fold around ``middle`` on sizes that are not powers of two: one step in, one out."""
+    rem = _fold(p)[1]
+    return [(1, 1, n, r), *middle, (1, 1, n, 0.0)] if rem else middle
+
+
+def all_reduce_recursive_doubling(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return _folded(p, n, r, [(_fold(p)[0], 1, n, r)])
+
+
+def all_reduce_rabenseifner(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
     obj, op = args[0]
-    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
+    n, r = _operands(args, nbytes, gamma)
+    k = _fold(p)[0]
+    middle = _halving(k, n, r) + _doubling(k, n) if _splits(obj, op, 1 << k) else [(2 * k, 1, n, r)]
+    return _folded(p, n, r, middle)
+
+
+def all_reduce_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    obj, op = args[0]
+    n, r = _operands(args, nbytes, gamma)
+    piece, rpiece = (n / p, r / p) if _splits(obj, op, p) else (n, r)
+    tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, rpiece)]
+    return [(p - 1, 1, piece, rpiece), *tail, (p - 1, 1, piece, 0.0)]
+
+
+def all_reduce_reduce_broadcast(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(ceil_log2(p), 1, n, r), (ceil_log2(p), 1, n, 0.0)]
+
+
+def all_reduce_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n, 0.0)]
+
+
+def _lists(args: Args, nbytes: list[int], gamma: bool) -> tuple[float, float]:
+    """``_operands`` for reduce_scatter: a reduction touches a whole list."""
+    return _max(nbytes), _reduced([list(a[0]) for a in args], gamma)
+
+
+def reduce_scatter_recursive_halving(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _lists(args, nbytes, gamma)
     k, rem = _fold(p)
     fold_in: list[Stage] = [(1, 1, n, r)] if rem else []
-    fold_out: list[Stage] = [(1, 1, n, 0.0)] if rem else []
-    if algorithm == "recursive_doubling":
-        return [*fold_in, (k, 1, n, r), *fold_out]
-    if algorithm == "rabenseifner":
-        middle = _halving(k, n, r) + _doubling(k, n) if _splits(obj, op, 1 << k) else [(2 * k, 1, n, r)]
-        return [*fold_in, *middle, *fold_out]
-    if algorithm == "ring":
-        piece, rpiece = (n / p, r / p) if _splits(obj, op, p) else (n, r)
-        tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, rpiece)]
-        return [(p - 1, 1, piece, rpiece), *tail, (p - 1, 1, piece, 0.0)]
-    if algorithm == "reduce_broadcast":
-        return [(ceil_log2(p), 1, n, r), (ceil_log2(p), 1, n, 0.0)]
-    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n, 0.0)]  # linear
+    fold_out: list[Stage] = [(1, 1, n / p, 0.0)] if rem else []
+    return [*fold_in, *_halving(k, n, r), *fold_out]
 
 
-def _reduce_scatter(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-                    gamma: bool) -> list[Stage]:
-    op = args[0][1]
-    n, r = _max(nbytes), _reduced([list(a[0]) for a in args], gamma)
-    if algorithm == "recursive_halving":
-        k, rem = _fold(p)
-        fold_in: list[Stage] = [(1, 1, n, r)] if rem else []
-        fold_out: list[Stage] = [(1, 1, n / p, 0.0)] if rem else []
-        return [*fold_in, *_halving(k, n, r), *fold_out]
-    if algorithm == "pairwise":
-        return [(p - 1, 1, n / p, 0.0), (p - 1, 0, 0.0, r / p)]
-    if algorithm == "ring":
-        tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, r / p)]
-        return [(p - 1, 1, n / p, r / p), *tail]
-    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n / p, 0.0)]  # linear
+def reduce_scatter_pairwise(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _lists(args, nbytes, gamma)
+    return [(p - 1, 1, n / p, 0.0), (p - 1, 0, 0.0, r / p)]
 
 
-def _all_gather(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-                gamma: bool) -> list[Stage]:
+def reduce_scatter_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _lists(args, nbytes, gamma)
+    tail: list[Stage] = [] if args[0][1].commutative else [(1, 0, 0.0, r / p)]
+    return [(p - 1, 1, n / p, r / p), *tail]
+
+
+def reduce_scatter_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _lists(args, nbytes, gamma)
+    return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r), (1, p - 1, n / p, 0.0)]
+
+
+def all_gather_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(p - 1, 1, _mean(nbytes), 0.0)]
+
+
+def all_gather_recursive_doubling(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
     n = _mean(nbytes)
-    if algorithm == "ring":
-        return [(p - 1, 1, n, 0.0)]
-    if algorithm == "recursive_doubling":
-        k, rem = _fold(p)
-        steps: list[Stage] = [(1, 1, n * (1 << i), 0.0) for i in range(k)]
-        return [(1, 1, n, 0.0), *steps, (1, 1, n * p, 0.0)] if rem else steps
-    dists = [1 << i for i in range(ceil_log2(p))]  # bruck
-    return [(1, 1, n * min(d, p - d), 0.0) for d in dists]
+    k, rem = _fold(p)
+    steps: list[Stage] = [(1, 1, n * (1 << i), 0.0) for i in range(k)]
+    return [(1, 1, n, 0.0), *steps, (1, 1, n * p, 0.0)] if rem else steps
 
 
-def _all_to_all(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-                gamma: bool) -> list[Stage]:
-    n = _mean(nbytes) / p
-    if algorithm == "linear":  # the upper end of alpha + (p-1)*n*beta .. alpha + (2p-3)*n*beta
-        return [(1, 2 * p - 3, n, 0.0)]
-    return [(p - 1, 1, n, 0.0)]  # pairwise
+def all_gather_bruck(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n = _mean(nbytes)
+    return [(1, 1, n * min(d, p - d), 0.0) for d in (1 << i for i in range(ceil_log2(p)))]
 
 
-def _scan(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-          gamma: bool) -> list[Stage]:
-    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
-    if algorithm == "linear":
-        return [(p - 1, 1, n, r)]
-    return [(ceil_log2(p), 1, n, r), (1, 0, 0.0, r)]  # recursive doubling, then my own operand
+def all_to_all_pairwise(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    return [(p - 1, 1, _mean(nbytes) / p, 0.0)]
 
 
-def _exscan(algorithm: str, p: int, args: list[tuple[Any, ...]], nbytes: list[int],
-            gamma: bool) -> list[Stage]:
-    n, r = _max(nbytes), _reduced([a[0] for a in args], gamma)
-    return [(p - 1 if algorithm == "linear" else ceil_log2(p), 1, n, r)]
+def all_to_all_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    # the upper end of alpha + (p-1)*n*beta .. alpha + (2p-3)*n*beta
+    return [(1, 2 * p - 3, _mean(nbytes) / p, 0.0)]
 
 
-_STAGES: dict[str, Callable[[str, int, list[tuple[Any, ...]], list[int], bool], list[Stage]]] = {
-    "barrier": _barrier, "broadcast": _broadcast, "scatter": _scatter, "gather": _gather,
-    "reduce": _reduce, "all_reduce": _all_reduce, "reduce_scatter": _reduce_scatter,
-    "all_gather": _all_gather, "all_to_all": _all_to_all, "scan": _scan, "exscan": _exscan,
-}
+def scan_recursive_doubling(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(ceil_log2(p), 1, n, r), (1, 0, 0.0, r)]  # then my own operand
+
+
+def scan_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(p - 1, 1, n, r)]
+
+
+def exscan_recursive_doubling(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(ceil_log2(p), 1, n, r)]
+
+
+def exscan_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    n, r = _operands(args, nbytes, gamma)
+    return [(p - 1, 1, n, r)]

@@ -18,12 +18,12 @@ import numpy as np
 
 from .. import arrays
 from ..payload import describe
-from . import algorithms as _algorithms
 from . import check_algorithm, family
+from ._registry import lookup
 from .analytic import twin as _twin
 
 if TYPE_CHECKING:
-    from ..comm import CollContext, Comm
+    from ..comm import CollContext, Group
     from ..ops import ReduceOp
     from ..request import Request
 
@@ -141,9 +141,31 @@ class CollectiveMethods:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # what the methods use of Comm, the class this is mixed into
+        rank: int
+        size: int
+        # the run's settings are read as _group.engine: declaring _engine here would need the
+        # Engine type, which this layer never names (tests/test_layers.py)
+        _group: Group
+
+        async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
+                                  payload: str | None = None, op: str = "", forced: bool = False) -> R: ...
+
+        def _start_collective(self, call: str, body: Callable[[CollContext], Awaitable[R]],
+                              algorithm: str = "", payload: str | None = None, op: str = "",
+                              forced: bool = False) -> Request[R]: ...
+
+        def _enter_collective(self, call: str, algorithm: str = "", payload: str | None = None,
+                              op: str = "", forced: bool = False
+                              ) -> tuple[CollContext, CollContext | None, float]: ...
+
+        def _leave_collective(self, outer: CollContext | None) -> None: ...
+
+        def _trace_collective(self, ctx: CollContext, start: float) -> None: ...
+
     # ---- plumbing ----
 
-    def _choose(self: Comm, name: str, algorithm: str | None, nbytes: int,
+    def _choose(self, name: str, algorithm: str | None, nbytes: int,
                 commutative: bool = True, arrays: bool = True) -> str:
         """Return the algorithm: ``algorithm=``, then ``run(algorithms=...)``, then the default.
 
@@ -152,18 +174,18 @@ class CollectiveMethods:
         members never choose differently.
         """
         if algorithm is None:
-            algorithm = self._engine.algorithms.get(name)
+            algorithm = self._group.engine.algorithms.get(name)
         if algorithm is None:
             return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
         check_algorithm(name, algorithm)
         return algorithm
 
-    def _root(self: Comm, call: str, what: str, root: int) -> None:
+    def _root(self, call: str, what: str, root: int) -> None:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
             raise ValueError(f"rank {self.rank}: {call}: {what} must be in range({self.size}) for "
                              f"this comm; pass the rank that holds the data")
 
-    def _op(self: Comm, call: str, op: object) -> ReduceOp:
+    def _op(self, call: str, op: object) -> ReduceOp:
         from ..ops import as_op
 
         try:
@@ -171,7 +193,7 @@ class CollectiveMethods:
         except (TypeError, ValueError) as exc:
             raise TypeError(f"rank {self.rank}: {call}: {exc}") from None
 
-    def _seq_arg(self: Comm, call: str, what: str, objs: object) -> Sequence[Any]:
+    def _seq_arg(self, call: str, what: str, objs: object) -> Sequence[Any]:
         if not isinstance(objs, (list, tuple)) or len(objs) != self.size:
             got = f"a {type(objs).__name__} of length {len(objs)}" if isinstance(objs, (list, tuple)) \
                 else type(objs).__name__
@@ -179,22 +201,23 @@ class CollectiveMethods:
                              f"rank ({self.size}), got {got}")
         return objs
 
-    def _algorithm(self: Comm, name: str, algo: str) -> Callable[..., Any]:
+    def _algorithm(self, name: str, algo: str) -> Callable[..., Any]:
         """Return the function that runs ``algo``: the algorithm, or its analytic twin.
 
         Under ``run(fidelity="analytic")`` the twin has the same signature but
         resolves the whole call in one step (``analytic.py``); the body around
         it (in-place copies, traces, nonblocking helpers) is the same.
         """
-        if self._engine.fidelity == "analytic":
-            return _twin(name, algo)
-        return _algorithms(name)[algo]
+        algorithm = lookup(name, algo)
+        if self._group.engine.fidelity == "analytic":
+            return _twin(algorithm)
+        return algorithm.run
 
-    def _forced(self: Comm, name: str, algorithm: str | None) -> bool:
+    def _forced(self, name: str, algorithm: str | None) -> bool:
         """Whether the algorithm was asked for (on the call or the run) rather than the default."""
-        return algorithm is not None or name in self._engine.algorithms
+        return algorithm is not None or name in self._group.engine.algorithms
 
-    def _go(self: Comm, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
+    def _go(self, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
             nonblocking: bool, payload: str | None = None, op: str = "", forced: bool = False) -> Any:
         # payload: what every rank must pass alike (None: nothing compared); op: a user op's
         # definition. Both are compared with the first member's at the call (Comm._collective).
@@ -204,13 +227,13 @@ class CollectiveMethods:
 
     # ---- barrier ----
 
-    def _barrier(self: Comm, algorithm: str | None, nonblocking: bool) -> Any:
+    def _barrier(self, algorithm: str | None, nonblocking: bool) -> Any:
         call = "barrier()"
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
         return self._go(call, algo, fn, nonblocking, forced=self._forced("barrier", algorithm))
 
-    async def barrier(self: Comm, *, algorithm: str | None = None) -> None:
+    async def barrier(self, *, algorithm: str | None = None) -> None:
         """Wait until every member has called barrier.
 
         Costs ``ceil(log2 p) * alpha`` under AlphaBeta with the default
@@ -219,22 +242,22 @@ class CollectiveMethods:
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
         ctx, outer, start = self._enter_collective(  # _run_collective, inline
-            "barrier()", algo, None, "", algorithm is not None or "barrier" in self._engine.algorithms)
+            "barrier()", algo, None, "", algorithm is not None or "barrier" in self._group.engine.algorithms)
         try:
             await fn(ctx)
         finally:
             self._leave_collective(outer)
-        if self._engine.trace is not None:
+        if self._group.engine.trace is not None:
             self._trace_collective(ctx, start)
 
-    def ibarrier(self: Comm, *, algorithm: str | None = None) -> Request[None]:
+    def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
         """Start a barrier; the request completes once every member has entered it."""
         req: Request[None] = self._barrier(algorithm, True)
         return req
 
     # ---- broadcast ----
 
-    def _broadcast(self: Comm, obj: Any, src: int, algorithm: str | None, nonblocking: bool) -> Any:
+    def _broadcast(self, obj: Any, src: int, algorithm: str | None, nonblocking: bool) -> Any:
         call = f"broadcast(src={src})"
         self._root(call, "src", src)
         # every member passes an array of one shape and dtype (compared, so the size-based
@@ -249,7 +272,7 @@ class CollectiveMethods:
         return self._go(call, algo, body, nonblocking, describe(obj) if array else None,
                         forced=self._forced("broadcast", algorithm))
 
-    async def broadcast(self: Comm, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Any:
+    async def broadcast(self, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Any:
         """Return ``src``'s ``obj`` on every rank; an array is filled in place and returned.
 
         On ranks other than ``src``, ``obj`` is only a placeholder (an array of the
@@ -257,14 +280,14 @@ class CollectiveMethods:
         """
         return await self._broadcast(obj, src, algorithm, False)
 
-    def ibroadcast(self: Comm, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Request[Any]:
+    def ibroadcast(self, obj: Any, src: int = 0, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``broadcast``."""
         req: Request[Any] = self._broadcast(obj, src, algorithm, True)
         return req
 
     # ---- scatter / gather ----
 
-    def _scatter(self: Comm, objs: Any, src: int, buf: Any, algorithm: str | None,
+    def _scatter(self, objs: Any, src: int, buf: Any, algorithm: str | None,
                  nonblocking: bool) -> Any:
         call = f"scatter(src={src})"
         self._root(call, "src", src)
@@ -278,7 +301,7 @@ class CollectiveMethods:
             return _in_place(buf, mine) if buf is not None else mine
         return self._go(call, algo, body, nonblocking, forced=self._forced("scatter", algorithm))
 
-    async def scatter(self: Comm, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
+    async def scatter(self, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
                       algorithm: str | None = None) -> Any:
         """Return element ``rank`` of ``src``'s list (``objs`` is read on ``src`` only).
 
@@ -286,13 +309,13 @@ class CollectiveMethods:
         """
         return await self._scatter(objs, src, buf, algorithm, False)
 
-    def iscatter(self: Comm, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
+    def iscatter(self, objs: Sequence[Any] | None, src: int = 0, buf: Any = None, *,
                  algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``scatter``."""
         req: Request[Any] = self._scatter(objs, src, buf, algorithm, True)
         return req
 
-    def _gather(self: Comm, obj: Any, dst: int, algorithm: str | None, nonblocking: bool) -> Any:
+    def _gather(self, obj: Any, dst: int, algorithm: str | None, nonblocking: bool) -> Any:
         call = f"gather(dst={dst})"
         self._root(call, "dst", dst)
         algo = self._choose("gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
@@ -300,19 +323,19 @@ class CollectiveMethods:
         return self._go(call, algo, lambda c: fn(c, obj, dst), nonblocking,
                         forced=self._forced("gather", algorithm))
 
-    async def gather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> list[Any] | None:
+    async def gather(self, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> list[Any] | None:
         """Return the list of every rank's ``obj`` on ``dst`` and ``None`` elsewhere."""
         result: list[Any] | None = await self._gather(obj, dst, algorithm, False)
         return result
 
-    def igather(self: Comm, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> Request[Any]:
+    def igather(self, obj: Any, dst: int = 0, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``gather``."""
         req: Request[Any] = self._gather(obj, dst, algorithm, True)
         return req
 
     # ---- reductions ----
 
-    def _reduce(self: Comm, obj: Any, dst: int, op: Any, algorithm: str | None,
+    def _reduce(self, obj: Any, dst: int, op: Any, algorithm: str | None,
                 nonblocking: bool) -> Any:
         rop = self._op("reduce", op)
         call = f"reduce(dst={dst}, op={rop.name})"
@@ -327,7 +350,7 @@ class CollectiveMethods:
         return self._go(call, algo, body, nonblocking, _payload(obj), _op_key(rop),
                         self._forced("reduce", algorithm))
 
-    async def reduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
+    async def reduce(self, obj: Any, dst: int = 0, op: Any = None, *,
                      algorithm: str | None = None) -> Any:
         """Reduce every rank's ``obj`` with ``op`` (default SUM) onto ``dst``.
 
@@ -336,13 +359,13 @@ class CollectiveMethods:
         """
         return await self._reduce(obj, dst, op, algorithm, False)
 
-    def ireduce(self: Comm, obj: Any, dst: int = 0, op: Any = None, *,
+    def ireduce(self, obj: Any, dst: int = 0, op: Any = None, *,
                 algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``reduce``."""
         req: Request[Any] = self._reduce(obj, dst, op, algorithm, True)
         return req
 
-    def _all_reduce_setup(self: Comm, obj: Any, op: Any, algorithm: str | None
+    def _all_reduce_setup(self, obj: Any, op: Any, algorithm: str | None
                           ) -> tuple[str, str, Callable[..., Awaitable[Any]], ReduceOp]:
         rop = self._op("all_reduce", op)
         call = f"all_reduce(op={rop.name})"
@@ -350,7 +373,7 @@ class CollectiveMethods:
         algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
         return call, algo, self._algorithm("all_reduce", algo), rop
 
-    def _all_reduce(self: Comm, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
+    def _all_reduce(self, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
         call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
 
         async def body(c: CollContext) -> Any:
@@ -358,7 +381,7 @@ class CollectiveMethods:
         return self._go(call, algo, body, nonblocking, _payload(obj), _op_key(rop),
                         self._forced("all_reduce", algorithm))
 
-    async def all_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+    async def all_reduce(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Reduce every rank's ``obj`` with ``op`` (default SUM) and return it everywhere.
 
         Arrays are updated in place and returned; Python values come back new.
@@ -367,21 +390,21 @@ class CollectiveMethods:
         call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
         ctx, outer, start = self._enter_collective(  # _run_collective, inline
             call, algo, describe(obj) if _is_array(obj) else "", "" if rop._fn is None else _op_key(rop),
-            algorithm is not None or "all_reduce" in self._engine.algorithms)
+            algorithm is not None or "all_reduce" in self._group.engine.algorithms)
         try:
             result = await fn(ctx, obj, rop)
         finally:
             self._leave_collective(outer)
-        if self._engine.trace is not None:
+        if self._group.engine.trace is not None:
             self._trace_collective(ctx, start)
         return _in_place(obj, result)
 
-    def iall_reduce(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+    def iall_reduce(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``all_reduce``."""
         req: Request[Any] = self._all_reduce(obj, op, algorithm, True)
         return req
 
-    def _reduce_scatter(self: Comm, objs: Any, op: Any, algorithm: str | None,
+    def _reduce_scatter(self, objs: Any, op: Any, algorithm: str | None,
                         nonblocking: bool) -> Any:
         rop = self._op("reduce_scatter", op)
         call = f"reduce_scatter(op={rop.name})"
@@ -395,18 +418,18 @@ class CollectiveMethods:
         return self._go(call, algo, lambda c: fn(c, list(objs), rop), nonblocking, _payloads(objs),
                         _op_key(rop), self._forced("reduce_scatter", algorithm))
 
-    async def reduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
+    async def reduce_scatter(self, objs: Sequence[Any], op: Any = None, *,
                              algorithm: str | None = None) -> Any:
         """Return element ``rank`` of the elementwise reduction of every rank's list."""
         return await self._reduce_scatter(objs, op, algorithm, False)
 
-    def ireduce_scatter(self: Comm, objs: Sequence[Any], op: Any = None, *,
+    def ireduce_scatter(self, objs: Sequence[Any], op: Any = None, *,
                         algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``reduce_scatter``."""
         req: Request[Any] = self._reduce_scatter(objs, op, algorithm, True)
         return req
 
-    def _scan(self: Comm, name: str, obj: Any, op: Any, algorithm: str | None,
+    def _scan(self, name: str, obj: Any, op: Any, algorithm: str | None,
               nonblocking: bool) -> Any:
         rop = self._op(name, op)
         call = f"{name}(op={rop.name})"
@@ -416,44 +439,44 @@ class CollectiveMethods:
         return self._go(call, algo, lambda c: fn(c, obj, rop), nonblocking, _payload(obj), _op_key(rop),
                         self._forced(name, algorithm))
 
-    async def scan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+    async def scan(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Return the inclusive prefix reduction ``obj_0 op ... op obj_rank`` (a new value)."""
         return await self._scan("scan", obj, op, algorithm, False)
 
-    def iscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+    def iscan(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``scan``."""
         req: Request[Any] = self._scan("scan", obj, op, algorithm, True)
         return req
 
-    async def exscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
+    async def exscan(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Any:
         """Return the exclusive prefix reduction ``obj_0 op ... op obj_(rank-1)``; ``None`` on rank 0."""
         return await self._scan("exscan", obj, op, algorithm, False)
 
-    def iexscan(self: Comm, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
+    def iexscan(self, obj: Any, op: Any = None, *, algorithm: str | None = None) -> Request[Any]:
         """Nonblocking ``exscan``."""
         req: Request[Any] = self._scan("exscan", obj, op, algorithm, True)
         return req
 
     # ---- all_gather / all_to_all ----
 
-    def _all_gather(self: Comm, obj: Any, algorithm: str | None, nonblocking: bool) -> Any:
+    def _all_gather(self, obj: Any, algorithm: str | None, nonblocking: bool) -> Any:
         call = "all_gather()"
         algo = self._choose("all_gather", algorithm, _nbytes(obj), arrays=_is_array(obj))
         fn = self._algorithm("all_gather", algo)
         return self._go(call, algo, lambda c: fn(c, obj), nonblocking,
                         forced=self._forced("all_gather", algorithm))
 
-    async def all_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> list[Any]:
+    async def all_gather(self, obj: Any, *, algorithm: str | None = None) -> list[Any]:
         """Return the list of every rank's ``obj`` on every rank (shapes may differ per rank)."""
         result: list[Any] = await self._all_gather(obj, algorithm, False)
         return result
 
-    def iall_gather(self: Comm, obj: Any, *, algorithm: str | None = None) -> Request[list[Any]]:
+    def iall_gather(self, obj: Any, *, algorithm: str | None = None) -> Request[list[Any]]:
         """Nonblocking ``all_gather``."""
         req: Request[list[Any]] = self._all_gather(obj, algorithm, True)
         return req
 
-    def _all_to_all(self: Comm, objs: Any, algorithm: str | None, nonblocking: bool) -> Any:
+    def _all_to_all(self, objs: Any, algorithm: str | None, nonblocking: bool) -> Any:
         call = "all_to_all()"
         objs = self._seq_arg(call, "objs", objs)
         algo = self._choose("all_to_all", algorithm, sum(_nbytes(o) for o in objs),
@@ -462,12 +485,12 @@ class CollectiveMethods:
         return self._go(call, algo, lambda c: fn(c, list(objs)), nonblocking,
                         forced=self._forced("all_to_all", algorithm))
 
-    async def all_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
+    async def all_to_all(self, objs: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
         """Return a list whose element ``i`` is rank ``i``'s ``objs[rank]``."""
         result: list[Any] = await self._all_to_all(objs, algorithm, False)
         return result
 
-    def iall_to_all(self: Comm, objs: Sequence[Any], *, algorithm: str | None = None) -> Request[list[Any]]:
+    def iall_to_all(self, objs: Sequence[Any], *, algorithm: str | None = None) -> Request[list[Any]]:
         """Nonblocking ``all_to_all``."""
         req: Request[list[Any]] = self._all_to_all(objs, algorithm, True)
         return req

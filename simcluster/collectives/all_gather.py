@@ -25,15 +25,14 @@ makes neighbour traffic cheaper.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _cost, analytic
 from ._chunks import fresh, is_pow2
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
-
-AllGatherAlgo = Callable[["CollContext", Any], Awaitable["list[Any]"]]
 
 
 async def ring(c: CollContext, obj: Any) -> list[Any]:
@@ -106,11 +105,12 @@ async def bruck(c: CollContext, obj: Any) -> list[Any]:
     return [held[(i - rank) % size] for i in range(size)]
 
 
-ALGORITHMS: Final[Mapping[str, AllGatherAlgo]] = {
-    "ring": ring,
-    "recursive_doubling": recursive_doubling,
-    "bruck": bruck,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("all_gather", "ring", ring, _cost.all_gather_ring, analytic.all_gather),
+    Algorithm("all_gather", "recursive_doubling", recursive_doubling, _cost.all_gather_recursive_doubling,
+              analytic.all_gather),
+    Algorithm("all_gather", "bruck", bruck, _cost.all_gather_bruck, analytic.all_gather),
+)
 """All_gather algorithms by name."""
 
 

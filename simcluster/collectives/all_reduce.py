@@ -32,9 +32,9 @@ least 1 MiB, else ``rabenseifner``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _cost, analytic
 from . import broadcast as _broadcast
 from . import reduce as _reduce
 from ._chunks import split_bounds
@@ -54,12 +54,12 @@ from ._reduction import (
     segment,
     unflatten,
 )
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
 
-AllReduceAlgo = Callable[["CollContext", Any, "ReduceOp"], Awaitable[Any]]
 
 SHORT_MSG: Final = 2048
 """Bytes up to which all_reduce uses recursive doubling (MPICH's ``ALLREDUCE_SHORT_MSG_SIZE``)."""
@@ -150,13 +150,18 @@ async def linear(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     return await _broadcast.linear(c, value if c.rank == 0 else obj, 0)
 
 
-ALGORITHMS: Final[Mapping[str, AllReduceAlgo]] = {
-    "ring": ring,
-    "recursive_doubling": recursive_doubling,
-    "rabenseifner": rabenseifner,
-    "reduce_broadcast": reduce_broadcast,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("all_reduce", "ring", ring, _cost.all_reduce_ring, analytic.all_reduce(analytic.RING),
+              wraps=True),
+    Algorithm("all_reduce", "recursive_doubling", recursive_doubling, _cost.all_reduce_recursive_doubling,
+              analytic.all_reduce(analytic.BALANCED)),
+    Algorithm("all_reduce", "rabenseifner", rabenseifner, _cost.all_reduce_rabenseifner,
+              analytic.all_reduce(analytic.BALANCED), wraps=True),
+    Algorithm("all_reduce", "reduce_broadcast", reduce_broadcast, _cost.all_reduce_reduce_broadcast,
+              analytic.all_reduce(analytic.BINOMIAL, from_rank_0=True)),
+    Algorithm("all_reduce", "linear", linear, _cost.all_reduce_linear,
+              analytic.all_reduce(analytic.LEFT, from_rank_0=True)),
+)
 """All-reduce algorithms by name."""
 
 

@@ -25,16 +25,16 @@ times faster.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..request import wait_all
+from . import _cost, analytic
 from ._chunks import fresh
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
 
-AllToAllAlgo = Callable[["CollContext", "list[Any]"], Awaitable["list[Any]"]]
 
 async def pairwise(c: CollContext, objs: list[Any]) -> list[Any]:
     """Pairwise exchange: in step ``s`` send ``objs[rank + s]`` and receive from ``rank - s``.
@@ -68,10 +68,10 @@ async def linear(c: CollContext, objs: list[Any]) -> list[Any]:
     return out
 
 
-ALGORITHMS: Final[Mapping[str, AllToAllAlgo]] = {
-    "pairwise": pairwise,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("all_to_all", "pairwise", pairwise, _cost.all_to_all_pairwise, analytic.all_to_all),
+    Algorithm("all_to_all", "linear", linear, _cost.all_to_all_linear, analytic.all_to_all),
+)
 """All_to_all algorithms by name."""
 
 

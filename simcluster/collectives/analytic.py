@@ -5,18 +5,20 @@ Under ``run(fidelity="analytic")`` every collective algorithm is replaced by its
 this member's arguments in a meeting (``CollContext.meet``) instead of sending
 anything. When the last member arrives, :func:`_resolve` computes every
 member's result at once and the virtual time at which all of them complete:
-the latest arrival plus the algorithm's cost under the run's latency model
-(``_cost.py``). The body in ``_methods`` around the twin is unchanged, so
-in-place copies, traces, nonblocking twins and algorithm choice behave as at
-message level; point-to-point calls are never affected.
+the latest arrival plus the algorithm's cost under the run's latency model.
+Both come from the algorithm's record (``_registry``): its ``results`` (built
+by the functions below) and its ``stages`` (``_cost.py``). The body in
+``_methods`` around the twin is unchanged, so in-place copies, traces,
+nonblocking twins and algorithm choice behave as at message level;
+point-to-point calls are never affected.
 
 Rule 1: same result as the message-level algorithm, value and type. Reductions
-combine operands in the order the algorithm does (its *tree*: ``balanced``
-for recursive doubling, Rabenseifner and recursive halving; ``binomial`` for
-binomial trees; ``left`` for the linear and pairwise ones; ``ring`` for the
-ring), so floating-point results are equal bit for bit, not just close. What
-a rank receives is a copy as a message would deliver it (``payload_copy``);
-a rank's own item is ``fresh``, as in the algorithms.
+combine operands in the order the algorithm does (its :class:`Order`:
+``BALANCED`` for recursive doubling, Rabenseifner and recursive halving;
+``BINOMIAL`` for binomial trees; ``LEFT`` for the linear and pairwise ones;
+``RING`` for the ring), so floating-point results are equal bit for bit, not
+just close. What a rank receives is a copy as a message would deliver it
+(``payload_copy``); a rank's own item is ``fresh``, as in the algorithms.
 Rule 2: one meeting holds one list of contributions, never per-rank dicts,
 and arrays are reduced as one stacked numpy array (``log2 p`` ufunc calls for
 a tree), so a million ranks stay cheap.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
@@ -42,12 +44,13 @@ from ._reduction import flatten, nbytes_of
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
+    from ._registry import Algorithm, Results
 
 
 class _Call(NamedTuple):
-    """One member's contribution to a meeting: the family, its context, arguments and message size."""
+    """One member's contribution to a meeting: the algorithm, its context, arguments and message size."""
 
-    name: str
+    algorithm: Algorithm
     c: CollContext
     args: tuple[Any, ...]
     nbytes: int
@@ -66,25 +69,21 @@ class _Failed:
 
 
 @functools.cache
-def twin(name: str, algorithm: str) -> Callable[..., Awaitable[Any]]:
-    """Return the analytic stand-in for ``algorithm`` of collective ``name`` (same signature)."""
-    sent = _SENT[name]
-    listed = (name, algorithm) in _FLATTENING  # objects travel as [obj] in these
+def twin(algorithm: Algorithm) -> Callable[..., Awaitable[Any]]:
+    """Return the analytic stand-in for ``algorithm`` (the signature of ``algorithm.run``)."""
+    sent = _SENT[algorithm.collective]
+    listed = algorithm.wraps  # objects travel as [obj]
 
     async def analytic(c: CollContext, *args: Any) -> Any:
         nbytes = sent(c, args, listed)  # also refuses an unsendable payload at the call, as a send would
-        result = await c.meet(_Call(name, c, args, nbytes), _resolve)
+        result = await c.meet(_Call(algorithm, c, args, nbytes), _resolve)
         if type(result) is _Failed:
             raise result.error
         return result
 
-    analytic.__name__ = analytic.__qualname__ = f"analytic_{name}_{algorithm}"
+    analytic.__name__ = analytic.__qualname__ = f"analytic_{algorithm.collective}_{algorithm.name}"
     return analytic
 
-
-_FLATTENING = {("all_reduce", "rabenseifner"),
-               ("all_reduce", "ring"), ("reduce", "rabenseifner")}
-"""Algorithms that send a payload that is not an array as the one-item list ``[obj]``."""
 
 _FIXED: dict[tuple[type, bool], int] = {}
 """Message sizes of payloads whose size depends only on their type (float, bool, None)."""
@@ -142,17 +141,16 @@ def _resolve(calls: list[_Call], times: list[float]) -> tuple[list[Any], float]:
     """Return every member's result and the time they all complete (never raises)."""
     start = max(times)
     try:
-        name, c = calls[0].name, calls[0].c
-        algorithm = c.algorithm
+        algorithm, c = calls[0].algorithm, calls[0].c
         args = [call.args for call in calls]
-        results = _RESULTS[name](algorithm, args, _Deliver(c))
-        done = _cost.finish_time(name, algorithm, args, [call.nbytes for call in calls], start, c)
+        results = algorithm.results(args, Deliver(c))
+        done = _cost.finish_time(algorithm.stages, args, [call.nbytes for call in calls], start, c)
     except Exception as exc:  # an op that fails on these payloads: every member's error
         return [_Failed(exc)] * len(calls), start
     return results, done
 
 
-class _Deliver:
+class Deliver:
     """How a value reaches a member: shared when immutable, else a copy as a message would make."""
 
     __slots__ = ("copy",)
@@ -179,114 +177,128 @@ class _Deliver:
         return self.sent(value)
 
 
-# ---- results, per family (each returns one result per member, in rank order) ----
+# ---- results (an algorithm's ``results``: one result per member, in rank order) ----
 
 
-def _barrier(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def nothing(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """Barrier: ``None`` for every member."""
     return [None] * len(args)
 
 
-def _broadcast(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def broadcast(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """Broadcast of the whole value: the others get a decoded copy of the root's."""
     root = args[0][1]
     value = args[root][0]
-    pieces = algorithm == "scatter_allgather" and isinstance(value, np.ndarray) and value.size >= len(args)
-    # put back together from pieces, the array comes out C-ordered; else it is a decoded copy
-    return [value if rank == root else np.array(value, order="C") if pieces else deliver.sent(value)
-            for rank in range(len(args))]
+    return [value if rank == root else deliver.sent(value) for rank in range(len(args))]
 
 
-def _scatter(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def broadcast_in_pieces(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """Scatter-allgather broadcast: an array put back together from pieces comes out C-ordered."""
+    root = args[0][1]
+    value = args[root][0]
+    if not (isinstance(value, np.ndarray) and value.size >= len(args)):  # sent whole
+        return broadcast(args, deliver)
+    return [value if rank == root else np.array(value, order="C") for rank in range(len(args))]
+
+
+def scatter(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """Scatter: item ``rank`` of the root's list."""
     root = args[0][1]
     items = args[root][0]
     return [fresh(items[rank]) if rank == root else deliver.sent(items[rank]) for rank in range(len(args))]
 
 
-def _gathered(objs: Sequence[Any], rank: int, deliver: _Deliver) -> list[Any]:
+def _gathered(objs: Sequence[Any], rank: int, deliver: Deliver) -> list[Any]:
     return [fresh(obj) if src == rank else deliver.sent(obj) for src, obj in enumerate(objs)]
 
 
-def _gather(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def gather(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """Gather: every member's item on the root, ``None`` elsewhere."""
     root = args[0][1]
     out: list[Any] = [None] * len(args)
     out[root] = _gathered([a[0] for a in args], root, deliver)
     return out
 
 
-def _all_gather(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def all_gather(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """All_gather: every member's item everywhere."""
     objs = [a[0] for a in args]
     return [_gathered(objs, rank, deliver) for rank in range(len(args))]
 
 
-def _all_to_all(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
+def all_to_all(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    """All_to_all: item ``rank`` of every member's list."""
     lists = [a[0] for a in args]
     return [_gathered([row[rank] for row in lists], rank, deliver) for rank in range(len(args))]
 
 
-def _reduce(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
-    op, root = args[0][1], args[0][2]
-    objs = [a[0] for a in args]
-    tree, tree_root = {"binomial": ("binomial", root if op.commutative else 0),
-                       "rabenseifner": ("balanced", 0), "linear": ("left", 0)}[algorithm]
-    value = _reduce_all(objs, op, tree, tree_root)
-    out: list[Any] = [None] * len(args)
-    out[root] = op.finalize(deliver.result(value, objs[root]), len(args))
-    return out
+def reduce(order: Order) -> Results:
+    """Return the results of a reduce that combines operands in ``order``."""
+    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+        op, root = args[0][1], args[0][2]
+        objs = [a[0] for a in args]
+        # a binomial tree is rooted at the root for commutative ops, at rank 0 otherwise
+        # (reduce.binomial); the other orders ignore the root
+        value = order.value(objs, op, root if op.commutative else 0)
+        out: list[Any] = [None] * len(args)
+        out[root] = op.finalize(deliver.result(value, objs[root]), len(args))
+        return out
+    return results
 
 
-_ALL_REDUCE_TREES = {"recursive_doubling": "balanced", "rabenseifner": "balanced", "ring": "ring",
-                     "reduce_broadcast": "binomial", "linear": "left"}
+def all_reduce(order: Order, *, from_rank_0: bool = False) -> Results:
+    """Return the results of an all_reduce that combines operands in ``order``.
+
+    ``from_rank_0``: rank 0 finishes the value and sends it to the others
+    (reduce then broadcast), so they get copies of one finished value.
+    """
+    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+        op = args[0][1]
+        objs = [a[0] for a in args]
+        p = len(objs)
+        value = order.value(objs, op, 0)
+        if from_rank_0:
+            done = op.finalize(deliver.result(value, objs[0]), p)
+            return [done if rank == 0 else deliver.sent(done) for rank in range(p)]
+        return [op.finalize(deliver.result(value, obj), p) for obj in objs]
+    return results
 
 
-def _all_reduce(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
-    op = args[0][1]
-    objs = [a[0] for a in args]
-    p = len(objs)
-    value = _reduce_all(objs, op, _ALL_REDUCE_TREES[algorithm], 0)
-    if algorithm in ("reduce_broadcast", "linear"):  # rank 0 finishes, then broadcasts the result
-        done = op.finalize(deliver.result(value, objs[0]), p)
-        return [done if rank == 0 else deliver.sent(done) for rank in range(p)]
-    return [op.finalize(deliver.result(value, obj), p) for obj in objs]
+def reduce_scatter(order: Order) -> Results:
+    """Return the results of a reduce_scatter that combines items in ``order``."""
+    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+        op = args[0][1]
+        lists = [list(a[0]) for a in args]
+        p = len(lists)
+        items = order.items(lists, op)
+        return [op.finalize(deliver.result(items[rank], lists[rank][rank]), p) for rank in range(p)]
+    return results
 
 
-_REDUCE_SCATTER_TREES = {"recursive_halving": "balanced", "pairwise": "left", "ring": "ring",
-                         "linear": "left"}
+Prefixes = Callable[[list[Any], "ReduceOp"], list[Any]]
+"""``prefixes(objs, op)``: each rank's exclusive prefix in an algorithm's order (``_NOTHING`` for rank 0)."""
 
 
-def _reduce_scatter(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
-    op = args[0][1]
-    lists = [list(a[0]) for a in args]
-    p = len(lists)
-    tree = _REDUCE_SCATTER_TREES[algorithm]
-    stack = _stack([item for row in lists for item in row], op, (p, p))
-    if stack is not None:
-        rows = _TREES[tree](_Numpy(op), stack, 0, list(range(p + 1)))
-        items = [_unstack(row, lists[0][0]) for row in rows]
-    else:
-        items = _generic_items(lists, op, tree)
-    return [op.finalize(deliver.result(items[rank], lists[rank][rank]), p) for rank in range(p)]
+def scan(prefixes: Prefixes) -> Results:
+    """Return the results of an inclusive scan whose exclusive prefixes come from ``prefixes``."""
+    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+        op = args[0][1]
+        objs = [a[0] for a in args]
+        below = prefixes(objs, op)
+        return [op.finalize(deliver.result(obj if b is _NOTHING else op.apply(b, obj), obj), rank + 1)
+                for rank, (obj, b) in enumerate(zip(objs, below))]
+    return results
 
 
-def _scan(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
-    op = args[0][1]
-    objs = [a[0] for a in args]
-    below = _prefixes(objs, op, algorithm)
-    return [op.finalize(deliver.result(obj if b is _NOTHING else op.apply(b, obj), obj), rank + 1)
-            for rank, (obj, b) in enumerate(zip(objs, below))]
-
-
-def _exscan(algorithm: str, args: list[tuple[Any, ...]], deliver: _Deliver) -> list[Any]:
-    op = args[0][1]
-    objs = [a[0] for a in args]
-    below = _prefixes(objs, op, algorithm)
-    return [None if b is _NOTHING else op.finalize(deliver.result(b, obj), rank)
-            for rank, (obj, b) in enumerate(zip(objs, below))]
-
-
-_RESULTS: dict[str, Callable[[str, list[tuple[Any, ...]], _Deliver], list[Any]]] = {
-    "barrier": _barrier, "broadcast": _broadcast, "scatter": _scatter, "gather": _gather,
-    "reduce": _reduce, "all_reduce": _all_reduce, "all_gather": _all_gather,
-    "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "scan": _scan, "exscan": _exscan,
-}
+def exscan(prefixes: Prefixes) -> Results:
+    """Return the results of an exclusive scan whose prefixes come from ``prefixes``."""
+    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+        op = args[0][1]
+        objs = [a[0] for a in args]
+        below = prefixes(objs, op)
+        return [None if b is _NOTHING else op.finalize(deliver.result(b, obj), rank)
+                for rank, (obj, b) in enumerate(zip(objs, below))]
+    return results
 
 
 # ---- reduction trees: the order in which each algorithm combines operands ----
@@ -397,10 +409,6 @@ def _ring_numpy(ops: Any, rows: Any, root: int, bounds: list[int]) -> Any:
     return value
 
 
-_TREES: dict[str, Callable[[Any, Any, int, list[int]], Any]] = {
-    "balanced": _balanced, "binomial": _binomial, "left": _left, "ring": _ring_numpy}
-
-
 def _ring_pieces(flats: list[Any], bounds: Sequence[int], combine: Callable[[Any, Any], Any],
                  commutative: bool) -> list[Any]:
     """Ring on flat operands of any kind: return the reduced pieces in order.
@@ -468,34 +476,76 @@ def _combine_flat(op: ReduceOp) -> Callable[[Any, Any], Any]:
     return combine
 
 
-def _reduce_all(objs: list[Any], op: ReduceOp, tree: str, root: int) -> Any:
-    """Reduce one operand per rank in ``tree``'s order; return the value (shaped like the operands)."""
-    p = len(objs)
-    first = objs[0]
-    stack = _stack(objs, op, (p,))
-    if stack is not None:
-        bounds = split_bounds(stack.shape[1], p)
-        return _unstack(_TREES[tree](_Numpy(op), stack, root, bounds), first)
-    if tree == "ring":
+Tree = Callable[[Any, Any, int, list[int]], Any]
+"""``tree(ops, rows, root, bounds)``: one of the trees above."""
+
+
+class Order:
+    """The order in which an algorithm combines the ranks' operands: a tree, on stacked rows or on items."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+
+    def value(self, objs: list[Any], op: ReduceOp, root: int) -> Any:
+        """Reduce one operand per rank; return the value (shaped like the operands)."""
+        p = len(objs)
+        stack = _stack(objs, op, (p,))
+        if stack is not None:
+            bounds = split_bounds(stack.shape[1], p)
+            return _unstack(self.tree(_Numpy(op), stack, root, bounds), objs[0])
+        return self._objects(objs, op, root)
+
+    def items(self, lists: list[list[Any]], op: ReduceOp) -> list[Any]:
+        """Reduce_scatter: return item ``j`` of every rank's list reduced over the ranks, for each ``j``."""
+        p = len(lists)
+        stack = _stack([item for row in lists for item in row], op, (p, p))
+        if stack is not None:
+            rows = self.tree(_Numpy(op), stack, 0, list(range(p + 1)))
+            return [_unstack(row, lists[0][0]) for row in rows]
+        return self._object_items(lists, op)
+
+    def _objects(self, objs: list[Any], op: ReduceOp, root: int) -> Any:
+        """``value`` for operands that do not stack: combined one pair at a time."""
+        return self.tree(_Items(op.apply), list(objs), root, [])
+
+    def _object_items(self, lists: list[list[Any]], op: ReduceOp) -> list[Any]:
+        """``items`` for lists that do not stack."""
+        reduced: list[Any] = self.tree(_Items(_combine_flat(op)), lists, 0, [])
+        return reduced
+
+
+class _Ring(Order):
+    """The ring: operands that do not stack are cut into pieces as the ring cuts them (``_ring_pieces``)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(_ring_numpy)
+
+    def _objects(self, objs: list[Any], op: ReduceOp, root: int) -> Any:
         flats = [flatten(obj, op) for obj in objs]
         flat0 = flats[0]
-        bounds = split_bounds(len(flat0) if isinstance(flat0, list) else arrays.size(flat0), p)
+        bounds = split_bounds(len(flat0) if isinstance(flat0, list) else arrays.size(flat0), len(objs))
         pieces = _ring_pieces(flats, bounds, _combine_flat(op), op.commutative)
-        if isinstance(flats[0], list):
+        if isinstance(flat0, list):
             return [item for piece in pieces for item in piece][0]
-        return arrays.reshape(arrays.concat(pieces), tuple(first.shape))
-    return _TREES[tree](_Items(op.apply), list(objs), root, [])
+        return arrays.reshape(arrays.concat(pieces), tuple(objs[0].shape))
 
-
-def _generic_items(lists: list[list[Any]], op: ReduceOp, tree: str) -> list[Any]:
-    """Reduce_scatter on lists of any items: item ``j`` reduced over the ranks in ``tree``'s order."""
-    p = len(lists)
-    if tree == "ring":
-        pieces = _ring_pieces(lists, range(p + 1), _combine_flat(op), op.commutative)
+    def _object_items(self, lists: list[list[Any]], op: ReduceOp) -> list[Any]:
+        pieces = _ring_pieces(lists, range(len(lists) + 1), _combine_flat(op), op.commutative)
         return [piece[0] for piece in pieces]
-    combine = _combine_flat(op)
-    reduced: list[Any] = _TREES[tree](_Items(combine), lists, 0, [])
-    return reduced
+
+
+BALANCED: Final = Order(_balanced)
+"""Recursive doubling and halving, Rabenseifner."""
+BINOMIAL: Final = Order(_binomial)
+"""Binomial trees (rooted where ``value`` is told)."""
+LEFT: Final = Order(_left)
+"""Linear and pairwise: in rank order, one operand at a time."""
+RING: Final[Order] = _Ring()
+"""The ring reduce-scatter."""
 
 
 # ---- prefixes (scan, exscan) ----
@@ -504,19 +554,25 @@ _NOTHING: Any = object()
 """The exclusive prefix of rank 0."""
 
 
-def _prefixes(objs: list[Any], op: ReduceOp, algorithm: str) -> list[Any]:
-    """Return each rank's exclusive prefix, combined in the algorithm's order (``_NOTHING`` for rank 0)."""
+def chain_prefixes(objs: list[Any], op: ReduceOp) -> list[Any]:
+    """Linear scan: the prefix travels down the chain, ``((x0 op x1) op x2) ...``."""
+    apply = op.apply
+    below: list[Any] = [_NOTHING] * len(objs)
+    upto = objs[0]
+    for r in range(1, len(objs)):
+        below[r] = upto
+        upto = apply(upto, objs[r])
+    return below
+
+
+def doubling_prefixes(objs: list[Any], op: ReduceOp) -> list[Any]:
+    """Recursive doubling scan: the peer ``2**j`` below sends its aligned block's balanced reduction.
+
+    Blocks from lower ranks go on the left: ``below = B_high op (... op B_low)``.
+    """
     apply = op.apply
     p = len(objs)
     below: list[Any] = [_NOTHING] * p
-    if algorithm == "linear":  # the prefix travels down the chain: ((x0 op x1) op x2) ...
-        upto = objs[0]
-        for r in range(1, p):
-            below[r] = upto
-            upto = apply(upto, objs[r])
-        return below
-    # recursive doubling: the peer 2**j below sends its aligned block's balanced reduction,
-    # and blocks from lower ranks go on the left: below = B_high op (... op B_low)
     levels = [list(objs)]  # levels[j][b]: balanced reduction of the aligned block b of 2**j ranks
     while len(levels[-1]) >= 2:
         prev = levels[-1]

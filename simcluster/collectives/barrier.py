@@ -15,16 +15,15 @@ shortest critical path and needs no root.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..request import wait_all
+from . import _cost, analytic
 from ._chunks import binomial_children, binomial_parent
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
-
-BarrierAlgo = Callable[["CollContext"], Awaitable[None]]
 
 
 async def dissemination(c: CollContext) -> None:
@@ -54,10 +53,10 @@ async def tree(c: CollContext) -> None:
     await wait_all([c.isend(None, kid) for kid in kids])
 
 
-ALGORITHMS: Final[Mapping[str, BarrierAlgo]] = {
-    "dissemination": dissemination,
-    "tree": tree,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("barrier", "dissemination", dissemination, _cost.barrier_dissemination, analytic.nothing),
+    Algorithm("barrier", "tree", tree, _cost.barrier_tree, analytic.nothing),
+)
 """Barrier algorithms by name."""
 
 

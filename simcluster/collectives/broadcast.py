@@ -28,17 +28,17 @@ depend on it: always ``binomial``.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import arrays
 from ..request import wait_all
+from . import _cost, analytic
 from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds, subtree_end
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
 
-BroadcastAlgo = Callable[["CollContext", Any, int], Awaitable[Any]]
 
 SHORT_MSG: Final = 12288
 """Bytes below which broadcast stays binomial (MPICH's ``BCAST_SHORT_MSG_SIZE``)."""
@@ -111,11 +111,12 @@ async def linear(c: CollContext, obj: Any, root: int) -> Any:
     return obj
 
 
-ALGORITHMS: Final[Mapping[str, BroadcastAlgo]] = {
-    "binomial": binomial,
-    "scatter_allgather": scatter_allgather,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("broadcast", "binomial", binomial, _cost.broadcast_binomial, analytic.broadcast),
+    Algorithm("broadcast", "scatter_allgather", scatter_allgather, _cost.broadcast_scatter_allgather,
+              analytic.broadcast_in_pieces),
+    Algorithm("broadcast", "linear", linear, _cost.broadcast_linear, analytic.broadcast),
+)
 """Broadcast algorithms by name."""
 
 

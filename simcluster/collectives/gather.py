@@ -16,16 +16,15 @@ so ranks could disagree on a size threshold.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..request import wait_all
+from . import _cost, analytic
 from ._chunks import absolute, binomial_children, binomial_parent, fresh, relative
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
-
-GatherAlgo = Callable[["CollContext", Any, int], Awaitable["list[Any] | None"]]
 
 
 async def binomial(c: CollContext, obj: Any, root: int) -> list[Any] | None:
@@ -65,10 +64,10 @@ async def linear(c: CollContext, obj: Any, root: int) -> list[Any] | None:
     return out
 
 
-ALGORITHMS: Final[Mapping[str, GatherAlgo]] = {
-    "binomial": binomial,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("gather", "binomial", binomial, _cost.gather_binomial, analytic.gather),
+    Algorithm("gather", "linear", linear, _cost.gather_linear, analytic.gather),
+)
 """Gather algorithms by name."""
 
 

@@ -25,9 +25,9 @@ payloads, non-commutative ops).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _cost, analytic
 from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds
 from ._reduction import (
     Fold,
@@ -41,12 +41,12 @@ from ._reduction import (
     linear_fold,
     unflatten,
 )
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
 
-ReduceAlgo = Callable[["CollContext", Any, "ReduceOp", int], Awaitable[Any]]
 
 SHORT_MSG: Final = 2048
 """Bytes up to which reduce stays binomial (MPICH's ``REDUCE_SHORT_MSG_SIZE``)."""
@@ -102,11 +102,12 @@ async def linear(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
     return finish(op, value, c.size, obj) if c.rank == root else None
 
 
-ALGORITHMS: Final[Mapping[str, ReduceAlgo]] = {
-    "binomial": binomial,
-    "rabenseifner": rabenseifner,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("reduce", "binomial", binomial, _cost.reduce_binomial, analytic.reduce(analytic.BINOMIAL)),
+    Algorithm("reduce", "rabenseifner", rabenseifner, _cost.reduce_rabenseifner,
+              analytic.reduce(analytic.BALANCED), wraps=True),
+    Algorithm("reduce", "linear", linear, _cost.reduce_linear, analytic.reduce(analytic.LEFT)),
+)
 """Reduce algorithms by name."""
 
 

@@ -29,10 +29,10 @@ ops, which here serves every op since all algorithms keep order):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _cost, analytic
 from ._reduction import (
     Fold,
     finish,
@@ -44,12 +44,12 @@ from ._reduction import (
     segment,
     send_all,
 )
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
 
-ReduceScatterAlgo = Callable[["CollContext", list[Any], "ReduceOp"], Awaitable[Any]]
 
 LONG_MSG: Final = 512 * 1024
 """Bytes from which reduce_scatter goes pairwise (MPICH's ``REDSCAT_COMMUTATIVE_LONG_MSG_SIZE``)."""
@@ -119,12 +119,16 @@ async def linear(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
     return finish(op, value, c.size, objs[c.rank])
 
 
-ALGORITHMS: Final[Mapping[str, ReduceScatterAlgo]] = {
-    "recursive_halving": recursive_halving,
-    "pairwise": pairwise,
-    "ring": ring,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("reduce_scatter", "recursive_halving", recursive_halving,
+              _cost.reduce_scatter_recursive_halving, analytic.reduce_scatter(analytic.BALANCED)),
+    Algorithm("reduce_scatter", "pairwise", pairwise, _cost.reduce_scatter_pairwise,
+              analytic.reduce_scatter(analytic.LEFT)),
+    Algorithm("reduce_scatter", "ring", ring, _cost.reduce_scatter_ring,
+              analytic.reduce_scatter(analytic.RING)),
+    Algorithm("reduce_scatter", "linear", linear, _cost.reduce_scatter_linear,
+              analytic.reduce_scatter(analytic.LEFT)),
+)
 """Reduce-scatter algorithms by name."""
 
 

@@ -19,16 +19,16 @@ always ``recursive_doubling``; ``linear`` only when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _cost, analytic
 from ._reduction import combine, finish
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
 
-ScanAlgo = Callable[["CollContext", Any, "ReduceOp"], Awaitable[Any]]
 
 _NOTHING: Final = object()
 """The exclusive prefix of rank 0: nothing yet (never sent)."""
@@ -98,16 +98,19 @@ async def exscan_linear(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     return _exclusive(c, obj, op, below)
 
 
-ALGORITHMS: Final[Mapping[str, ScanAlgo]] = {
-    "recursive_doubling": recursive_doubling,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("scan", "recursive_doubling", recursive_doubling, _cost.scan_recursive_doubling,
+              analytic.scan(analytic.doubling_prefixes)),
+    Algorithm("scan", "linear", linear, _cost.scan_linear, analytic.scan(analytic.chain_prefixes)),
+)
 """Scan algorithms by name."""
 
-EXSCAN_ALGORITHMS: Final[Mapping[str, ScanAlgo]] = {
-    "recursive_doubling": exscan_recursive_doubling,
-    "linear": exscan_linear,
-}
+EXSCAN_ALGORITHMS: Final = declare(
+    Algorithm("exscan", "recursive_doubling", exscan_recursive_doubling, _cost.exscan_recursive_doubling,
+              analytic.exscan(analytic.doubling_prefixes)),
+    Algorithm("exscan", "linear", exscan_linear, _cost.exscan_linear,
+              analytic.exscan(analytic.chain_prefixes)),
+)
 """Exscan algorithms by name."""
 
 

@@ -16,16 +16,16 @@ elements, so the other ranks could not agree with it on a size threshold.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..request import wait_all
+from . import _cost, analytic
 from ._chunks import absolute, binomial_children, binomial_parent, fresh, relative, subtree_end
+from ._registry import Algorithm, declare
 
 if TYPE_CHECKING:
     from ..comm import CollContext
-
-ScatterAlgo = Callable[["CollContext", "Sequence[Any] | None", int], Awaitable[Any]]
 
 
 async def binomial(c: CollContext, objs: Sequence[Any] | None, root: int) -> Any:
@@ -60,10 +60,10 @@ async def linear(c: CollContext, objs: Sequence[Any] | None, root: int) -> Any:
     return fresh(objs[root])
 
 
-ALGORITHMS: Final[Mapping[str, ScatterAlgo]] = {
-    "binomial": binomial,
-    "linear": linear,
-}
+ALGORITHMS: Final = declare(
+    Algorithm("scatter", "binomial", binomial, _cost.scatter_binomial, analytic.scatter),
+    Algorithm("scatter", "linear", linear, _cost.scatter_linear, analytic.scatter),
+)
 """Scatter algorithms by name."""
 
 
