@@ -257,9 +257,9 @@ def is_async(fn: object) -> bool:
 
 def world(comm: Any) -> Any:
     """Return what a synchronous rank's function gets as ``comm``: its ``simcluster.MPI.COMM_WORLD``."""
-    from . import MPI
+    from .MPI._comm import _world
 
-    return MPI._world(comm)
+    return _world(comm)
 
 
 def _is_awaitable(value: object) -> bool:
@@ -385,7 +385,7 @@ class _States:
         rank = current()
         if rank is self.py_owner:
             return
-        inst = _random._inst  # type: ignore[attr-defined]  # its methods: the module's are wrapped
+        inst = _random._inst  # its methods: the module's are wrapped
         state = inst.getstate()
         if self.py_owner is None:
             self.py_saved = state
@@ -431,7 +431,7 @@ class _States:
         if self.users > 1:
             return
         self.seed = seed
-        self._wrap(_random, self.py_in, _random._inst)  # type: ignore[attr-defined]
+        self._wrap(_random, self.py_in, _random._inst)
         np = sys.modules.get("numpy")
         if np is not None:
             self._wrap(np.random, self.np_in, np.random.mtrand._rand,
@@ -441,7 +441,8 @@ class _States:
             self.torch = torch.default_generator
             self.torch_saved = self.torch.get_state()
         self.patched.append((_time, "sleep", _time.sleep))
-        _time.sleep = _sleep
+        # deliberate patch: time.sleep also takes int-like (__index__) seconds; ranks pass numbers
+        _time.sleep = _sleep  # type: ignore[assignment]
 
     def stop(self) -> None:
         self.users -= 1
@@ -452,7 +453,7 @@ class _States:
         self.patched.clear()
         if self.py_owner is not None:
             self.py_owner = None
-            _random._inst.setstate(self.py_saved)  # type: ignore[attr-defined]
+            _random._inst.setstate(self.py_saved)
         if self.np_owner is not None:
             self.np_owner = None
             sys.modules["numpy"].random.mtrand._rand.set_state(self.np_saved)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, Protocol
 
-import msgpack  # type: ignore[import-untyped, unused-ignore]
+import msgpack  # untyped: skipped by [tool.mypy] in pyproject.toml
 import numpy as np
 from msgpack import ExtType
 from numpy.typing import NDArray
@@ -714,12 +714,15 @@ class _Decoder:
 def _copy(arr: NDArray[Any], order: Literal["C", "F"]) -> NDArray[Any]:
     """Copy ``arr`` into a fresh array in ``order``, bit for bit."""
     dt = arr.dtype
+    copied: NDArray[Any]
     if dt.names is None or not dt.itemsize:
-        return arr.copy(order=order)
+        copied = arr.copy(order=order)
+        return copied
     # numpy copies structured arrays field by field and leaves the padding between
     # fields uninitialised; copy the raw records so no stray heap bytes travel.
     raw = arr.view(np.dtype((np.void, dt.itemsize))).copy(order=order)
-    return raw.view(dt)
+    copied = raw.view(dt)
+    return copied
 
 
 def _byte_view(buf: object) -> memoryview:

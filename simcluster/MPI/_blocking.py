@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 from .. import _sync
 from ..errors import SimclusterError, TruncationError
 from ..request import SPIN_LIMIT
-from ._errors import ERR_TRUNCATE, ERR_TYPE, _Raised, error
+from ._constants import ERR_TRUNCATE, ERR_TYPE
+from ._errors import _Raised, error
 
 T = TypeVar("T")
 

@@ -31,9 +31,9 @@ from ._coll import Collectives
 from ._constants import (
     APPNUM, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED,
     CONGRUENT, IDENT, IO, LASTUSEDCODE, SIMILAR, TAG_UB, UNDEFINED, UNEQUAL, UNIVERSE_SIZE,
-    WTIME_IS_GLOBAL, ANY_SOURCE, KEYVAL_INVALID,
+    WTIME_IS_GLOBAL, ANY_SOURCE, KEYVAL_INVALID, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL,
 )
-from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, error
+from ._errors import error
 from ._group import Group
 from ._info import ERRORS_RETURN, INFO_NULL, Errhandler, Info
 from ._objects import ObjectCollectives
@@ -385,9 +385,9 @@ def _keyval(keyval: int) -> int:
 def _target(comm: Comm) -> CommState | None:
     """The state a handle refers to (resolving COMM_WORLD/COMM_SELF), None for COMM_NULL."""
     ref = comm._ref
-    if type(ref) is _Current:
+    if isinstance(ref, _Current):
         return ref.resolve()
-    return None if ref is None or ref.freed else ref  # type: ignore[union-attr]
+    return None if ref is None or ref.freed else ref
 
 
 def _rank_or_none() -> int | None:

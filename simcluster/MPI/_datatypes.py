@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,9 +28,9 @@ from numpy.typing import NDArray
 from ._constants import (
     COMBINER_CONTIGUOUS, COMBINER_DUP, COMBINER_INDEXED, COMBINER_INDEXED_BLOCK, COMBINER_NAMED,
     COMBINER_RESIZED, COMBINER_SUBARRAY, COMBINER_VECTOR, COMBINER_HVECTOR, COMBINER_HINDEXED, ORDER_C,
-    ORDER_F, TYPECLASS_COMPLEX, TYPECLASS_INTEGER, TYPECLASS_LOGICAL, TYPECLASS_REAL,
+    ORDER_F, TYPECLASS_COMPLEX, TYPECLASS_INTEGER, TYPECLASS_LOGICAL, TYPECLASS_REAL, ERR_ARG, ERR_TYPE,
 )
-from ._errors import ERR_ARG, ERR_TYPE, error
+from ._errors import error
 
 _ids = itertools.count(1)
 
@@ -299,7 +299,7 @@ class Datatype:
         index, ext = self._item()
         grids = np.meshgrid(*[np.arange(st, st + sub) for st, sub in zip(starts, subsizes)],
                             indexing="ij")
-        flat_order = "F" if order == ORDER_F else "C"
+        flat_order: Literal["C", "F"] = "F" if order == ORDER_F else "C"
         cells = np.ravel_multi_index([g.ravel(order=flat_order) for g in grids], tuple(sizes),
                                      order=flat_order)
         positions = (cells[:, None] * ext + index[None, :]).ravel()

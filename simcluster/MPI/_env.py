@@ -22,8 +22,8 @@ from .. import _sync
 from .. import __version__ as _version
 from ..request import wait_all
 from ._blocking import READY, block
-from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION
-from ._errors import ERR_ARG, ERR_BUFFER, error
+from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_ARG, ERR_BUFFER
+from ._errors import error
 from ._requests import Request, immediate
 from ._state import current, node_of
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
-from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, error
+from ._constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL, ERR_ARG, ERR_GROUP, ERR_RANK
+from ._errors import error
 
 
 class Group:
@@ -20,9 +20,13 @@ class Group:
 
     __slots__ = ("_ranks", "_me", "_freed")
 
+    _ranks: tuple[int, ...] | None
+    _me: int
+    _freed: bool
+
     def __new__(cls, group: Group | None = None) -> Group:
         self = object.__new__(cls)
-        self._ranks: tuple[int, ...] | None = None if group is None else group._ranks
+        self._ranks = None if group is None else group._ranks
         self._me = -1 if group is None else group._me
         self._freed = False
         return self

@@ -17,9 +17,12 @@ class Info:
 
     __slots__ = ("_items", "_null")
 
+    _items: dict[str, str] | None
+    _null: bool
+
     def __new__(cls, info: Info | None = None) -> Info:
         self = object.__new__(cls)
-        self._items: dict[str, str] | None = None if info is None else info._items
+        self._items = None if info is None else info._items
         self._null = info is None or info._null
         return self
 
@@ -146,6 +149,8 @@ class Errhandler:
     """An error handler (errors are always raised as Python exceptions here)."""
 
     __slots__ = ("_name",)
+
+    _name: str
 
     def __new__(cls, errhandler: Errhandler | None = None) -> Errhandler:
         self = object.__new__(cls)

@@ -19,8 +19,8 @@ from typing import Any
 from .. import request as _sc
 from ._blocking import block_receive
 from ._buffers import message
-from ._constants import ANY_TAG, PROC_NULL
-from ._errors import ERR_REQUEST, ERR_TRUNCATE, error
+from ._constants import ANY_TAG, PROC_NULL, ERR_REQUEST, ERR_TRUNCATE
+from ._errors import error
 from ._pickle import loads
 from ._requests import Request, _Immediate
 from ._status import Status
@@ -31,11 +31,16 @@ class Message:
 
     __slots__ = ("_req", "_rank", "_call", "_null")
 
+    _req: _sc.Request[Any] | None
+    _rank: int
+    _call: Callable[[], str]
+    _null: bool
+
     def __new__(cls, message: Message | None = None) -> Message:
         self = object.__new__(cls)
-        self._req: _sc.Request[Any] | None = None if message is None else message._req
+        self._req = None if message is None else message._req
         self._rank = -1 if message is None else message._rank
-        self._call: Callable[[], str] = (lambda: "Message") if message is None else message._call
+        self._call = (lambda: "Message") if message is None else message._call
         self._null = False if message is None else message._null
         return self
 
@@ -101,7 +106,7 @@ class Message:
         if self._null:
             self._no_proc(status)
             return
-        call = lambda: f"Message.Recv(buf=...) of {self._call()}"  # noqa: E731
+        call: Callable[[], str] = lambda: f"Message.Recv(buf=...) of {self._call()}"  # noqa: E731
         b = message(buf, self._rank, call(), True)
         req = self._take("Message.Recv()")
         data = block_receive(req, self._rank, call)
@@ -113,7 +118,7 @@ class Message:
         if self._null:
             self._no_proc(None)
             return Request._of(_Immediate(None, True), self._rank, self._call)
-        call = lambda: f"Message.Irecv(buf=...) of {self._call()}"  # noqa: E731
+        call: Callable[[], str] = lambda: f"Message.Irecv(buf=...) of {self._call()}"  # noqa: E731
         b = message(buf, self._rank, call(), True)
         req = self._take("Message.Irecv()")
 
@@ -152,7 +157,7 @@ def _into(b: Any, data: Any, rank: int, call: Callable[[], str]) -> None:
     """Copy a received array into the receive buffer ``b``, as a receive into it would."""
     base = b.datatype._base._np
     if getattr(data, "dtype", None) != base:
-        from ._errors import ERR_TYPE
+        from ._constants import ERR_TYPE
 
         raise error(ERR_TYPE, rank, call(), f"the message has dtype {getattr(data, 'dtype', type(data))} "
                     f"but the buffer holds {base}", "receive with the datatype the sender used")

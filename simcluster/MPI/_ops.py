@@ -33,7 +33,8 @@ import numpy as np
 
 from ..ops import ReduceOp
 from ._datatypes import Datatype
-from ._errors import ERR_OP, error
+from ._constants import ERR_OP
+from ._errors import error
 
 _ids = itertools.count(1)
 
@@ -211,7 +212,7 @@ class Op:
 
             def apply(a: Any, b: Any) -> Any:
                 inout = np.array(b, copy=True, order="C").reshape(-1)
-                fn(memoryview(np.ascontiguousarray(a).reshape(-1)), memoryview(inout), datatype)
+                fn(np.ascontiguousarray(a).reshape(-1).data, inout.data, datatype)
                 return inout.reshape(np.shape(b))
 
             cached = ReduceOp.custom(apply, commutative=self._commute, name=self._name,
@@ -283,7 +284,7 @@ def as_object_op(op: object, rank: int, call: str) -> tuple[Callable[[Any, Any],
     if isinstance(op, Op):
         return op.for_objects(), op._commute, op._name.removeprefix("MPI_")
     if callable(op):
-        return op, False, getattr(op, "__name__", "op")  # type: ignore[return-value]
+        return op, False, getattr(op, "__name__", "op")
     raise TypeError(f"rank {rank}: {call}: op={op!r} is not an MPI.Op or a function; pass e.g. "
                     "MPI.SUM, or a function op(x, y)")
 

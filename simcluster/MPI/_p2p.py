@@ -34,8 +34,8 @@ import numpy as np
 from .. import payload as _payload
 from ._blocking import block, block_receive, poll
 from ._buffers import Buf, message
-from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL
-from ._errors import ERR_BUFFER, error
+from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, ERR_BUFFER
+from ._errors import error
 from ._message import Message
 from ._pickle import check_transport, dumps, loads
 from ._requests import Finish, Prequest, Request, _Immediate, _noop
@@ -421,7 +421,7 @@ class PointToPoint:
 
         def start() -> tuple[Any, Finish]:
             req = self._start_send(buf, dst, tag, name)
-            return req._req, req._finish  # type: ignore[return-value]
+            return req._req, req._finish
         return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
@@ -430,6 +430,6 @@ class PointToPoint:
 
         def start() -> tuple[Any, Finish]:
             req = self.Irecv(buf, source, tag)
-            return req._req, req._finish  # type: ignore[return-value]
+            return req._req, req._finish
         return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
 

@@ -68,7 +68,7 @@ def dumps(obj: Any) -> np.ndarray[Any, Any]:
 def loads(payload: Any) -> Any:
     """Return the object a received uint8 array holds."""
     if isinstance(payload, np.ndarray):
-        return pickle.loads(memoryview(np.ascontiguousarray(payload)).cast("B"))
+        return pickle.loads(np.ascontiguousarray(payload).data.cast("B"))
     return pickle.loads(payload)
 
 

@@ -54,14 +54,21 @@ class Request:
 
     __slots__ = ("_req", "_finish", "_rank", "_call", "_alive", "_owner", "__weakref__")
 
+    _req: ScRequest[Any] | _Immediate | None
+    _finish: Finish
+    _rank: int
+    _call: Callable[[], str]
+    _alive: bool
+    _owner: Any
+
     def __new__(cls, request: Request | None = None) -> Request:
         self = object.__new__(cls)
-        self._req: ScRequest[Any] | _Immediate | None = None
-        self._finish: Finish = _noop
+        self._req = None
+        self._finish = _noop
         self._rank = -1
-        self._call: Callable[[], str] = lambda: "request"
+        self._call = lambda: "request"
         self._alive = False
-        self._owner: Any = None  # the rank's state, for Free() of a pending request
+        self._owner = None  # the rank's state, for Free() of a pending request
         if request is not None:
             self._req, self._finish, self._rank = request._req, request._finish, request._rank
             self._call, self._alive, self._owner = request._call, request._alive, request._owner
@@ -429,11 +436,12 @@ class Prequest(Request):
 
     __slots__ = ("_start",)
 
+    _start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]] | None
+
     def __new__(cls, request: Request | None = None) -> Prequest:
         self = super().__new__(cls, request)
         assert isinstance(self, Prequest)
-        self._start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]] | None = getattr(
-            request, "_start", None)
+        self._start = getattr(request, "_start", None)
         return self
 
     @classmethod
@@ -495,4 +503,4 @@ def immediate(rank: int, call: Callable[[], str], value: Any = None, null_source
     return cls._of(_Immediate(value, null_source), rank, call)
 
 
-assert PROC_NULL != UNDEFINED
+assert PROC_NULL != UNDEFINED  # type: ignore[comparison-overlap]  # a guard on _constants' values

@@ -31,8 +31,8 @@ from ..engine import current_task
 from ..matching import ANY_SOURCE as SC_ANY_SOURCE
 from ..matching import ANY_TAG as SC_ANY_TAG
 from ..request import Request as ScRequest
-from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, THREAD_SINGLE
-from ._errors import ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG, error
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, THREAD_SINGLE, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG
+from ._errors import error
 
 TAG_MAX: Final = 2**31 - 1
 """The largest tag (``comm.Get_attr(MPI.TAG_UB)``): simcluster's tags are ints in ``range(2**31)``."""

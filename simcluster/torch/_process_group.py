@@ -51,7 +51,7 @@ _OPS: dict[Any, ReduceOp] = {
 """torch's ReduceOp kinds (``opts.reduceOp.op``) and the simcluster op for each."""
 
 
-class ProcessGroupSimcluster(dist.ProcessGroup):
+class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch is optional: not followed
     """A torch.distributed process group whose operations run on a simcluster Comm.
 
     Made by ``dist.init_process_group("simcluster")`` and ``dist.new_group``
@@ -61,7 +61,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
     """
 
     def __init__(self, comm: Comm, group_name: str = "") -> None:
-        super().__init__(comm.rank, comm.size)  # type: ignore[call-arg]  # the stubs lack it
+        super().__init__(comm.rank, comm.size)
         self._comm = comm
         self._group_name = group_name
 
@@ -151,7 +151,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
         req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
-    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]  # the older name
+    _reduce_scatter_base = reduce_scatter_single  # the older name
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor],
@@ -202,7 +202,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
         req = self._comm.iall_gather(input)
         return self._work(req, [output], _concat_to(output), "all_gather_into_tensor")
 
-    _allgather_base = all_gather_single  # type: ignore[assignment]  # the older name
+    _allgather_base = all_gather_single  # the older name
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: AllgatherOptions = AllgatherOptions()  # noqa: B008
@@ -237,7 +237,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):
                     target.copy_(value.reshape(target.shape))
         return self._work(req, [output], finish, "all_to_all_single")
 
-    alltoall_base = all_to_all_single  # type: ignore[assignment]  # the older name
+    alltoall_base = all_to_all_single  # the older name
 
     # ---- barrier, point-to-point ----
 

@@ -36,7 +36,7 @@ _FIX = ("inside simcluster.torch.spawn use dist.init_process_group('simcluster')
         "connect through the store and cannot run on virtual ranks")
 
 
-class RunStore(dist.Store):
+class RunStore(dist.Store):  # type: ignore[misc]  # torch is optional: mypy does not follow it
     """A key-value store shared by the ranks of one run, in memory, that never blocks."""
 
     def __init__(self) -> None:
@@ -73,11 +73,11 @@ class RunStore(dist.Store):
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
         current = self._data.get(key)
-        expected, desired = self._bytes(expected), self._bytes(desired)
-        if (current is None and not expected) or current == expected:
-            self._data[key] = desired
-            return desired
-        return expected if current is None else current
+        want, new = self._bytes(expected), self._bytes(desired)
+        if (current is None and not want) or current == want:
+            self._data[key] = new
+            return new
+        return want if current is None else current
 
     def append(self, key: str, value: Any) -> None:
         self._data[key] = self._data.get(key, b"") + self._bytes(value)

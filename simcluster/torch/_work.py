@@ -30,7 +30,7 @@ from simcluster.request import Request
 Finish = Callable[[Any], None]
 
 
-class SimclusterWork(dist.Work):
+class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: mypy does not follow it
     """The Work a ``"simcluster"`` process group returns for every operation.
 
     Completes when its simcluster request does; ``wait()`` blocks this rank
