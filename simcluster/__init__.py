@@ -18,6 +18,8 @@ from .errors import SimclusterError as SimclusterError
 from .errors import SimclusterWarning as SimclusterWarning
 from .errors import TransportError as TransportError
 from .errors import TruncationError as TruncationError
+from .errors import UsageError as UsageError
+from .errors import UsageTypeError as UsageTypeError
 from .matching import ANY_SOURCE as ANY_SOURCE
 from .matching import ANY_TAG as ANY_TAG
 from .ops import ReduceOp as ReduceOp
@@ -33,12 +35,13 @@ from .runner import Stats as Stats
 from .runner import launch as launch
 from .runner import run as run
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
     "DeadlockError", "RankError", "ReduceOp", "dist", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
-    "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "latency",
+    "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "UsageError",
+    "UsageTypeError", "latency",
     "launch", "run", "test_all", "testing", "test_any", "trace", "wait_all", "wait_any", "wait_some",
 ]
 

@@ -6,9 +6,9 @@ else spawn), each running ``_hosting.child_main``; for a multi-node run every
 node process runs ``_hosting.Host`` itself and node 0 also runs this
 coordinator at ``master_addr:master_port``. Either way each hosting process
 connects back over an authenticated stream (the control link) and the
-protocol of ``_hosting`` takes over: HELLO, START, READY, then rounds of
-STEP/REPORT until every rank has finished (FINISH/RESULTS), a rank fails, or
-the run deadlocks. A multi-node run ends with FINAL (the result, for every
+protocol of ``_hosting`` takes over, in the typed messages of ``_control``:
+HELLO, START, READY, then rounds of STEP/REPORT until every rank has finished
+(FINISH/RESULTS), a rank fails, or the run deadlocks. A multi-node run ends with FINAL (the result, for every
 node) answered by BYE: node 0 closes the control links only after every BYE,
 so no node mistakes the close for a failure.
 
@@ -32,19 +32,22 @@ import secrets
 import signal
 import sys
 import time as _time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
 from simcluster.transports import shm as _shm
 from simcluster.transports.base import Envelope, TransportError
 from simcluster.transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
 from simcluster.transports.tcp import log as _log
 
+from . import _control as C
 from . import _hosting as H
 from . import _remote
+from ._config import SECRET_ENV, RunConfig
+from ._result import RunResult, Stats
 from .comm import merge_firsts
 from .engine import deadlock_error
-from .errors import RankError, RunTimeoutError, SimclusterError
+from .errors import RankError, RunTimeoutError, SimclusterError, UsageError
 from .trace import Message, Span, Trace
 
 _GRACE: Final = 2.0  # seconds a process gets to exit before it is killed
@@ -52,9 +55,11 @@ _FAREWELL: Final = 10.0  # seconds node 0 waits for every node to acknowledge th
 _NO_MAIN_GUARD: Final = 87  # exit code of a hosting process that re-ran an unguarded script
 _VERBOSE_ENV: Final = "SIMCLUSTER_VERBOSE"
 _LOST_WAIT: Final = 1.0  # seconds to wait for a peer's own death notice after a link error
-_SECRET_ENV: Final = "SIMCLUSTER_SECRET"
+_SECRET_ENV: Final = SECRET_ENV
 
 _LOST = object()
+
+M = TypeVar("M", bound=C.Message)
 
 
 class _Proc:
@@ -94,24 +99,24 @@ class _Proc:
 class Coordinator:
     """Drives one multi-process run; see the module docstring."""
 
-    def __init__(self, spec: H.RunSpec, secret: bytes, run_id: str, *,
-                 timeout: float | None, progress: Callable[[int, int, float], None] | None,
+    def __init__(self, config: RunConfig, secret: bytes, run_id: str, *,
+                 progress: Callable[[int, int, float], None] | None,
                  check_digest: bool) -> None:
-        self.spec = spec
+        self.config = config
+        self.transport = _hosted_transport(config)
         self.secret = secret
         self.run_id = run_id
-        self.timeout = timeout
+        self.timeout = timeout = config.timeout
         self.progress = progress
         self.check_digest = check_digest
-        self.procs = [_Proc(p, p * spec.per, min(spec.world_size, (p + 1) * spec.per))
-                      for p in range(spec.procs)]
+        self.procs = [_Proc(p, *config.block(p)) for p in range(config.nprocs)]
         self.queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self.server: asyncio.AbstractServer | None = None
         self.started = _time.monotonic()
         self.deadline = None if timeout is None else self.started + timeout
         self.now = 0.0
         self.finished = False
-        pickled = spec.serializer == "pickle"
+        pickled = config.serializer == "pickle"
         self.dumps = pickle.dumps if pickled else None
         self.loads = pickle.loads if pickled else None
         self._pumps: list[asyncio.Task[None]] = []
@@ -133,7 +138,7 @@ class Coordinator:
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        tp = self.spec.transport
+        tp = self.transport
         try:
             await accept_handshake(reader, writer, self.secret, tp.connect_timeout)
             link = Link(reader, writer, f"{peer}", tp.max_frame)
@@ -143,7 +148,7 @@ class Coordinator:
             writer.close()
             return
         index = first.src
-        if first.tag not in (H.HELLO, H.ERROR) or not 0 <= index < len(self.procs) \
+        if first.tag not in (C.HELLO, C.ERROR) or not 0 <= index < len(self.procs) \
                 or self.procs[index].link is not None:
             _log.warning("simcluster: refused a connection from %s: it introduced itself as "
                          "process %r, which is not expected", peer, index)
@@ -157,7 +162,7 @@ class Coordinator:
 
     async def _pump(self, proc: _Proc, link: Link) -> None:
         def got(env: Envelope) -> None:
-            if env.tag == H.ERROR:
+            if env.tag == C.ERROR:
                 proc.errored = True
             self.queue.put_nowait((proc.index, env))
 
@@ -171,10 +176,10 @@ class Coordinator:
         proc.dead.set()
         self.queue.put_nowait((proc.index, _LOST))
 
-    def send(self, proc: _Proc, op: int, payload: object = None, time: float = 0.0) -> None:
+    def send(self, proc: _Proc, message: C.Message) -> None:
         if proc.link is not None and not proc.link.closing:
             try:
-                proc.link.send(H.control(op, proc.index, payload, time, self.dumps))
+                proc.link.send(C.envelope(message, proc.index, self.dumps))
             except (OSError, RuntimeError):
                 pass
 
@@ -185,15 +190,15 @@ class Coordinator:
             return None
         return max(0.0, deadline - _time.monotonic())
 
-    async def gather(self, op: int, waiting: set[int], deadline: float | None,
-                     what: str) -> dict[int, Any]:
-        """Wait for message ``op`` from each process in ``waiting``; return their payloads.
+    async def gather(self, kind: type[M], waiting: set[int], deadline: float | None,
+                     what: str) -> dict[int, M]:
+        """Wait for a message of type ``kind`` from each process in ``waiting``; return them.
 
         Raises:
             the error a process reported, TransportError for a lost process,
             RunTimeoutError (or TransportError while connecting) at ``deadline``.
         """
-        got: dict[int, Any] = {}
+        got: dict[int, M] = {}
         while waiting:
             try:
                 index, item = await asyncio.wait_for(self.queue.get(), self._remaining(deadline))
@@ -201,21 +206,26 @@ class Coordinator:
                 raise await self._timed_out(what, waiting) from None
             proc = self.procs[index]
             if item is _LOST or isinstance(item, BaseException):
-                if self.finished and op != H.RESULTS:
+                if self.finished and kind is not C.Results:
                     continue
                 raise self._lost(proc, item if isinstance(item, BaseException) else None)
             env: Envelope = item
-            if env.tag == H.ERROR:
-                raise await self._reported(proc, H.payload_of(env))
-            if env.tag != op or index not in waiting:
-                raise TransportError(None, "run", f"{proc.name()} sent {H.OP_NAMES.get(env.tag, env.tag)} "
-                                     f"while the coordinator waited for {H.OP_NAMES[op]}",
+            if env.tag != kind.op or index not in waiting:
+                if env.tag == C.ERROR:
+                    error = C.read(env)
+                    assert isinstance(error, C.Error)
+                    raise await self._reported(proc, error)
+                raise TransportError(None, "run", f"{proc.name()} sent {C.OP_NAMES.get(env.tag, env.tag)} "
+                                     f"while the coordinator waited for {C.OP_NAMES[kind.op]}",
                                      "every process must run the same simcluster version",
                                      peer=proc.name())
             waiting.discard(index)
-            got[index] = H.payload_of(env, self.loads) if op in (H.RESULTS,) else H.payload_of(env)
-            if op == H.REPORT or op == H.BLOCKED or op == H.LINES:
-                self.now = max(self.now, env.time)
+            message = C.read(env, self.loads)
+            assert isinstance(message, kind)
+            got[index] = message
+            time = getattr(message, "time", None)
+            if time is not None:  # REPORT, BLOCKED, LINES
+                self.now = max(self.now, time)
         return got
 
     def _lost(self, proc: _Proc, exc: BaseException | None) -> SimclusterError:
@@ -253,10 +263,10 @@ class Coordinator:
         error.ranks = list(range(proc.lo, proc.hi))  # type: ignore[attr-defined]
         return error
 
-    async def _reported(self, proc: _Proc, payload: Any) -> BaseException:
+    async def _reported(self, proc: _Proc, error: C.Error) -> BaseException:
         """Turn an ERROR from a process into the exception to raise (a lost peer wins)."""
-        exc = _remote.decode_exception(payload.get("exc", {}), proc.name())
-        if payload.get("transport") and isinstance(exc, TransportError):
+        exc = _remote.decode_exception(error.exc, proc.name())
+        if error.transport and isinstance(exc, TransportError):
             # a broken link is most often a peer that died: wait for its own notice
             end = _time.monotonic() + _LOST_WAIT
             while True:
@@ -277,14 +287,14 @@ class Coordinator:
         if self.deadline is None or _time.monotonic() < self.deadline:  # connect deadline
             names = ", ".join(self.procs[i].name() for i in sorted(waiting))
             return TransportError(None, "run", f"{names} did not {what} within "
-                                  f"{self.spec.transport.connect_timeout:g}s",
+                                  f"{self.transport.connect_timeout:g}s",
                                   "look for its own error output, or raise connect_timeout",
                                   peer=names)
         lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
         live = [p for p in self.procs if p.link is not None and not p.dead.is_set()]
         for p in live:
-            self.send(p, H.TIMEOUT)
-        answers: dict[int, Any] = {}
+            self.send(p, C.Timeout())
+        answers: dict[int, list[str]] = {}
         end = _time.monotonic() + 1.0
         pending = {p.index for p in live}
         while pending:
@@ -292,12 +302,17 @@ class Coordinator:
                 index, item = await asyncio.wait_for(self.queue.get(), max(0.0, end - _time.monotonic()))
             except asyncio.TimeoutError:
                 break
-            if isinstance(item, Envelope) and item.tag == H.LINES:
-                answers[index] = H.payload_of(item)
+            if isinstance(item, Envelope) and item.tag == C.LINES:
+                try:
+                    message = C.read(item)
+                except TransportError:
+                    continue
+                assert isinstance(message, C.Lines)
+                answers[index] = message.lines
                 pending.discard(index)
         for p in self.procs:
             if p.index in answers:
-                lines += [str(line) for line in answers[p.index]]
+                lines += answers[p.index]
             elif p.unfinished:
                 lines.append(f"  {p.name()} did not answer: a rank there may loop without awaiting")
         lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
@@ -307,26 +322,26 @@ class Coordinator:
 
     async def connect(self) -> None:
         """Wait for every process's HELLO, hand out the peer table, wait for READY."""
-        tp = self.spec.transport
+        tp = self.transport
         deadline = _time.monotonic() + tp.connect_timeout
-        hello = await self.gather(H.HELLO, {p.index for p in self.procs}, deadline, "connect")
-        for index, payload in hello.items():
+        hello = await self.gather(C.Hello, {p.index for p in self.procs}, deadline, "connect")
+        table: list[tuple[str, int]] = []
+        for index, message in sorted(hello.items()):
             proc = self.procs[index]
-            proc.pid = payload.get("pid")
-            host, port = payload["addr"]
-            proc.addr = (str(host), int(port))
+            proc.pid = message.pid
+            proc.addr = message.addr
+            table.append(message.addr)
             if proc.link is not None:
                 proc.link.peer = proc.name()  # now with its pid (the decoder keeps the short name)
-            if self.check_digest and payload.get("digest") != self.spec.digest():
-                raise ValueError(
-                    f"run: node {index} was started with other settings than node 0:\n"
-                    f"  node 0: {self.spec.digest()}\n  node {index}: {payload.get('digest')}\n"
+            if self.check_digest and message.digest != self.config.digest():
+                raise UsageError(
+                    None, "run", f"node {index} was started with other settings than node 0:\n"
+                    f"  node 0: {self.config.digest()}\n  node {index}: {message.digest}",
                     "start every node with the same script, world size and options")
-        table = [list(p.addr) for p in self.procs]  # type: ignore[arg-type]
         for proc in self.procs:
-            self.send(proc, H.START, {"table": table})
+            self.send(proc, C.Start(table))
         deadline = _time.monotonic() + tp.connect_timeout
-        await self.gather(H.READY, {p.index for p in self.procs}, deadline, "connect to its peers")
+        await self.gather(C.Ready, {p.index for p in self.procs}, deadline, "connect to its peers")
 
     async def step(self) -> None:
         """Run rounds until no process has an event and nothing is in flight.
@@ -350,30 +365,28 @@ class Coordinator:
                        or (close and p.held)]
             for proc in targets:
                 proc.given = list(counts[proc.index])
-                self.send(proc, H.STEP, {"counts": proc.given, "firsts": proc.firsts,
-                                         "payloads": proc.payloads, "sent": sent,
-                                         "close": close}, now)
+                self.send(proc, C.Step(now, proc.given, proc.firsts, proc.payloads, sent, close))
                 proc.firsts, proc.payloads = [], []
-            reports = await self.gather(H.REPORT, {p.index for p in targets}, self.deadline,
+            reports = await self.gather(C.Report, {p.index for p in targets}, self.deadline,
                                         "answer")
             earliest: float | None = None
-            failures = []
+            failures: list[tuple[int, _Proc, BaseException | C.Failure]] = []
             for index, report in reports.items():
                 proc = procs[index]
-                proc.next = report["next"]
-                proc.unfinished = report["unfinished"]
-                proc.held = bool(report.get("held"))
-                for q, sent in enumerate(report["sent"]):
-                    counts[q][index] += sent
-                if report["min"] is not None and (earliest is None or report["min"] < earliest):
-                    earliest = report["min"]
-                if report["failure"] is not None:
-                    failures.append((report["failure"]["rank"], proc, report["failure"]))
+                proc.next = report.next
+                proc.unfinished = report.unfinished
+                proc.held = report.held
+                for q, count in enumerate(report.sent):
+                    counts[q][index] += count
+                if report.earliest is not None and (earliest is None or report.earliest < earliest):
+                    earliest = report.earliest
+                if report.failure is not None:
+                    failures.append((report.failure.rank, proc, report.failure))
             failures += self._verify(reports)
             if failures:
                 rank, proc, failure = min(failures, key=lambda f: f[0])
                 exc = failure if isinstance(failure, BaseException) else \
-                    _remote.decode_exception(failure["exc"], proc.name())
+                    _remote.decode_exception(failure.exc, proc.name())
                 if not isinstance(exc, Exception):
                     raise exc
                 raise RankError(rank, exc) from exc
@@ -393,7 +406,7 @@ class Coordinator:
                 raise await self._deadlock(now)
             return
 
-    def _verify(self, reports: dict[int, Any]) -> list[tuple[int, _Proc, BaseException]]:
+    def _verify(self, reports: dict[int, C.Report]) -> list[tuple[int, _Proc, BaseException]]:
         """Compare the first signatures of collective calls that several processes reported this round.
 
         Members that entered a call in one round count as having entered it in
@@ -404,7 +417,7 @@ class Coordinator:
         """
         calls: dict[tuple[int, int], list[tuple[int, list[Any]]]] = {}
         for index in sorted(reports):
-            for record in reports[index].get("firsts", ()):
+            for record in reports[index].firsts:
                 calls.setdefault((record[0], record[1]), []).append((index, record))
         found: list[tuple[int, _Proc, BaseException]] = []
         for seen in calls.values():
@@ -413,10 +426,10 @@ class Coordinator:
             reported = {index: record for index, record in seen}
             hosts = merged[11]  # the processes that host members of that comm (None: all)
             for proc in self.procs if hosts is None else [self.procs[i] for i in hosts]:
-                record = reported.get(proc.index)
-                if record is None:
+                mine = reported.get(proc.index)
+                if mine is None:
                     proc.firsts.append(merged)
-                elif record[4] is None and merged[4] is not None:
+                elif mine[4] is None and merged[4] is not None:
                     proc.payloads.append(merged)
         return found
 
@@ -426,32 +439,33 @@ class Coordinator:
         wall = _time.monotonic()
         if wall - self._last_progress >= 0.1:
             self._last_progress = wall
-            finished = self.spec.world_size - sum(p.unfinished for p in self.procs)
-            self.progress(finished, self.spec.world_size, self.now)
+            finished = self.config.world_size - sum(p.unfinished for p in self.procs)
+            self.progress(finished, self.config.world_size, self.now)
 
     async def _deadlock(self, now: float) -> SimclusterError:
         stuck = [p for p in self.procs if p.unfinished]
         for proc in stuck:
-            self.send(proc, H.DESCRIBE)
-        got = await self.gather(H.BLOCKED, {p.index for p in stuck}, self.deadline, "answer")
-        entries: list[Any] = []
-        for key in ("tasks", "helpers"):
-            for proc in stuck:
-                entries += [tuple(e) for e in got[proc.index][key]]
+            self.send(proc, C.Describe())
+        got = await self.gather(C.Blocked, {p.index for p in stuck}, self.deadline, "answer")
+        entries: list[C.BlockedEntry] = []
+        for proc in stuck:  # every process's ranks first, then every process's helpers
+            entries += got[proc.index].tasks
+        for proc in stuck:
+            entries += got[proc.index].helpers
         return deadlock_error(entries, now)
 
-    async def finish(self) -> dict[int, Any]:
+    async def finish(self) -> dict[int, C.Results]:
         """Collect every process's results (after the last round)."""
         self.finished = True
         for proc in self.procs:
-            self.send(proc, H.FINISH)
-        got = await self.gather(H.RESULTS, {p.index for p in self.procs}, self.deadline,
+            self.send(proc, C.Finish())
+        got = await self.gather(C.Results, {p.index for p in self.procs}, self.deadline,
                                 "send its results")
-        for index, payload in sorted(got.items()):
-            bad = payload.get("unsendable")
+        for index, results in sorted(got.items()):
+            bad = results.unsendable
             if bad is not None:
-                exc = _remote.decode_exception(bad["exc"], self.procs[index].name())
-                raise RankError(bad["rank"], exc) from exc
+                exc = _remote.decode_exception(bad.exc, self.procs[index].name())
+                raise RankError(bad.rank, exc) from exc
         return got
 
     async def farewell(self, timeout: float) -> None:
@@ -471,16 +485,16 @@ class Coordinator:
                 _log.warning("simcluster: %s did not acknowledge the run's result within %gs; "
                              "closing anyway", names, timeout)
                 return
-            if item is _LOST or (isinstance(item, Envelope) and item.tag == H.BYE):
+            if item is _LOST or (isinstance(item, Envelope) and item.tag == C.BYE):
                 waiting.discard(index)
 
     def stop(self, error: BaseException | None = None) -> None:
         """Tell every process to stop (node processes get ``error`` to raise)."""
-        payload = None
+        exc = None
         if error is not None and self.check_digest:
-            payload = {"exc": _remote.encode_exception(error, cause=True)}
+            exc = _remote.encode_exception(error, cause=True)
         for proc in self.procs:
-            self.send(proc, H.STOP, payload)
+            self.send(proc, C.Stop(exc))
 
     async def close(self) -> None:
         """Close every link and the listener; give processes a grace period, then kill them.
@@ -503,9 +517,9 @@ class Coordinator:
 
     # ---- the result ----
 
-    def result_parts(self, results: dict[int, Any]) -> dict[str, Any]:
-        """Merge every process's RESULTS into one result payload (rank order)."""
-        w = self.spec.world_size
+    def result_parts(self, results: dict[int, C.Results]) -> C.FinalResult:
+        """Merge every process's RESULTS into the whole run's result (rank order)."""
+        w = self.config.world_size
         values: list[Any] = []
         times: list[float] = []
         stats: list[list[int]] = [[], [], [], []]
@@ -515,44 +529,42 @@ class Coordinator:
         receipts: list[list[Any]] = []
         for index in range(len(self.procs)):
             part = results[index]
-            values += part["values"]
-            times += part["times"]
-            for mine, theirs in zip(stats, part["stats"]):
+            values += part.values
+            times += part.times
+            for mine, theirs in zip(stats, part.stats):
                 mine += theirs
-            leaks += part["leaks"]
-            if part["trace"] is not None:
-                spans += part["trace"]["spans"]
-                messages += part["trace"]["messages"]
-                receipts += part["trace"]["receipts"]
+            leaks += part.leaks
+            if part.trace is not None:
+                spans += part.trace.spans
+                messages += part.trace.messages
+                receipts += part.trace.receipts
         assert len(values) == w
         trace = None
-        if self.spec.trace:
-            trace = {"spans": spans, "messages": messages, "receipts": receipts}
-        return {"values": values, "times": times, "stats": stats, "leaks": leaks, "trace": trace,
-                "procs": len(self.procs)}
+        if self.config.tracing:
+            trace = C.TraceParts(spans, messages, receipts)
+        return C.FinalResult(C.Results(values, times, stats, leaks, trace), len(self.procs))
 
 
-def build_result(parts: dict[str, Any], world_size: int, wall: float) -> Any:
-    """Make the RunResult from ``result_parts`` (also used by node processes)."""
-    from .runner import RunResult, Stats
-
-    stats = Stats(*(tuple(int(n) for n in column) for column in parts["stats"]))
+def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResult:
+    """Make the RunResult from the whole run's result (also used by node processes)."""
+    parts = final.results
+    stats = Stats(*(tuple(int(n) for n in column) for column in parts.stats))
     trace = None
-    if parts["trace"] is not None:
-        trace = _merge_trace(parts["trace"], world_size, parts["procs"])
-    values = [_remote.raise_result(value) for value in parts["values"]]
-    return RunResult(values, [float(t) for t in parts["times"]], stats, wall,
-                     trace, list(parts["leaks"]))
+    if parts.trace is not None:
+        trace = _merge_trace(parts.trace, world_size, final.procs)
+    values = [_remote.raise_result(value) for value in parts.values]
+    return RunResult(values, [float(t) for t in parts.times], stats, wall,
+                     trace, list(parts.leaks))
 
 
-def _merge_trace(raw: dict[str, Any], world_size: int, procs: int) -> Trace:
+def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:
     """Join every process's spans and messages; number messages in the order they were sent."""
-    spans = [Span(int(r), str(n), float(s), float(e), dict(a)) for r, n, s, e, a in raw["spans"]]
+    spans = [Span(int(r), str(n), float(s), float(e), dict(a)) for r, n, s, e, a in raw.spans]
     spans.sort(key=lambda s: (s.start, s.end, s.rank))
     by_key: dict[tuple[int, int], Message] = {}
-    for mid, src, dst, tag, nbytes, sent, recv, comm in raw["messages"]:
+    for mid, src, dst, tag, nbytes, sent, recv, comm in raw.messages:
         by_key[(src, mid)] = Message(mid, src, dst, tag, nbytes, sent, recv, comm)
-    for src, mid, now in raw["receipts"]:
+    for src, mid, now in raw.receipts:
         message = by_key.get((src, mid))
         if message is not None and message.recv is None:
             message.recv = now
@@ -682,57 +694,48 @@ def _refuse_while_bootstrapping() -> None:
 # ---- entry points ----
 
 
-async def launch(fn: Callable[..., Awaitable[Any]], world_size: int, transport: TcpTransport, *,
-                 procs: int | None, args: Sequence[Any], kwargs: Mapping[str, Any],
-                 latency: Any, seed: int, eager_limit: int, trace: Any, checks: str,
-                 algorithms: dict[str, str], timeout: float | None, serializer: str,
-                 nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None,
-                 progress: Callable[[int, int, float], None] | None,
-                 schedule: str = "batch") -> Any:
-    """Run ``fn`` on ``world_size`` ranks hosted by several processes; return the RunResult."""
+async def launch(fn: Callable[..., Any], config: RunConfig,
+                 progress: Callable[[int, int, float], None] | None = None) -> RunResult:
+    """Run ``fn`` on the ranks of ``config``, hosted by several processes; return the RunResult.
+
+    ``config`` comes from ``_config.configure`` (a shm or tcp transport);
+    ``progress(finished, world_size, now)`` is called about ten times a wall
+    second.
+    """
     _refuse_while_bootstrapping()
     wall_start = _time.perf_counter()
-    if nnodes > 1 and isinstance(transport, _shm.ShmTransport):
-        raise ValueError(f"run(transport='shm', nnodes={nnodes}): shared memory does not reach "
-                         "other hosts; use transport='tcp'")
-    if nnodes > 1:
-        count = nnodes
+    if config.nnodes > 1:
+        final = await _launch_node(config, fn, progress)
     else:
-        count = procs if procs is not None else min(world_size, os.cpu_count() or 1)
-    used, per = H.split(world_size, count)
-    if nnodes > 1 and used != nnodes:
-        raise ValueError(f"run(nnodes={nnodes}): {world_size} ranks in blocks of {per} leave "
-                         f"some nodes without ranks; use a world size of at least {nnodes}")
-    spec = H.RunSpec(world_size, used, per, transport, latency, seed, eager_limit,
-                     checks == "strict", bool(trace), dict(algorithms), serializer,
-                     getattr(fn, "__qualname__", "main"), schedule)
-    if nnodes > 1:
-        parts = await _launch_node(spec, fn, args, kwargs, node_rank, master_addr, master_port,
-                                   timeout, progress)
-    else:
-        parts = await _launch_local(spec, fn, args, kwargs, timeout, progress)
-    result = build_result(parts, world_size, _time.perf_counter() - wall_start)
-    if result.trace is not None and isinstance(trace, (str, os.PathLike)):
-        result.trace.save(trace)
+        final = await _launch_local(config, fn, progress)
+    result = build_result(final, config.world_size, _time.perf_counter() - wall_start)
+    if result.trace is not None and isinstance(config.trace, (str, os.PathLike)):
+        result.trace.save(config.trace)
     return result
 
 
-async def _launch_local(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                        timeout: float | None,
-                        progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:
+def _hosted_transport(config: RunConfig) -> TcpTransport:
+    """The run's transport, which hosting processes share out (shm and tcp)."""
+    transport = config.transport
+    if not isinstance(transport, TcpTransport):
+        raise TypeError(f"_coordinator: {transport.name} is not a transport of several processes")
+    return transport
+
+
+async def _launch_local(config: RunConfig, fn: Any,
+                        progress: Callable[[int, int, float], None] | None) -> C.FinalResult:
     name = getattr(fn, "__name__", "fn")
-    blob = _remote.dumps((spec, fn, tuple(args), dict(kwargs)), name)
+    blob = _remote.dumps((config, fn), name)
     secret = secrets.token_bytes(32)
     run_id = secrets.token_hex(4)
-    coordinator = Coordinator(spec, secret, run_id, timeout=timeout, progress=progress,
-                              check_digest=False)
+    coordinator = Coordinator(config, secret, run_id, progress=progress, check_digest=False)
     ctx = _context()
     try:
         address = await coordinator.listen("127.0.0.1", 0)
         for proc in coordinator.procs:
             process = ctx.Process(
                 target=H.child_main, name=f"simcluster-{proc.index}", daemon=True,
-                args=(address, secret, proc.index, run_id, spec.transport, blob))
+                args=(address, secret, proc.index, run_id, coordinator.transport, blob))
             process.start()
             proc.process = process
             proc.pid = process.pid
@@ -741,11 +744,11 @@ async def _launch_local(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: M
     finally:
         _unwatch(coordinator.procs)
         await coordinator.close()
-        if isinstance(spec.transport, _shm.ShmTransport):
+        if isinstance(config.transport, _shm.ShmTransport):
             _shm.cleanup(run_id)
 
 
-async def _drive(coordinator: Coordinator) -> dict[str, Any]:
+async def _drive(coordinator: Coordinator) -> C.FinalResult:
     """Connect, step, finish; stop every process whatever happens."""
     try:
         await coordinator.connect()
@@ -754,8 +757,7 @@ async def _drive(coordinator: Coordinator) -> dict[str, Any]:
     except BaseException as exc:
         coordinator.stop(exc if isinstance(exc, Exception) else None)
         raise
-    parts = coordinator.result_parts(results)
-    return parts
+    return coordinator.result_parts(results)
 
 
 def _node_secret(master_addr: str, master_port: int) -> bytes:
@@ -768,54 +770,45 @@ def _node_secret(master_addr: str, master_port: int) -> bytes:
     return f"simcluster:{master_addr}:{master_port}".encode()
 
 
-async def _launch_node(spec: H.RunSpec, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                       node_rank: int, master_addr: str | None, master_port: int | None,
-                       timeout: float | None,
-                       progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:
-    addr = master_addr or os.environ.get("MASTER_ADDR")
-    port_text = master_port if master_port is not None else os.environ.get("MASTER_PORT")
-    if not addr or port_text is None:
-        raise ValueError(f"run(nnodes={spec.procs}): several nodes need the rendezvous address; "
-                         "pass master_addr= and master_port= (or --master-addr/--master-port, or "
-                         "set MASTER_ADDR and MASTER_PORT)")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"run(master_port={port_text!r}): the master port must be an int") from None
-    if not 0 <= node_rank < spec.procs:
-        raise ValueError(f"run(node_rank={node_rank!r}): node_rank must be in range({spec.procs})")
-    if spec.serializer == "pickle" and not os.environ.get(_SECRET_ENV):
-        raise ValueError(f"run(serializer='pickle', nnodes={spec.procs}): pickle across hosts needs "
-                         f"a real shared secret, or anyone reaching the master port could run code "
-                         f"here; set the same {_SECRET_ENV} on every node")
+async def _launch_node(config: RunConfig, fn: Any,
+                       progress: Callable[[int, int, float], None] | None) -> C.FinalResult:
+    """Run this node's block of a multi-node run; node 0 also runs the coordinator.
+
+    ``config.master_addr`` and ``master_port`` were resolved (from the
+    environment too) and checked by ``_config.configure``.
+    """
+    addr, port = config.master_addr, config.master_port
+    assert addr is not None and port is not None
+    node_rank = config.node_rank
     secret = _node_secret(addr, port)
     run_id = f"n{port:x}"
-    tp = spec.transport
+    tp = _hosted_transport(config)
     listen_host: str | None = tp.host
     if listen_host == "127.0.0.1" and addr not in ("127.0.0.1", "localhost", "::1"):
         listen_host = None  # decided from the control link below
-    load = (lambda: (spec, fn, tuple(args), dict(kwargs)))
+
+    def load() -> tuple[RunConfig, Any]:
+        return config, fn
+
     if node_rank != 0:
         host = H.Host(_fresh(tp), node_rank, secret, run_id)
-        parts = await host.serve((addr, port), load, listen_host or await _local_address(addr, port))
-        if parts is None:
+        final = await host.serve((addr, port), load, listen_host or await _local_address(addr, port))
+        if final is None:
             raise _node_failure(host, node_rank, f"{addr}:{port}")
-        return dict(parts)
-    coordinator = Coordinator(spec, secret, run_id, timeout=timeout, progress=progress,
-                              check_digest=True)
+        return final
+    coordinator = Coordinator(config, secret, run_id, progress=progress, check_digest=True)
     host = H.Host(_fresh(tp), 0, secret, run_id)
     serving: asyncio.Task[Any] | None = None
     try:
         await coordinator.listen(addr if addr not in ("localhost",) else "127.0.0.1", port)
         serving = asyncio.ensure_future(
             host.serve((addr, port), load, listen_host or await _local_address(addr, port)))
-        parts = await _drive(coordinator)
-        final = dict(parts)
+        final = await _drive(coordinator)
         for proc in coordinator.procs:
-            coordinator.send(proc, H.FINAL, final)
+            coordinator.send(proc, final)
         await coordinator.farewell(_FAREWELL)
         await asyncio.wait_for(serving, _GRACE)
-        return parts
+        return final
     finally:
         if serving is not None and not serving.done():
             serving.cancel()

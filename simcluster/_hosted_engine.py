@@ -346,14 +346,14 @@ class HostedEngine(Engine):
         finally:
             self._closing = False
         await self.transport.flush()
-        sent, earliest = self.transport.take_counts()
+        counts_sent, earliest = self.transport.take_counts()
         failure = None
         if self._failure is not None:
             task, exc = self._failure
             failure = _control.Failure(task.rank, _remote.encode_exception(exc))
         seen = list(self.coll_firsts)
         self.coll_firsts.clear()  # the communicators hold this very list
-        return _control.Report(now, sent, earliest, self._unfinished,
+        return _control.Report(self.now, counts_sent, earliest, self._unfinished,
                                self._next_time() if failure is None else None,
                                failure, seen, bool(self._rdv_bookings))
 

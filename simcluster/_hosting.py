@@ -51,8 +51,13 @@ together, in whichever round their CTS came. So times equal the memory
 transport's, whatever the seed, for programs that leave no order open.
 
 The control channel is a stream of frames like any link (``transports.tcp``):
-each control message is an Envelope whose ``tag`` is the opcode and whose
-payload is packed with ``transports.wire``; nothing on it is pickled.
+each control message is one of the typed messages of ``_control`` (``Step``,
+``Report``, ...), carried by an Envelope whose ``tag`` is its opcode and whose
+payload is its plain-list encoding, packed with ``transports.wire``; nothing
+on it is pickled. Both sides build and read the typed messages only. The
+run's configuration (``_config.RunConfig``) reaches a local hosting process
+with the rank function, over multiprocessing's launch pipe, and both sides
+build their ranks with ``_config.build_world``.
 
 The end of a run. After FINISH every rank has finished and nothing is in
 flight, so a peer link that closes from then on is no error: each process
@@ -72,97 +77,18 @@ import os
 import pickle
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
 from simcluster.transports import wire
-from simcluster.transports.base import EAGER, Envelope, TransportError
+from simcluster.transports.base import Envelope, TransportError
 from simcluster.transports.tcp import Link, TcpTransport, open_link
 
+from . import _control as C
 from . import _remote
 from . import arrays as _arrays
+from ._config import RunConfig, build_world
 from ._hosted_engine import HostedEngine, _HostTrace
-from .comm import Group
 from .engine import Task
-
-if TYPE_CHECKING:
-    from .latency import LatencyModel
-
-# ---- the control protocol: opcodes travel in Envelope.tag ----
-
-# coordinator -> hosting process
-START: Final = 1  # {"table": [[host, port], ...]}: connect to your peers
-STEP: Final = 2  # time=T, payload counts: deliver, run everything at T, REPORT
-DESCRIBE: Final = 3  # the run is deadlocked: answer BLOCKED
-FINISH: Final = 4  # every rank finished: answer RESULTS
-STOP: Final = 5  # the run is over (failed elsewhere): close everything and exit
-TIMEOUT: Final = 6  # the run timed out: answer LINES
-FINAL: Final = 7  # multi-node: the whole run's result, for node processes to return; answer BYE
-# hosting process -> coordinator
-HELLO: Final = 10  # {"pid", "addr", "digest"}
-READY: Final = 11  # peers connected, ranks started
-REPORT: Final = 12  # the end of a STEP
-BLOCKED: Final = 13  # {"tasks": [...], "helpers": [...]}
-RESULTS: Final = 14  # {"values", "times", "stats", "leaks", "trace"}
-ERROR: Final = 15  # {"exc": encoded exception, "transport": bool}
-LINES: Final = 16  # timeout report lines
-BYE: Final = 17  # FINAL arrived: the coordinator may close the control link now
-
-OP_NAMES: Final = {
-    START: "START", STEP: "STEP", DESCRIBE: "DESCRIBE", FINISH: "FINISH", STOP: "STOP",
-    TIMEOUT: "TIMEOUT", FINAL: "FINAL", HELLO: "HELLO", READY: "READY", REPORT: "REPORT",
-    BLOCKED: "BLOCKED", RESULTS: "RESULTS", ERROR: "ERROR", LINES: "LINES", BYE: "BYE",
-}
-
-
-def control(op: int, proc: int, payload: object = None, time: float = 0.0,
-            dumps: Callable[[object], bytes] | None = None) -> Envelope:
-    """Build a control message as an envelope (its payload packed by ``wire``)."""
-    packed = wire.pack(payload, copy=False, dumps=dumps, arrays=_arrays.STAGED)
-    return Envelope(EAGER, 0, proc, -1, op, 0, 0, float(time), packed.header, packed.buffers)
-
-
-def payload_of(envelope: Envelope, loads: Callable[[bytes], object] | None = None) -> Any:
-    """Return the payload of a control message."""
-    return wire.unpack(envelope.header, envelope.buffers, loads=loads, arrays=_arrays.STAGED)
-
-
-def split(world_size: int, procs: int) -> tuple[int, int]:
-    """Return ``(processes used, ranks per process)``: contiguous blocks of ``ceil(W/procs)``.
-
-    Fewer processes are used when the last ones would be empty (7 ranks on 4
-    processes: 2, 2, 2, 1; 5 ranks on 4: 2, 2, 1 on 3 processes).
-    """
-    per = -(-world_size // procs)
-    return -(-world_size // per), per
-
-
-@dataclass
-class RunSpec:
-    """Everything a hosting process needs besides the rank function (picklable)."""
-
-    world_size: int
-    procs: int
-    per: int
-    transport: TcpTransport
-    latency: LatencyModel
-    seed: int = 0
-    eager_limit: int = 65536
-    strict: bool = True
-    trace: bool = False
-    algorithms: dict[str, str] = field(default_factory=dict)
-    serializer: str = "msgpack"
-    name: str = "main"
-    schedule: str = "batch"  # run(schedule=...): "batch" or "shuffle" (each process's own batches)
-
-    def digest(self) -> str:
-        """A text all nodes of a multi-node run must agree on."""
-        return (f"{self.name} world_size={self.world_size} procs={self.procs} "
-                f"transport={self.transport.name} latency={self.latency.describe()} "
-                f"seed={self.seed} eager_limit={self.eager_limit} strict={self.strict} "
-                f"trace={self.trace} algorithms={sorted(self.algorithms.items())} "
-                f"serializer={self.serializer} schedule={self.schedule}")
-
 
 # ---- serving one block of ranks ----
 
@@ -175,8 +101,8 @@ class _Stopped(Exception):
         self.error = error
 
 
-Load = Callable[[], tuple[RunSpec, Any, Any, Any]]
-"""Returns (spec, rank function, args, kwargs); called once the control link is up."""
+Load = Callable[[], tuple[RunConfig, Any]]
+"""Returns (the run's configuration, the rank function); called once the control link is up."""
 
 
 class Host:
@@ -187,15 +113,16 @@ class Host:
         self.secret = secret
         self.run_id = run_id
         self.transport = transport
-        self.spec: RunSpec | None = None
+        self.config: RunConfig | None = None
         self.lo = self.hi = 0
         self.ctrl: Link | None = None
         self.queue: asyncio.Queue[Envelope | None] = asyncio.Queue()
         self.main: asyncio.Task[Any] | None = None
-        self.inner: asyncio.Task[Any] | None = None  # the hosting work (``_serve``), cancellable
+        self.inner: asyncio.Task[C.FinalResult | None] | None = None  # ``_serve``, cancellable
         self.engine: HostedEngine | None = None
         self.tasks: list[Task] = []
         self.failed: BaseException | None = None
+        self.interrupted = False  # the hosting work was cancelled by ``_interrupt``, not serve's
         self.stop_error: BaseException | None = None
         self.finishing = False  # FINISH came: peers may close their links from now on
         self.ended: str | None = None
@@ -204,16 +131,15 @@ class Host:
         self.dumps: Callable[[object], bytes] | None = None
         self.loads: Callable[[bytes], object] | None = None
 
-    def _configure(self, spec: RunSpec) -> None:
-        self.spec = spec
-        self.lo = self.proc * spec.per
-        self.hi = min(spec.world_size, self.lo + spec.per)
-        if spec.serializer == "pickle":
+    def _configure(self, config: RunConfig) -> None:
+        self.config = config
+        self.lo, self.hi = config.block(self.proc)
+        if config.serializer == "pickle":
             self.dumps, self.loads = pickle.dumps, pickle.loads
 
-    def send(self, op: int, payload: object = None, time: float = 0.0) -> None:
+    def send(self, message: C.Message) -> None:
         if self.ctrl is not None and not self.ctrl.closing:
-            self.ctrl.send(control(op, self.proc, payload, time, self.dumps))
+            self.ctrl.send(C.envelope(message, self.proc, self.dumps))
 
     def link_failed(self, exc: BaseException) -> None:
         """A peer link broke: tell the coordinator, then stop (after FINISH: nothing to do)."""
@@ -221,25 +147,29 @@ class Host:
             return
         if self.failed is None:
             self.failed = exc
-            self.send(ERROR, {"exc": _remote.encode_exception(exc), "transport": True})
+            self.send(C.Error(_remote.encode_exception(exc), transport=True))
             self._interrupt()
 
     def _interrupt(self) -> None:
         """Stop the hosting work wherever it waits (``serve`` then says why)."""
         if self.inner is not None and not self.inner.done():
+            self.interrupted = True
             self.inner.cancel()
 
     async def _pump_control(self) -> None:
         assert self.ctrl is not None
 
         def got(env: Envelope) -> None:
-            if env.tag == STOP:
-                payload = payload_of(env)
-                if isinstance(payload, dict) and isinstance(payload.get("exc"), dict):
-                    self.stop_error = _remote.decode_exception(payload["exc"], "coordinator")
+            if env.tag == C.STOP:
+                try:
+                    stop = C.read(env)
+                except TransportError:  # stop all the same, without a reason
+                    stop = C.Stop()
+                if isinstance(stop, C.Stop) and stop.exc is not None:
+                    self.stop_error = _remote.decode_exception(stop.exc, "coordinator")
                 self.ended = "stop"
                 raise _Stopped()
-            if env.tag == FINAL:
+            if env.tag == C.FINAL:
                 self.ended = "final"
             self.queue.put_nowait(env)
 
@@ -255,15 +185,15 @@ class Host:
         if self.ended != "final":  # with FINAL queued, the hosting work ends by itself
             self._interrupt()
 
-    async def _next(self) -> Envelope:
+    async def _next(self) -> C.Message:
         env = await self.queue.get()
         if env is None:
             raise _Stopped()
-        return env
+        return C.read(env, self.loads)
 
     async def serve(self, address: tuple[str, int], load: Load,
-                    listen_host: str | None = None) -> Any:
-        """Connect, host the ranks until the coordinator is done with us; return FINAL's payload.
+                    listen_host: str | None = None) -> C.FinalResult | None:
+        """Connect, host the ranks until the coordinator is done with us; return FINAL's result.
 
         Returns None when the run did not finish here: the coordinator stopped
         it (its error, if it sent one, is in ``stop_error``), this process
@@ -280,8 +210,9 @@ class Host:
             try:
                 return await self.inner
             except asyncio.CancelledError:
-                if main.cancelling():  # serve itself was cancelled, not just the hosting work
-                    raise
+                cancelling = getattr(main, "cancelling", None)  # Python 3.11+
+                if not self.interrupted or (cancelling is not None and cancelling()):
+                    raise  # serve itself was cancelled, not just the hosting work
                 if self.failed is not None and self.ended is None:
                     await self._linger()  # a broken peer link: the coordinator's STOP says why
                 return None
@@ -296,29 +227,31 @@ class Host:
             if self.ctrl is not None:
                 self.ctrl.close()
 
-    async def _serve(self, load: Load, listen_host: str | None) -> Any:
+    async def _serve(self, load: Load, listen_host: str | None) -> C.FinalResult | None:
         tp = self.transport
         try:
-            spec, fn, args, kwargs = load()
-            self._configure(spec)
-            tp.bind(self.proc, spec.per, spec.procs, self.secret, self.run_id, self.link_failed)
+            config, fn = load()
+            self._configure(config)
+            tp.bind(self.proc, config.per, config.nprocs, self.secret, self.run_id,
+                    self.link_failed)
             if listen_host is not None:
                 tp.host = listen_host
-            addr = await tp.listen()
-            self.send(HELLO, {"pid": os.getpid(), "addr": list(addr), "digest": spec.digest()})
+            host, port = await tp.listen()
+            self.send(C.Hello(os.getpid(), (str(host), int(port)), config.digest()))
             start = await self._next()
-            table = [(str(h), int(p)) for h, p in payload_of(start)["table"]]
-            await tp.connect(table)
-            self._start(fn, args, kwargs)
-            self.send(READY)
+            if not isinstance(start, C.Start):
+                raise _unexpected(start, C.START)
+            await tp.connect(start.table)
+            self._start(fn)
+            self.send(C.Ready())
             return await self._loop()
         except (asyncio.CancelledError, _Stopped):
             raise
         except Exception as exc:
             if self.failed is None:  # (a broken link has reported itself already)
                 self.failed = exc
-                self.send(ERROR, {"exc": _remote.encode_exception(exc),
-                                  "transport": isinstance(exc, TransportError)})
+                self.send(C.Error(_remote.encode_exception(exc),
+                                  transport=isinstance(exc, TransportError)))
             await self._linger()
             return None
 
@@ -335,60 +268,44 @@ class Host:
         while True:
             await self._next()  # raises _Stopped at STOP, or when the control link closes
 
-    def _start(self, fn: Any, args: Any, kwargs: Any) -> None:
-        from .runner import _model_rng
+    def _start(self, fn: Any) -> None:
+        config = self.config
+        assert config is not None
+        world = build_world(config, fn, transport=self.transport, block=(self.lo, self.hi))
+        assert isinstance(world.engine, HostedEngine)
+        self.engine = world.engine
+        self.tasks = world.tasks
 
-        spec = self.spec
-        assert spec is not None
-        w = spec.world_size
-        engine = self.engine = HostedEngine(
-            w, self.transport, spec.latency.bind(w, _model_rng(spec.seed)), self.lo, self.hi, spec.per,
-            seed=spec.seed, eager_limit=spec.eager_limit, strict=spec.strict, model=spec.latency,
-            schedule=spec.schedule)
-        engine.algorithms = dict(spec.algorithms)
-        engine._dumps = self.dumps
-        engine._loads = self.loads
-        if spec.trace:
-            engine.trace = _HostTrace(w)
-        tasks: list[Any] = [None] * w
-        world = Group(engine, 0, list(range(w)), "world", tasks)
-        for rank in range(self.lo, self.hi):
-            task = tasks[rank] = Task(rank, None)  # type: ignore[arg-type]
-            self.tasks.append(task)
-        for task in self.tasks:
-            engine.start_rank(task, world.member(task.rank), fn, args, kwargs)
-
-    async def _loop(self) -> Any:
+    async def _loop(self) -> C.FinalResult:
         engine = self.engine
         assert engine is not None
         while True:
-            env = await self._next()
-            op = env.tag
-            if op == STEP:
-                step = payload_of(env)
-                report = await engine.phase(env.time, step["counts"], step["firsts"], step["payloads"],
-                                            step.get("sent", 0.0), step.get("close", False))
-                self.send(REPORT, report, engine.now)
-            elif op == DESCRIBE:
-                self.send(BLOCKED, engine.blocked_split(), engine.now)
-            elif op == TIMEOUT:
-                self.send(LINES, engine.timeout_lines(), engine.now)
-            elif op == FINISH:
+            message = await self._next()
+            if isinstance(message, C.Step):
+                step = message
+                self.send(await engine.phase(step.time, step.counts, step.firsts, step.payloads,
+                                             step.sent, step.close))
+            elif isinstance(message, C.Describe):
+                self.send(engine.blocked_split())
+            elif isinstance(message, C.Timeout):
+                self.send(C.Lines(engine.now, engine.timeout_lines()))
+            elif isinstance(message, C.Finish):
                 self.finishing = True
-                self.send(RESULTS, self._results())
+                self.send(self._results())
                 assert self.ctrl is not None
                 await self.ctrl.drain()
-            elif op == FINAL:
-                final = payload_of(env, self.loads)
-                self.send(BYE)  # the coordinator closes the control links once all have said it
+            elif isinstance(message, C.FinalResult):
+                self.send(C.Bye())  # the coordinator closes the control links once all have said it
                 assert self.ctrl is not None
                 try:
                     await asyncio.wait_for(self.ctrl.drain(), 2.0)
                 except (asyncio.TimeoutError, OSError):
                     pass  # the result is here; the coordinator's own wait is bounded too
-                return final
+                return message
+            else:
+                raise _unexpected(message, C.STEP)
 
-    def _results(self) -> dict[str, Any]:
+    def _results(self) -> C.Results:
         engine = self.engine
         assert engine is not None
         lo, hi = self.lo, self.hi
@@ -401,26 +318,22 @@ class Host:
                     f"rank {task.rank}: run: the return value cannot be sent back from its hosting "
                     f"process ({exc.problem}); return a dict/list/array instead, or run(..., "
                     'serializer="pickle")')
-                values = []
-                return {"unsendable": {"rank": task.rank,
-                                       "exc": _remote.encode_exception(problem)}}
+                return C.Results([], [], [], [], None,
+                                 C.Failure(task.rank, _remote.encode_exception(problem)))
         trace = None
         if isinstance(engine.trace, _HostTrace):
             t = engine.trace
-            trace = {
-                "spans": [[s.rank, s.name, s.start, s.end, _plain_args(s.args)] for s in t.spans],
-                "messages": [[m.id, m.src, m.dst, m.tag, m.nbytes, m.sent, m.recv, m.comm]
-                             for m in t.messages],
-                "receipts": t.receipts,
-            }
-        return {
-            "values": values,
-            "times": [task.time for task in self.tasks],
-            "stats": [engine.msgs_sent[lo:hi], engine.bytes_sent[lo:hi],
-                      engine.msgs_recv[lo:hi], engine.bytes_recv[lo:hi]],
-            "leaks": engine.leaks() if self.spec is not None and self.spec.strict else [],
-            "trace": trace,
-        }
+            trace = C.TraceParts(
+                [[s.rank, s.name, s.start, s.end, _plain_args(s.args)] for s in t.spans],
+                [[m.id, m.src, m.dst, m.tag, m.nbytes, m.sent, m.recv, m.comm] for m in t.messages],
+                t.receipts)
+        return C.Results(
+            values,
+            [task.time for task in self.tasks],
+            [engine.msgs_sent[lo:hi], engine.bytes_sent[lo:hi],
+             engine.msgs_recv[lo:hi], engine.bytes_recv[lo:hi]],
+            engine.leaks() if self.config is not None and self.config.strict else [],
+            trace)
 
 
 def _plain_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -434,13 +347,20 @@ def _plain_args(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _unexpected(message: C.Message, wanted: int) -> TransportError:
+    return TransportError(None, "run", f"the coordinator sent {message.name} where "
+                          f"{C.OP_NAMES[wanted]} was due", "every process must run the same "
+                          "simcluster version", peer="coordinator")
+
+
 def child_main(address: tuple[str, int], secret: bytes, proc: int, run_id: str,
                transport: TcpTransport, blob: bytes) -> None:
     """Entry point of a local hosting process (a ``multiprocessing`` target).
 
-    ``blob`` holds the run spec, the rank function and its arguments
-    (``_remote.dumps``); it is unpickled after the control link is up, so an
-    import error there reaches the caller as a clear error, not a silent exit.
+    ``blob`` holds the run's configuration (with the rank function's
+    arguments) and the rank function (``_remote.dumps``); it is unpickled
+    after the control link is up, so an import error there reaches the caller
+    as a clear error, not a silent exit.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides when we stop
     host = Host(transport, proc, secret, run_id)

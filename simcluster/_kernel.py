@@ -49,7 +49,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _awaits, _schedule, _sync, _watchdog
-from .errors import RunTimeoutError, SimclusterError
+from .errors import RunTimeoutError, SimclusterError, UsageTypeError
 from .request import PENDING, SPIN_LIMIT, Request, _format_op, _WaitAny
 
 if TYPE_CHECKING:
@@ -327,29 +327,32 @@ class Kernel:
     # ---- tasks: start, step, park, resume ----
 
     def start_rank(self, task: Task, comm: Comm, fn: Callable[..., Any], args: Sequence[Any],
-                   kwargs: dict[str, Any]) -> None:
-        """Give ``task`` its world ``comm`` and the coroutine ``fn(comm, *args, **kwargs)``; start it.
+                   kwargs: dict[str, Any], *, handle: Any = None) -> None:
+        """Give ``task`` its world ``comm`` and start ``fn(handle, *args, **kwargs)`` as its rank.
 
-        A plain (non-async) ``fn`` becomes a synchronous rank (``_sync.SyncRank``)
-        called as ``fn(MPI_COMM_WORLD, *args, **kwargs)``.
+        ``handle`` is what ``fn`` gets first: ``comm`` unless given (the runner
+        gives a plain function ``simcluster.MPI``'s ``COMM_WORLD``). A plain
+        (non-async) ``fn`` becomes a synchronous rank (``_sync.SyncRank``).
 
         Raises:
-            TypeError: ``fn`` returned something other than a coroutine.
+            UsageTypeError: an ``async`` ``fn`` returned something other than a coroutine.
         """
         task.comm = comm
+        first = comm if handle is None else handle
         if not _sync.is_async(fn):  # a plain function: a synchronous rank on a stack of its own
             if not self._sync_ranks:
                 self._sync_ranks = True
                 _sync.start_run(self.seed)
             stack = _sync.ThreadRank if getattr(fn, "__simcluster_stack__", "") == "thread" else _sync.SyncRank
-            task.coro = stack(fn, (_sync.world(comm), *args), kwargs, comm, task.rank,  # type: ignore[assignment]
+            task.coro = stack(fn, (first, *args), kwargs, comm, task.rank,  # type: ignore[assignment]
                               self.compute)
             self.start(task)
             return
-        coro = fn(comm, *args, **kwargs)
+        coro = fn(first, *args, **kwargs)
         if not asyncio.iscoroutine(coro):
-            raise TypeError(f"run: {getattr(fn, '__name__', fn)}(comm) returned "
-                            f"{type(coro).__name__}, not a coroutine; define it with async def")
+            name = getattr(fn, "__name__", fn)
+            raise UsageTypeError(None, f"run({name})", f"{name}(comm) returned {type(coro).__name__}, "
+                                 "not a coroutine", "define it with async def")
         task.coro = coro
         self.start(task)
 

@@ -40,6 +40,8 @@ from typing import Any, Final
 
 from simcluster.transports import wire
 
+from .errors import UsageTypeError
+
 _EMPTY: Final = "__simcluster_empty_cell__"
 _SCRIPT_MODULES: Final = ("__main__", "__mp_main__", "__simcluster_script__")
 _MAX_FRAMES: Final = 64
@@ -110,19 +112,20 @@ def dumps(obj: object, what: str) -> bytes:
     """Pickle ``obj`` for a local hosting process, closures by value.
 
     Raises:
-        TypeError: something in it cannot be sent, with what to do instead.
+        UsageTypeError: something in it cannot be sent, with what to do instead.
     """
     out = io.BytesIO()
     try:
         _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     except RecursionError:
-        raise TypeError(f"run({what}): the rank function refers to itself through a closure, "
-                        "which cannot be sent to hosting processes; define it at module level") from None
+        raise UsageTypeError(None, f"run({what})", "the rank function refers to itself through a "
+                             "closure, which cannot be sent to hosting processes",
+                             "define it at module level") from None
     except Exception as exc:
-        raise TypeError(f"run({what}): cannot send the rank function and its arguments to the "
-                        f"hosting processes ({type(exc).__name__}: {exc}); define the function "
-                        "at module level and pass plain data in args/kwargs, or use "
-                        "transport='memory'") from None
+        raise UsageTypeError(None, f"run({what})", "cannot send the rank function and its "
+                             f"arguments to the hosting processes ({type(exc).__name__}: {exc})",
+                             "define the function at module level and pass plain data in "
+                             "args/kwargs, or use transport='memory'") from None
     return out.getvalue()
 
 
@@ -178,13 +181,18 @@ def _rebuild_function(code: bytes, module: str, file: str | None, name: str, qua
 # ---- exceptions: to plain data and back ----
 
 
-def _plain(value: object) -> object | None:
-    """Return ``value`` if the payload codec can carry it, else None."""
+def _sendable(value: object) -> bool:
+    """Whether the payload codec can carry ``value``."""
     try:
         wire.pack(value, copy=False)
     except Exception:
-        return None
-    return value
+        return False
+    return True
+
+
+def _plain(value: object) -> object | None:
+    """Return ``value`` if the payload codec can carry it, else None."""
+    return value if _sendable(value) else None
 
 
 def encode_exception(exc: BaseException, cause: bool = False) -> dict[str, Any]:
@@ -195,7 +203,7 @@ def encode_exception(exc: BaseException, cause: bool = False) -> dict[str, Any]:
     """
     tb = traceback.extract_tb(exc.__traceback__)[-_MAX_FRAMES:]
     state = {k: v for k, v in getattr(exc, "__dict__", {}).items()
-             if not k.startswith("__") and _plain(v) is not None and k != "remote_traceback"}
+             if not k.startswith("__") and _sendable(v) and k != "remote_traceback"}
     data: dict[str, Any] = {
         "module": type(exc).__module__,
         "qualname": type(exc).__qualname__,

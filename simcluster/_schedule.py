@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from . import latency as _latency
+from .errors import UsageError
 
 SCHEDULES: Final = ("batch", "shuffle")
 
@@ -133,9 +134,10 @@ class Replay:
             return 0
         choice = self.choices[point]
         if choice >= n:
-            raise ValueError(f"run(schedule={self.choices!r}): choice {choice} at choice point {point} "
-                             f"is out of range: {n} events were simultaneous there; replay a schedule "
-                             "with the program and keywords it was recorded with")
+            raise UsageError(None, f"run(schedule={self.choices!r})",
+                             f"choice {choice} at choice point {point} is out of range: {n} events "
+                             "were simultaneous there",
+                             "replay a schedule with the program and keywords it was recorded with")
         return choice
 
     def ran(self, footprint: set[int] | None) -> None:

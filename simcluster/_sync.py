@@ -255,13 +255,6 @@ def is_async(fn: object) -> bool:
                 and inspect.iscoroutinefunction(call))
 
 
-def world(comm: Any) -> Any:
-    """Return what a synchronous rank's function gets as ``comm``: its ``simcluster.MPI.COMM_WORLD``."""
-    from .MPI._comm import _world
-
-    return _world(comm)
-
-
 def _is_awaitable(value: object) -> bool:
     return hasattr(value, "__await__") and not isinstance(value, type)
 

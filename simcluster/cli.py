@@ -138,14 +138,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["_progress"] = progress
     try:
         result = runner.run(fn, args.world_size, **kwargs)
-    except (errors.SimclusterError, TypeError, ValueError) as exc:
-        # a rank's failure, a deadlock, a timeout; or run() refusing its arguments
+    except errors.SimclusterError as exc:
+        # a rank's failure, a deadlock, a timeout; or run() refusing its arguments (UsageError).
+        # Any other error is not a message written for users: it keeps its traceback.
         if progress is not None:
             progress.close()  # erase the status line before the report
         if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
-        elif not isinstance(exc, errors.SimclusterError) and not str(exc).startswith("run"):
-            raise  # not a message written for users: keep the traceback
         print(f"simcluster run: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -13,7 +13,8 @@ from simcluster.transports.base import TransportError as TransportError
 
 __all__ = [
     "BufferHazardError", "CollectiveMismatchError", "DeadlockError", "RankError", "RunTimeoutError",
-    "SimclusterError", "SimclusterWarning", "TransportError", "TruncationError",
+    "SimclusterError", "SimclusterWarning", "TransportError", "TruncationError", "UsageError",
+    "UsageTypeError",
 ]
 
 
@@ -68,6 +69,23 @@ class CollectiveMismatchError(SimclusterError):
 
 class RunTimeoutError(SimclusterError):
     """The run did not finish within ``timeout`` wall-clock seconds."""
+
+
+class UsageError(SimclusterError, ValueError):
+    """A call got an argument it cannot take: ``run(world_size=0)``, ``run(checks='loose')``.
+
+    Raised at the call, before anything runs. ``.op`` is the call with the
+    argument at fault (``"run(world_size=0)"``), ``.rank`` is None (a rank's
+    own bad argument comes wrapped in ``RankError`` like any error it raises).
+    Also a ``ValueError``, so ``except ValueError`` keeps catching it.
+    """
+
+
+class UsageTypeError(UsageError, TypeError):
+    """A call got an argument of the wrong type: ``run(seed='x')``, ``run(main(...))``.
+
+    A ``UsageError`` (so also a ``ValueError``) and a ``TypeError``.
+    """
 
 
 class SimclusterWarning(UserWarning):

@@ -436,13 +436,11 @@ class _Session:
             if refused is not None:
                 return refused
             self.run_ranks(keywords)
-        except (errors.SimclusterError, errors.Aborted) as exc:
-            error = exc
-        except (TypeError, ValueError) as exc:
-            if not str(exc).startswith("run"):
-                raise  # not a message written for users: keep the traceback
+        except errors.UsageError as exc:  # run() refused the options; other errors keep their traceback
             print(f"{self.prog}: {exc}", file=self.real[ERR])
             return 2
+        except (errors.SimclusterError, errors.Aborted) as exc:
+            error = exc
         finally:
             self.uninstall()
         if self.records_dir is not None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from . import _schedule
 from . import latency as _latency
-from .errors import RankError, SimclusterError, SimclusterWarning
+from .errors import RankError, SimclusterError, SimclusterWarning, UsageError, UsageTypeError
 from .runner import RunResult, run
 
 __all__ = ["Exploration", "ExploreFailure", "distributed", "explore"]
@@ -83,30 +83,34 @@ def distributed(world_size: int | None = None, **run_kwargs: Any) -> Callable[
             ``__cause__`` is the rank's AssertionError with its traceback.
         RankError / DeadlockError / ...: (from the test) anything else that
             stops the run, unchanged.
-        TypeError: (at decoration) the function is not ``def``/``async def f(comm, ...)``,
-            or ``world_size``/``seed`` is given both ways.
+        UsageTypeError: (at decoration; a TypeError) the function is not
+            ``def``/``async def f(comm, ...)``, or ``world_size``/``seed`` is given
+            both ways.
     """
     for bad in ("args", "kwargs"):
         if bad in run_kwargs:
-            raise TypeError(f"distributed({bad}=...): arguments come from the test's own "
-                            "parameters (pytest fixtures and parametrize); remove it")
+            raise UsageTypeError(None, f"distributed({bad}=...)", "arguments come from the "
+                                 "test's own parameters (pytest fixtures and parametrize)",
+                                 "remove it")
 
     def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., None]:
         name = getattr(fn, "__name__", repr(fn))
         if not inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"distributed({name}): expected a function (async def {name}(comm): "
-                            f"..., or a plain def for mpi4py-style code), got {type(fn).__name__}")
+            raise UsageTypeError(None, f"distributed({name})", f"expected a function (async def "
+                                 f"{name}(comm): ..., or a plain def for mpi4py-style code), got "
+                                 f"{type(fn).__name__}")
         signature = inspect.signature(fn)
         params = list(signature.parameters.values())
         if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            raise TypeError(f"distributed({name}): the test must take comm as its first "
-                            f"parameter: async def {name}(comm): ...")
+            raise UsageTypeError(None, f"distributed({name})", "the test must take comm as its "
+                                 f"first parameter: async def {name}(comm): ...")
         exposed = signature.replace(parameters=params[1:])
         for special, given in (("world_size", world_size), ("seed", run_kwargs.get("seed"))):
             if special in exposed.parameters and given is not None:
-                raise TypeError(f"distributed({special}={given!r}): {name} also takes a {special} "
-                                f"parameter; set {special} in one place only")
+                raise UsageTypeError(None, f"distributed({special}={given!r})", f"{name} also "
+                                     f"takes a {special} parameter",
+                                     f"set {special} in one place only")
 
         @functools.wraps(fn)
         def test(*args: Any, **kwargs: Any) -> None:
@@ -268,23 +272,28 @@ def explore(
         ExploreFailure: the first failing run, with ``.seed``, ``.schedule``
             and ``.reproduction``; its message gives the first line of what
             went wrong, and ``__cause__`` is the run's whole exception.
-        TypeError / ValueError: bad keywords (raised at once, not as a failure).
+        UsageError: bad keywords, of explore or of ``sc.run`` (raised at once, not as a
+            failure; a ValueError, and UsageTypeError also a TypeError).
         RuntimeError: (exhaustive) a replayed run went otherwise than recorded.
     """
     __tracebackhide__ = True  # pytest: show the failure, not this loop
     if "seed" in run_kwargs:
-        raise TypeError("explore(seed=...): explore picks the seeds; pass seeds=[...] instead")
+        raise UsageTypeError(None, "explore(seed=...)", "explore picks the seeds",
+                             "pass seeds=[...] instead")
     if schedule not in _EXPLORE_SCHEDULES:
-        raise ValueError(f"explore(schedule={schedule!r}): unknown schedule; valid: 'shuffle' (the "
-                         "default: a full seeded permutation per seed), 'batch' (sc.run's default "
-                         "order per seed), 'exhaustive' (every distinct order once)")
+        raise UsageError(None, f"explore(schedule={schedule!r})", "unknown schedule", "valid: "
+                         "'shuffle' (the default: a full seeded permutation per seed), 'batch' "
+                         "(sc.run's default order per seed), 'exhaustive' (every distinct order "
+                         "once)")
     exhaustive = schedule == "exhaustive"
     if max_runs is not None and not exhaustive:
-        raise TypeError(f"explore(max_runs={max_runs!r}): max_runs bounds schedule='exhaustive' "
-                        "only; over seeds, pass fewer seeds")
+        raise UsageTypeError(None, f"explore(max_runs={max_runs!r})", "max_runs bounds "
+                             "schedule='exhaustive' only", "over seeds, pass fewer seeds")
     if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int)
                                  or max_runs < 1):
-        raise ValueError(f"explore(max_runs={max_runs!r}): max_runs must be an int >= 1")
+        cls = UsageError if isinstance(max_runs, int) and not isinstance(max_runs, bool) else \
+            UsageTypeError
+        raise cls(None, f"explore(max_runs={max_runs!r})", "max_runs must be an int >= 1")
     model = run_kwargs.pop("latency", None)
     if jitter is not None:
         model = _latency.Jitter(_latency.Zero() if model is None else model, rel=jitter)
@@ -344,8 +353,8 @@ class _Trial:
         try:
             result = run(self.fn, size, seed=seed, schedule=schedule, args=self.args,
                          kwargs=self.kwargs, **self.run_kwargs)
-        except (TypeError, ValueError) as exc:
-            if not passed and not isinstance(exc, SimclusterError) and _is_usage_error(exc):
+        except UsageError as exc:
+            if not passed:
                 raise  # a bad keyword: the same for every seed, not a schedule
             raise self._failure(seed, choices, exc) from exc
         except (_schedule.Pruned, _schedule.Diverged):
@@ -391,12 +400,6 @@ class _Trial:
             problem = f"{type(exc).__name__}: {text}"
         return ExploreFailure(self.name, self.world_size, seed, line, lead + problem, rank,
                               list(self.passed), None, kept)
-
-
-def _is_usage_error(exc: Exception) -> bool:
-    """True for errors sc.run raises about its own keywords (``run(...)``), before any rank runs."""
-    text = str(exc)
-    return text.startswith(("run(", "run:")) or "unexpected keyword argument" in text
 
 
 _MODEL_NAMES = "|".join(sorted(n for n in dir(_latency) if isinstance(getattr(_latency, n), type)

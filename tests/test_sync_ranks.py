@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster import _sync
+from simcluster import _config, _sync
 from simcluster.engine import current_task
 
 STACKS = ["greenlet", "thread"]
@@ -27,7 +27,7 @@ AB = sc.latency.AlphaBeta(1e-6, 1e-9)
 @pytest.fixture(autouse=True)
 def _bare_comm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Give rank functions their world ``Comm`` itself: these tests are about the stacks, not MPI."""
-    monkeypatch.setattr(_sync, "world", lambda comm: comm)
+    monkeypatch.setattr(_config, "_mpi_world", lambda comm: comm)
 
 
 def world() -> sc.Comm:

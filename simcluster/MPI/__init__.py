@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _constants, _datatypes, _unsimulated
 from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
-from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm, _world
+from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._datatypes import Datatype
 from ._env import (
     Aint_add, Aint_diff, Alloc_mem, Attach_buffer, Compute_dims, Detach_buffer, Finalize,

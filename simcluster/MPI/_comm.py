@@ -413,7 +413,7 @@ COMM_SELF: Intracomm = Intracomm._on(None)  # type: ignore[assignment]
 COMM_SELF._ref = _SELF
 
 
-def _world(comm: ScComm) -> Intracomm:
-    """Return the ``comm`` a synchronous rank's function gets: its ``COMM_WORLD`` (``_sync.world``)."""
+def world_of(comm: ScComm) -> Intracomm:
+    """Return the ``comm`` a synchronous rank's function gets: its ``COMM_WORLD`` (``_config.build_world``)."""
     handle: Intracomm = Intracomm._on(rank_state(comm).world_state)  # type: ignore[assignment]
     return handle

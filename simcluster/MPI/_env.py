@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _sync
-from .. import __version__ as _version
+from .._version import __version__ as _version
 from ..request import wait_all
 from ._blocking import READY, block
 from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_ARG, ERR_BUFFER

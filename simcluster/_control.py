@@ -1,0 +1,493 @@
+"""The control protocol of a multi-process run: one typed class per message.
+
+The coordinator (``_coordinator``) and each hosting process (``_hosting``)
+exchange these over the control link; ``_hosting``'s docstring tells the
+protocol's story. Each message travels as an ``Envelope`` whose ``tag`` is
+the message's opcode and whose payload is the plain list its ``encode()``
+returns, packed by ``transports.wire``; ``decode(items)`` builds the message
+back from that list, checking its shape. Nothing on the control link is
+pickled: only the run's own values (a rank's return values in RESULTS and
+FINAL) use the run's serializer, as messages between ranks do.
+
+coordinator -> hosting process: ``Start``, ``Step``, ``Describe``,
+``Finish``, ``Stop``, ``Timeout``, ``FinalResult``.
+hosting process -> coordinator: ``Hello``, ``Ready``, ``Report``,
+``Blocked``, ``Results``, ``Error``, ``Lines``, ``Bye``.
+
+An exception crosses as the plain dict ``_remote.encode_exception`` makes
+(``ExcData``); only ``_remote`` reads or writes its keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar
+
+from simcluster.transports import wire
+from simcluster.transports.base import EAGER, Envelope, TransportError
+
+from . import arrays as _arrays
+
+__all__ = [
+    "BYE", "BLOCKED", "DESCRIBE", "ERROR", "FINAL", "FINISH", "HELLO", "LINES", "MESSAGES",
+    "OP_NAMES", "READY", "REPORT", "RESULTS", "START", "STEP", "STOP", "TIMEOUT", "Blocked",
+    "BlockedEntry", "Bye", "Describe", "Error", "ExcData", "Failure", "FinalResult", "Finish", "Hello",
+    "Lines", "Message", "Ready", "Report", "Results", "Start", "Step", "Stop", "Timeout",
+    "TraceParts", "envelope", "read",
+]
+
+# ---- opcodes: they travel in Envelope.tag ----
+
+# coordinator -> hosting process
+START: Final = 1  # connect to your peers
+STEP: Final = 2  # deliver, run everything at T, REPORT
+DESCRIBE: Final = 3  # the run is deadlocked: answer BLOCKED
+FINISH: Final = 4  # every rank finished: answer RESULTS
+STOP: Final = 5  # the run is over (failed elsewhere): close everything and exit
+TIMEOUT: Final = 6  # the run timed out: answer LINES
+FINAL: Final = 7  # multi-node: the whole run's result, for node processes to return; answer BYE
+# hosting process -> coordinator
+HELLO: Final = 10  # listening for peers at addr
+READY: Final = 11  # peers connected, ranks started
+REPORT: Final = 12  # the end of a STEP
+BLOCKED: Final = 13  # the blocked ranks, for the deadlock report
+RESULTS: Final = 14  # this process's ranks' results
+ERROR: Final = 15  # this process failed
+LINES: Final = 16  # timeout report lines
+BYE: Final = 17  # FINAL arrived: the coordinator may close the control link now
+
+OP_NAMES: Final = {
+    START: "START", STEP: "STEP", DESCRIBE: "DESCRIBE", FINISH: "FINISH", STOP: "STOP",
+    TIMEOUT: "TIMEOUT", FINAL: "FINAL", HELLO: "HELLO", READY: "READY", REPORT: "REPORT",
+    BLOCKED: "BLOCKED", RESULTS: "RESULTS", ERROR: "ERROR", LINES: "LINES", BYE: "BYE",
+}
+
+ExcData = dict[str, Any]
+"""An exception as plain data (``_remote.encode_exception``; ``_remote.decode_exception`` reads it)."""
+
+BlockedEntry = tuple[int, str, list[int], Any]
+"""A blocked rank or helper: (world rank, line, ranks it waits on, collective info or None),
+as ``engine.deadlock_error`` reads it."""
+
+M = TypeVar("M", bound="Message")
+
+
+class Message:
+    """A control message: its opcode, and its payload as a plain list (``encode``/``decode``)."""
+
+    __slots__ = ()
+    op: ClassVar[int]
+    carries_values: ClassVar[bool] = False
+    """True when the payload holds the run's values, packed with the run's serializer."""
+
+    @property
+    def name(self) -> str:
+        """The opcode's name (``"STEP"``), for messages about the protocol."""
+        return OP_NAMES[self.op]
+
+    def encode(self) -> list[Any]:
+        """The payload as a plain list for ``wire.pack``."""
+        return []
+
+    @classmethod
+    def decode(cls: type[M], items: list[Any]) -> M:
+        """Build the message from what ``encode`` returned (after ``wire.unpack``)."""
+        _expect(items, 0)
+        return cls()
+
+
+def _expect(items: list[Any], n: int) -> None:
+    if not isinstance(items, list) or len(items) != n:
+        raise ValueError(f"expected a list of {n} fields, got {_shape(items)}")
+
+
+def _shape(value: object) -> str:
+    return f"a list of {len(value)}" if isinstance(value, list) else type(value).__name__
+
+
+def _ints(values: object) -> list[int]:
+    if not isinstance(values, list):
+        raise ValueError(f"expected a list of ints, got {_shape(values)}")
+    return [int(v) for v in values]
+
+
+def _lists(values: object) -> list[list[Any]]:
+    if not isinstance(values, list) or not all(isinstance(v, list) for v in values):
+        raise ValueError(f"expected a list of lists, got {_shape(values)}")
+    return values
+
+
+def _time(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _exc(value: object) -> ExcData:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected an encoded exception, got {type(value).__name__}")
+    return value
+
+
+# ---- the parts of messages ----
+
+
+class Failure(NamedTuple):
+    """A rank's failure: its world rank and its exception (``ExcData``)."""
+
+    rank: int
+    exc: ExcData
+
+    def encode(self) -> list[Any]:
+        return [self.rank, self.exc]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Failure:
+        _expect(items, 2)
+        return cls(int(items[0]), _exc(items[1]))
+
+
+class TraceParts(NamedTuple):
+    """One process's trace (or every process's, joined): spans, messages, and receipts of
+    messages sent from other processes."""
+
+    spans: list[list[Any]]  # [rank, name, start, end, args]
+    messages: list[list[Any]]  # [id, src, dst, tag, nbytes, sent, recv, comm]
+    receipts: list[list[Any]]  # [src, id, time received]
+
+    def encode(self) -> list[Any]:
+        return [self.spans, self.messages, self.receipts]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> TraceParts:
+        _expect(items, 3)
+        return cls(_lists(items[0]), _lists(items[1]), _lists(items[2]))
+
+
+# ---- coordinator -> hosting process ----
+
+
+@dataclass(frozen=True, slots=True)
+class Start(Message):
+    """Connect to your peers: ``table[p]`` is the address process ``p`` listens at."""
+
+    op: ClassVar[int] = START
+    table: list[tuple[str, int]]
+
+    def encode(self) -> list[Any]:
+        return [[[host, port] for host, port in self.table]]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Start:
+        _expect(items, 1)
+        return cls([(str(host), int(port)) for host, port in _lists(items[0])])
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Message):
+    """Run one round at virtual time ``time``.
+
+    ``counts[q]``: envelopes process ``q`` has sent to this one so far (wait for
+    exactly those); ``firsts``: first signatures of collective calls members
+    elsewhere entered; ``payloads``: those of calls this process reported with
+    broadcast placeholders only; ``sent``: the time of the previous round;
+    ``close``: the instant ``time`` is over (charge its rendezvous transfers).
+    """
+
+    op: ClassVar[int] = STEP
+    time: float
+    counts: list[int]
+    firsts: list[list[Any]] = field(default_factory=list)
+    payloads: list[list[Any]] = field(default_factory=list)
+    sent: float = 0.0
+    close: bool = False
+
+    def encode(self) -> list[Any]:
+        return [self.time, self.counts, self.firsts, self.payloads, self.sent, self.close]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Step:
+        _expect(items, 6)
+        time, counts, firsts, payloads, sent, close = items
+        return cls(float(time), _ints(counts), _lists(firsts), _lists(payloads), float(sent),
+                   bool(close))
+
+
+@dataclass(frozen=True, slots=True)
+class Describe(Message):
+    """The run is deadlocked: describe your blocked ranks (answer ``Blocked``)."""
+
+    op: ClassVar[int] = DESCRIBE
+
+
+@dataclass(frozen=True, slots=True)
+class Finish(Message):
+    """Every rank finished: send your ranks' results (answer ``Results``)."""
+
+    op: ClassVar[int] = FINISH
+
+
+@dataclass(frozen=True, slots=True)
+class Stop(Message):
+    """The run is over: close everything and exit. ``exc``: why, for node processes to raise."""
+
+    op: ClassVar[int] = STOP
+    exc: ExcData | None = None
+
+    def encode(self) -> list[Any]:
+        return [self.exc]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Stop:
+        _expect(items, 1)
+        return cls(None if items[0] is None else _exc(items[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout(Message):
+    """The run timed out: say what your ranks were doing (answer ``Lines``)."""
+
+    op: ClassVar[int] = TIMEOUT
+
+
+# ---- hosting process -> coordinator ----
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    """The first message of a hosting process: its pid, where it listens for peers, and its
+    configuration's digest (nodes of a multi-node run must agree)."""
+
+    op: ClassVar[int] = HELLO
+    pid: int
+    addr: tuple[str, int]
+    digest: str
+
+    def encode(self) -> list[Any]:
+        return [self.pid, list(self.addr), self.digest]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Hello:
+        _expect(items, 3)
+        pid, addr, digest = items
+        host, port = addr
+        return cls(int(pid), (str(host), int(port)), str(digest))
+
+
+@dataclass(frozen=True, slots=True)
+class Ready(Message):
+    """Peers connected, ranks started."""
+
+    op: ClassVar[int] = READY
+
+
+@dataclass(frozen=True, slots=True)
+class Report(Message):
+    """The end of a STEP, at virtual time ``time``.
+
+    ``sent[q]``: envelopes sent to process ``q`` in this round; ``earliest``:
+    the earliest time among them (None: none); ``unfinished``: ranks not
+    finished here; ``next``: the next local event's time (None: none, or a
+    failure); ``failure``: a rank that raised; ``firsts``: first signatures
+    of collective calls a member here entered first; ``held``: rendezvous
+    transfers wait for their instant to close.
+    """
+
+    op: ClassVar[int] = REPORT
+    time: float
+    sent: list[int]
+    earliest: float | None
+    unfinished: int
+    next: float | None
+    failure: Failure | None = None
+    firsts: list[list[Any]] = field(default_factory=list)
+    held: bool = False
+
+    def encode(self) -> list[Any]:
+        return [self.time, self.sent, self.earliest, self.unfinished, self.next,
+                None if self.failure is None else self.failure.encode(), self.firsts, self.held]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Report:
+        _expect(items, 8)
+        time, sent, earliest, unfinished, next_time, failure, firsts, held = items
+        return cls(float(time), _ints(sent), _time(earliest), int(unfinished), _time(next_time),
+                   None if failure is None else Failure.decode(failure), _lists(firsts),
+                   bool(held))
+
+
+def _entry(item: object) -> BlockedEntry:
+    if not isinstance(item, list):
+        raise ValueError(f"expected a blocked rank's entry, got {type(item).__name__}")
+    _expect(item, 4)
+    rank, line, peers, info = item
+    return int(rank), str(line), _ints(peers), None if info is None else tuple(info)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked(Message):
+    """The blocked ranks (``tasks``) and helpers of a deadlocked process, at ``time``."""
+
+    op: ClassVar[int] = BLOCKED
+    time: float
+    tasks: list[BlockedEntry]
+    helpers: list[BlockedEntry]
+
+    def encode(self) -> list[Any]:
+        return [self.time, [list(e) for e in self.tasks], [list(e) for e in self.helpers]]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Blocked:
+        _expect(items, 3)
+        time, tasks, helpers = items
+        return cls(float(time), [_entry(e) for e in _lists(tasks)],
+                   [_entry(e) for e in _lists(helpers)])
+
+
+@dataclass(frozen=True, slots=True)
+class Results(Message):
+    """The results of the ranks one process hosts (or of every rank, in ``FinalResult``), by rank.
+
+    ``stats`` holds four columns: messages sent, bytes sent, messages
+    received, bytes received. ``unsendable``: a rank whose return value could
+    not be sent back (the other fields are then empty).
+    """
+
+    op: ClassVar[int] = RESULTS
+    carries_values: ClassVar[bool] = True
+    values: list[Any]
+    times: list[float]
+    stats: list[list[int]]
+    leaks: list[str]
+    trace: TraceParts | None = None
+    unsendable: Failure | None = None
+
+    def encode(self) -> list[Any]:
+        return [self.values, self.times, self.stats, self.leaks,
+                None if self.trace is None else self.trace.encode(),
+                None if self.unsendable is None else self.unsendable.encode()]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Results:
+        _expect(items, 6)
+        values, times, stats, leaks, trace, unsendable = items
+        if not isinstance(values, list) or not isinstance(leaks, list):
+            raise ValueError("values and leaks must be lists")
+        return cls(values, [float(t) for t in _ints_or_floats(times)],
+                   [_ints(column) for column in _lists(stats)], [str(line) for line in leaks],
+                   None if trace is None else TraceParts.decode(trace),
+                   None if unsendable is None else Failure.decode(unsendable))
+
+
+def _ints_or_floats(values: object) -> list[Any]:
+    if not isinstance(values, list):
+        raise ValueError(f"expected a list of numbers, got {_shape(values)}")
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Message):
+    """This process failed: ``exc`` is why; ``transport``: a link broke (a peer may have died)."""
+
+    op: ClassVar[int] = ERROR
+    exc: ExcData
+    transport: bool = False
+
+    def encode(self) -> list[Any]:
+        return [self.exc, self.transport]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Error:
+        _expect(items, 2)
+        return cls(_exc(items[0]), bool(items[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Lines(Message):
+    """The timeout report's lines about this process's ranks, at ``time``."""
+
+    op: ClassVar[int] = LINES
+    time: float
+    lines: list[str]
+
+    def encode(self) -> list[Any]:
+        return [self.time, self.lines]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Lines:
+        _expect(items, 2)
+        if not isinstance(items[1], list):
+            raise ValueError(f"expected a list of lines, got {_shape(items[1])}")
+        return cls(float(items[0]), [str(line) for line in items[1]])
+
+
+@dataclass(frozen=True, slots=True)
+class Bye(Message):
+    """FINAL arrived: the coordinator may close the control link now."""
+
+    op: ClassVar[int] = BYE
+
+
+@dataclass(frozen=True, slots=True)
+class FinalResult(Message):
+    """The whole run's result (every rank's, in rank order), for node processes to return.
+
+    ``procs``: how many processes hosted the ranks (the trace names them).
+    """
+
+    op: ClassVar[int] = FINAL
+    carries_values: ClassVar[bool] = True
+    results: Results
+    procs: int
+
+    def encode(self) -> list[Any]:
+        return [self.results.encode(), self.procs]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> FinalResult:
+        _expect(items, 2)
+        return cls(Results.decode(items[0]), int(items[1]))
+
+
+MESSAGES: Final[dict[int, type[Message]]] = {
+    cls.op: cls for cls in (Start, Step, Describe, Finish, Stop, Timeout, FinalResult, Hello, Ready,
+                            Report, Blocked, Results, Error, Lines, Bye)
+}
+
+
+# ---- on the control link ----
+
+
+def envelope(message: Message, proc: int,
+             dumps: Callable[[object], bytes] | None = None) -> Envelope:
+    """The envelope that carries ``message`` from or to process ``proc``.
+
+    ``dumps`` (the run's serializer) packs what msgpack cannot carry, in
+    messages that carry the run's values only.
+    """
+    packed = wire.pack(message.encode(), copy=False,
+                       dumps=dumps if message.carries_values else None, arrays=_arrays.STAGED)
+    time = float(getattr(message, "time", 0.0))
+    return Envelope(EAGER, 0, proc, -1, message.op, 0, 0, time, packed.header, packed.buffers)
+
+
+def read(env: Envelope, loads: Callable[[bytes], object] | None = None) -> Message:
+    """The message ``env`` carries.
+
+    Raises:
+        TransportError: an unknown opcode, or a payload that is not that message's.
+    """
+    cls = MESSAGES.get(env.tag)
+    if cls is None:
+        raise TransportError(None, "control", f"unknown control message {env.tag!r} from "
+                             f"process {env.src}", "every process must run the same simcluster "
+                             "version")
+    items = wire.unpack(env.header, env.buffers, loads=loads if cls.carries_values else None,
+                        arrays=_arrays.STAGED)
+    try:
+        if not isinstance(items, list):
+            raise ValueError(f"expected a list, got {type(items).__name__}")
+        return cls.decode(items)
+    except (TypeError, ValueError, IndexError) as exc:
+        raise TransportError(None, "control", f"malformed {OP_NAMES[env.tag]} message from "
+                             f"process {env.src} ({exc})", "every process must run the same "
+                             "simcluster version") from None
