@@ -353,7 +353,7 @@ def _rendezvous(master_addr: str | None, master_port: object, nnodes: int,
     if serializer == "pickle" and not os.environ.get(SECRET_ENV):
         raise UsageError(None, f"run(serializer='pickle', nnodes={nnodes})", "pickle across hosts "
                          "needs a real shared secret, or anyone reaching the master port could "
-                         f"run code here", f"set the same {SECRET_ENV} on every node")
+                         "run code here", f"set the same {SECRET_ENV} on every node")
     return str(addr), port
 
 
