@@ -254,3 +254,40 @@ def test_awaiting_a_done_request_returns_what_test_returns() -> None:
         return got, await again
 
     assert list(sc.run(main, 1)) == [(7, 8)]
+
+
+# ---- twins: barrier and all_reduce inline _run_collective ----
+
+
+def _generic(comm: sc.Comm, name: str, *args: Any) -> Any:
+    """The collective through the readable path: ``_run_collective`` around the same algorithm."""
+    algo = comm._choose(name, None, 8 if args else 0)
+    fn = comm._algorithm(name, algo)
+    if name == "barrier":
+        return comm._run_collective("barrier()", fn, algo)
+    obj, rop = args[0], sc.ReduceOp.SUM
+    return comm._run_collective(f"all_reduce(op={rop.name})", lambda c: fn(c, obj, rop), algo, "", "")
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 8])
+@pytest.mark.parametrize("fidelity", ["message", "analytic"])
+def test_inlined_barrier_and_all_reduce_equal_the_generic_path(world_size: int, fidelity: str) -> None:
+    def program(inline: bool) -> Callable[[sc.Comm], Any]:
+        async def main(comm: sc.Comm) -> Any:
+            await comm.sleep(comm.rank * 1e-6)
+            if inline:
+                await comm.barrier()
+                total = await comm.all_reduce(float(comm.rank + 1))
+            else:
+                await _generic(comm, "barrier")
+                total = await _generic(comm, "all_reduce", float(comm.rank + 1))
+            return total, comm.now
+        return main
+
+    runs = [sc.run(program(inline), world_size, latency=AlphaBeta(1e-6, 1e-9), fidelity=fidelity,
+                   trace=True, seed=2) for inline in (True, False)]
+    assert list(runs[0]) == list(runs[1])
+    assert list(runs[0])[0][0] == world_size * (world_size + 1) / 2
+    spans = [[(s.rank, s.name, s.start, s.end) for s in r.trace.spans] for r in runs]
+    assert spans[0] == spans[1] and spans[0]
+    assert runs[0].stats == runs[1].stats
