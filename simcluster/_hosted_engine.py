@@ -112,7 +112,7 @@ class HostedEngine(Engine):
         elif kind == ACK:
             req = self._data_waits.pop((env.dst, env.msg_id), None)
             if req is not None:
-                self._push(env.time, _finish_request, req)
+                self.schedule(env.time, _finish_request, req)
                 return
         Engine._deliver(self, env)
 
@@ -138,7 +138,7 @@ class HostedEngine(Engine):
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, wire_time, header, buffers))
         if self._zero_latency:  # arrives at once; the transport copied the buffers in send()
-            self._push(match_time, _finish_request, req)
+            self.schedule(match_time, _finish_request, req)
         else:
             self._data_waits[(sender, env.msg_id)] = req
 

@@ -145,10 +145,6 @@ class Kernel:
 
     # ---- the calendar ----
 
-    def schedule(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
-        """Run ``fn(arg)`` at virtual time ``t`` (at once in the next batch if ``t <= now``)."""
-        self._push(t, fn, arg)
-
     def _end_instant(self) -> bool:
         """Settle what the instant that just ended left behind; return whether it made events now.
 
@@ -162,8 +158,8 @@ class Kernel:
         """Whether ``_end_instant`` has something to settle at ``now``."""
         return False
 
-    def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
-        """Schedule ``fn(arg)`` at virtual time ``t`` (never before now)."""
+    def schedule(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run ``fn(arg)`` at virtual time ``t``: in the next batch if ``t <= now``."""
         if t <= self.now:
             self._due.append((fn, arg))
             return
@@ -180,8 +176,8 @@ class Kernel:
             return self.now
         return self._times[0] if self._times else None
 
-    def _order(self, events: list[tuple[Callable[[Any], None], Any]]
-               ) -> list[tuple[Callable[[Any], None], Any]]:
+    def _order(self, events: list[Event]
+               ) -> list[Event]:
         """Put one batch of simultaneous events in this run's seeded order (run from the end).
 
         The order is the batch rotated by a seeded offset and maybe reversed:
@@ -220,8 +216,8 @@ class Kernel:
         if chooser.footprints:
             self._step = self._step_noted  # type: ignore[method-assign]
 
-    def _shuffled(self, events: list[tuple[Callable[[Any], None], Any]]
-                  ) -> list[tuple[Callable[[Any], None], Any]]:
+    def _shuffled(self, events: list[Event]
+                  ) -> list[Event]:
         """``_order`` under schedule="shuffle": a full seeded permutation of the batch.
 
         Every order of n simultaneous events occurs under some seed (the
@@ -261,7 +257,7 @@ class Kernel:
             self._ready = ready = self._order(due)
         return budget
 
-    def _next_due(self, limit: float) -> list[tuple[Callable[[Any], None], Any]] | None:
+    def _next_due(self, limit: float) -> list[Event] | None:
         """Return the next batch of due events, moving time; None when nothing runs before ``limit``.
 
         None also while a rank waits on asyncio, or once the run failed.
@@ -360,7 +356,7 @@ class Kernel:
         """Add a rank and schedule its first step at time 0."""
         self.tasks.append(task)
         self._unfinished += 1
-        self._push(0.0, self._resume, task)
+        self.schedule(0.0, self._resume, task)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], op: str,
               collective: CollContext | None = None) -> Request[Any]:
@@ -384,7 +380,7 @@ class Kernel:
         self._helpers[id(helper)] = helper
         if self.strict:
             self._track(req)
-        self._push(self.now, self._resume, helper)
+        self.schedule(self.now, self._resume, helper)
         return req
 
     def resume_waiter(self, task: Task) -> None:
@@ -399,13 +395,13 @@ class Kernel:
                 self._step(task)
             else:
                 task.state = READY
-                self._push(self.now, self._resume, task)
+                self.schedule(self.now, self._resume, task)
 
     def wake(self, task: Task) -> None:
         """Schedule a parked task to resume at the current time (its request was cancelled)."""
         if task.state == BLOCKED:
             task.state = READY
-            self._push(self.now, self._resume, task)
+            self.schedule(self.now, self._resume, task)
 
     def _resume(self, task: Task) -> None:
         if task.state == READY:
@@ -469,7 +465,7 @@ class Kernel:
                 return
             task.state = READY
             task.waiting = _BARE_YIELD
-            self._push(self.now, self._resume, task)
+            self.schedule(self.now, self._resume, task)
         elif isinstance(yielded, _WaitAny):
             task.state = BLOCKED
             task.waiting = yielded
@@ -495,7 +491,7 @@ class Kernel:
         self._foreign -= 1
         task.state = READY
         task.waiting = None
-        self._push(self.now, self._resume, task)
+        self.schedule(self.now, self._resume, task)
         fut = self._wake_future
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -634,7 +630,7 @@ class Kernel:
     def post_sleep(self, seconds: float, op: str) -> Request[None]:
         """Return a request that completes ``seconds`` of virtual time from now."""
         req: Request[None] = Request(self, self.current, op)
-        self._push(self.now + seconds, _finish_request, req)
+        self.schedule(self.now + seconds, _finish_request, req)
         return req
 
     def meet(self, key: Any, size: int, rank: int, value: Any, op: str,
@@ -658,7 +654,7 @@ class Kernel:
             results, done_at = resolve(values, times)
             # one event completes every member (an event per member cost 1/3 of an
             # analytic collective), in this run's seeded order
-            self._push(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
+            self.schedule(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
         return req
 
     def spin(self, req: Request[Any]) -> None:
@@ -715,11 +711,11 @@ def _finish_one(pair: tuple[Request[Any], Any]) -> None:
     pair[0]._finish(pair[1])
 
 
-def _one_each(due: list[tuple[Callable[[Any], None], Any]]) -> list[tuple[Callable[[Any], None], Any]]:
+def _one_each(due: list[Event]) -> list[Event]:
     """Return a batch with each ``_finish_each`` event split into one event per member."""
     if all(fn is not _finish_each for fn, _ in due):
         return due
-    events: list[tuple[Callable[[Any], None], Any]] = []
+    events: list[Event] = []
     for fn, arg in due:
         if fn is _finish_each:
             events.extend((_finish_one, pair) for pair in reversed(arg))
@@ -728,8 +724,8 @@ def _one_each(due: list[tuple[Callable[[Any], None], Any]]) -> list[tuple[Callab
     return events
 
 
-def _as_scheduled(events: list[tuple[Callable[[Any], None], Any]]
-                  ) -> list[tuple[Callable[[Any], None], Any]]:
+def _as_scheduled(events: list[Event]
+                  ) -> list[Event]:
     """``Kernel._order`` under a chooser: the chooser orders each batch as it runs."""
     return events
 

@@ -400,14 +400,14 @@ class P2P(Kernel):
                     t = chan.time
                     env = env._replace(time=t)
                 channels[key] = deque((chan, env))
-            self._push(t, self._arrive_key, key)
+            self.schedule(t, self._arrive_key, key)
         elif kind == CTS:
             self._clear_to_send(env)
         elif kind == DATA:
-            self._push(env.time, self._data_arrived, env)
+            self.schedule(env.time, self._data_arrived, env)
         elif kind == ACK:
             req = self._sync_sends.pop((env.dst, env.msg_id))
-            self._push(env.time, _finish_request, req)
+            self.schedule(env.time, _finish_request, req)
 
     def _arrive(self, key: int) -> None:
         channels = self._channels
