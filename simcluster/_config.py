@@ -30,10 +30,11 @@ from typing import Any, Final, Literal
 
 from simcluster.transports.base import Transport
 from simcluster.transports.memory import MemoryTransport
+from simcluster.transports.mpi import MpiTransport
 from simcluster.transports.shm import ShmTransport
 from simcluster.transports.tcp import TcpTransport
 
-from . import _schedule, _sync
+from . import _mpi_job, _schedule, _sync
 from . import latency as _latency
 from ._hosted_engine import HostedEngine, _HostTrace
 from .collectives import check_algorithms
@@ -45,7 +46,7 @@ from .trace import Trace
 
 __all__ = ["KEYWORDS", "RunConfig", "World", "build_world", "check_names", "configure", "split"]
 
-TransportName = Literal["memory", "shm", "tcp"]
+TransportName = Literal["memory", "shm", "tcp", "mpi"]
 Checks = Literal["strict", "off"]
 Fidelity = Literal["message", "analytic"]
 Serializer = Literal["msgpack", "pickle"]
@@ -89,6 +90,7 @@ class RunConfig:
     name: str = "main"  # the rank function's name
     nprocs: int = 1  # processes hosting the ranks
     per: int = 0  # ranks per process (0: every rank)
+    secret: str | None = None  # multi-node: the per-run secret an MPI job handed out ($SIMCLUSTER_SECRET else)
 
     @property
     def strict(self) -> bool:
@@ -184,8 +186,18 @@ def configure(
         compute_factor = _sync.parse_compute(compute)
     except ValueError as exc:
         raise _usage(exc) from None
+    secret = None
+    if transport == "mpi":  # hosted by the processes of an mpiexec job (_mpi_job)
+        placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
+        if placement is None:  # a job of one process: the ranks run here
+            transport = "memory"
+        else:
+            transport = MpiTransport()
+            nnodes, node_rank = placement.nnodes, placement.node_rank
+            master_addr, master_port = placement.master_addr, placement.master_port
+            secret = placement.secret
     tp = make_transport(transport)
-    multiprocess = isinstance(tp, TcpTransport)  # ShmTransport is one too
+    multiprocess = isinstance(tp, TcpTransport)  # ShmTransport and MpiTransport are too
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
     try:
         _schedule.check(schedule, tp.name if multiprocess else None)
@@ -202,12 +214,12 @@ def configure(
     nprocs, per = 1, world_size
     if multiprocess:
         nprocs, per = _layout(world_size, tp, procs, nnodes)
-    if nnodes > 1:
+    if nnodes > 1 and secret is None:
         master_addr, master_port = _rendezvous(master_addr, master_port, nnodes, serializer)
     return RunConfig(
         world_size, tp, model, tuple(args), dict(kwargs or {}), seed, schedule, eager_limit,
         trace, checks, forced, timeout, compute_factor, fidelity, serializer, nnodes, node_rank,
-        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per)
+        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret)
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
@@ -229,7 +241,7 @@ def make_transport(transport: object) -> Transport:
         return transport
     factory = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
     if factory is None:
-        valid = ", ".join(sorted(_TRANSPORTS))
+        valid = ", ".join(sorted([*_TRANSPORTS, "mpi"]))
         cls = UsageError if isinstance(transport, str) else UsageTypeError
         raise cls(None, f"run(transport={transport!r})", "unknown transport", f"valid: {valid}, "
                   "or a simcluster.transports.base.Transport object")

@@ -780,7 +780,7 @@ async def _launch_node(config: RunConfig, fn: Any,
     addr, port = config.master_addr, config.master_port
     assert addr is not None and port is not None
     node_rank = config.node_rank
-    secret = _node_secret(addr, port)
+    secret = config.secret.encode() if config.secret else _node_secret(addr, port)
     run_id = f"n{port:x}"
     tp = _hosted_transport(config)
     listen_host: str | None = tp.host

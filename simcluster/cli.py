@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "def for mpi4py-style code")
     run.add_argument("-n", "--world-size", type=int, default=4, help="number of ranks (default 4)")
     run.add_argument("--transport", default=None,
-                     help="memory, shm or tcp (default memory; tcp with --nnodes > 1)")
+                     help="memory, shm, tcp or mpi (default memory; tcp with --nnodes > 1; "
+                          "mpi: the processes of the mpiexec job running this command)")
     run.add_argument("--latency", default="zero",
                      help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, loggp:L,o,g,G")
     run.add_argument("--seed", type=int, default=0)
@@ -112,7 +113,7 @@ class _Progress:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from . import errors, latency, runner
+    from . import _mpi_job, errors, latency, runner
 
     try:
         model = latency.parse(args.latency)
@@ -143,6 +144,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # Any other error is not a message written for users: it keeps its traceback.
         if progress is not None:
             progress.close()  # erase the status line before the report
+        if not _mpi_job.first_process():  # an MPI job: process 0 reports for all
+            return 1
         if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
         print(f"simcluster run: {exc}", file=sys.stderr)
@@ -150,6 +153,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+    if not _mpi_job.first_process():
+        return 0
     for rank, value in enumerate(result):
         if value is not None:
             print(f"rank {rank}: {value!r}")

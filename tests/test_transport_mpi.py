@@ -1,0 +1,226 @@
+"""``run(transport="mpi")``: ranks hosted by the processes of a real ``mpiexec`` job.
+
+The tests start ``mpiexec -n 2`` and ``-n 3`` on this file (its ``__main__``
+part runs every program below with ``transport="mpi"``, each MPI process
+writing what it got to a file of its own) and compare every process's
+results, virtual times and stats with the memory transport's. They need
+the real mpi4py and MPICH's ``mpiexec`` (``pip install -e '.[mpi]'``) and
+are skipped, with the reason, without them; the usage errors are checked
+without MPI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simcluster as sc
+
+AB = sc.latency.AlphaBeta(alpha=1e-6, beta=1e-9)
+HERE = Path(__file__).resolve()
+
+
+def _mpiexec() -> str | None:
+    beside = Path(sys.executable).with_name("mpiexec")  # the mpich wheel installs it here
+    return str(beside) if beside.is_file() else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
+NO_MPI4PY = "the real mpi4py is not installed (pip install -e '.[mpi]')"
+needs_mpi4py = pytest.mark.skipif(not HAVE_MPI4PY, reason=NO_MPI4PY)
+needs_mpi = pytest.mark.skipif(
+    not HAVE_MPI4PY or MPIEXEC is None,
+    reason=NO_MPI4PY if not HAVE_MPI4PY else "no mpiexec on PATH or beside python (pip install -e '.[mpi]')")
+
+# ---- the programs, each run on both transports ----
+
+
+async def exchange(comm: sc.Comm) -> Any:
+    """Eager and rendezvous sends around a ring, ssend, ANY_SOURCE-free probes."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    small = await comm.sendrecv(comm.rank, dst=right, src=left)
+    big = np.full(20_000, float(comm.rank))  # 160 kB: above the eager limit
+    req = comm.isend(big, dst=right, tag=7)
+    got = await comm.recv(src=left, tag=7)
+    await req
+    if comm.size > 1:
+        if comm.rank == 0:
+            await comm.ssend("sync", dst=1)
+        elif comm.rank == 1:
+            status = await comm.probe(src=0)
+            assert status.nbytes > 0
+            await comm.recv(src=0)
+    return small, float(got.sum()), comm.now
+
+
+async def collectives(comm: sc.Comm) -> Any:
+    x = np.arange(4.0) * (comm.rank + 1)
+    await comm.all_reduce(x)
+    root = comm.size - 1
+    b = await comm.broadcast({"from": comm.rank} if comm.rank == root else None, src=root)
+    g = await comm.gather(comm.rank * 10, dst=0)
+    s = await comm.scan(comm.rank + 1)
+    a2a = await comm.all_to_all([comm.rank * 100 + i for i in range(comm.size)])
+    await comm.barrier()
+    return x.tolist(), b, g, s, a2a, comm.now
+
+
+async def sub_communicators(comm: sc.Comm) -> Any:
+    half = await comm.split(comm.rank % 2, key=-comm.rank)
+    assert half is not None
+    total = await half.all_reduce(comm.rank)
+    return half.rank, half.size, total, comm.now
+
+
+PROGRAMS = {"exchange": exchange, "collectives": collectives, "sub_communicators": sub_communicators}
+WORLD = 5
+
+
+def _outcome(result: sc.RunResult) -> dict[str, Any]:
+    return json.loads(json.dumps({"values": list(result), "times": list(result.times),
+                                  "stats": repr(result.stats), "transport": "?"}))
+
+
+def _job(out: Path) -> None:
+    """Under mpiexec: run every program on transport="mpi"; write this process's view of each."""
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    outcomes = {}
+    for name, fn in PROGRAMS.items():
+        result = sc.run(fn, WORLD, transport="mpi", latency=AB, seed=3)
+        outcomes[name] = _outcome(result)
+
+    async def where(comm: sc.Comm) -> str:
+        return comm.transport
+
+    outcomes["transport"] = list(sc.run(where, WORLD, transport="mpi"))
+    (out / f"proc{rank}.json").write_text(json.dumps(outcomes))
+
+
+def _run_job(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    assert MPIEXEC is not None
+    return subprocess.run([MPIEXEC, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@needs_mpi
+@pytest.mark.parametrize("procs", [2, 3])
+def test_an_mpi_job_gives_the_memory_transports_results_times_and_stats(procs: int, tmp_path: Path) -> None:
+    done = _run_job(["-n", str(procs), sys.executable, str(HERE), str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    views = [json.loads((tmp_path / f"proc{p}.json").read_text()) for p in range(procs)]
+    for name, fn in PROGRAMS.items():
+        expected = _outcome(sc.run(fn, WORLD, transport="memory", latency=AB, seed=3))
+        for p, view in enumerate(views):  # every process gets the whole result
+            assert view[name] == expected, (name, p)
+    assert all(view["transport"] == ["mpi"] * WORLD for view in views)
+
+
+@needs_mpi
+def test_a_rank_that_raises_ends_the_job_with_its_error_on_every_process(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import simcluster as sc
+        from mpi4py import MPI
+
+        async def main(comm):
+            if comm.rank == 3:
+                raise KeyError("lost")
+            return await comm.recv(src=3)
+
+        if __name__ == "__main__":
+            out = f"{sys.argv[1]}/proc{MPI.COMM_WORLD.Get_rank()}.txt"
+            try:
+                sc.run(main, 4, transport="mpi")
+            except sc.RankError as exc:
+                with open(out, "w") as f:
+                    f.write(f"RankError {exc.rank} {type(exc.__cause__).__name__}")
+    """))
+    done = _run_job(["-n", "2", sys.executable, str(script), str(tmp_path)], timeout=120)
+    got = [(tmp_path / f"proc{p}.txt").read_text() for p in range(2)]
+    assert got == ["RankError 3 KeyError"] * 2, done.stdout + done.stderr
+
+
+@needs_mpi
+def test_a_process_that_dies_ends_the_job_promptly_not_a_hang(tmp_path: Path) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import simcluster as sc
+
+        async def main(comm):
+            if comm.rank == 3:  # hosted by MPI process 1
+                os._exit(7)
+            return await comm.recv(src=3)
+
+        if __name__ == "__main__":
+            sc.run(main, 4, transport="mpi")
+    """))
+    done = _run_job(["-n", "2", sys.executable, str(script)], timeout=60)  # mpiexec ends the job
+    assert done.returncode == 7, done.stdout + done.stderr
+
+
+@needs_mpi
+def test_simcluster_run_takes_transport_mpi_under_mpiexec(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text("async def main(comm):\n    return await comm.all_reduce(comm.rank)\n")
+    done = _run_job(["-n", "2", sys.executable, "-m", "simcluster", "run", str(script), "-n", "4",
+                     "--transport", "mpi"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    # the result is printed once, by MPI process 0
+    assert [line for line in done.stdout.splitlines() if line.startswith("rank ")] == \
+        [f"rank {r}: 6" for r in range(4)], done.stdout
+
+
+# ---- usage errors, without MPI ----
+
+
+def test_keywords_the_mpi_job_decides_are_refused() -> None:
+    async def main(comm: sc.Comm) -> None:
+        return None
+
+    with pytest.raises(sc.UsageError, match=r"run\(transport='mpi', procs=2\): the MPI job decides") as info:
+        sc.run(main, 4, transport="mpi", procs=2)
+    assert isinstance(info.value, ValueError) and info.value.op == "run(transport='mpi', procs=2)"
+
+
+def test_without_mpi4py_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py raises ImportError
+
+    async def main(comm: sc.Comm) -> None:
+        return None
+
+    with pytest.raises(sc.UsageError, match=r"mpi4py cannot be imported.*mpiexec -n P python SCRIPT"):
+        sc.run(main, 2, transport="mpi")
+
+
+@needs_mpi4py
+def test_a_job_of_one_process_runs_the_ranks_in_it(tmp_path: Path) -> None:
+    script = tmp_path / "single.py"
+    script.write_text(textwrap.dedent("""
+        import simcluster as sc
+
+        async def main(comm):
+            return await comm.all_reduce(comm.rank), comm.transport
+
+        if __name__ == "__main__":
+            print(list(sc.run(main, 3, transport="mpi")))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([(3, "memory")] * 3)
+
+
+if __name__ == "__main__":
+    _job(Path(sys.argv[1]))
