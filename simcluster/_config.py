@@ -91,6 +91,7 @@ class RunConfig:
     nprocs: int = 1  # processes hosting the ranks
     per: int = 0  # ranks per process (0: every rank)
     secret: str | None = None  # multi-node: the per-run secret an MPI job handed out ($SIMCLUSTER_SECRET else)
+    shares: str = ""  # transport="mpi" with processes hosting no rank: this one's part (_mpi_job.shared)
 
     @property
     def strict(self) -> bool:
@@ -186,16 +187,17 @@ def configure(
         compute_factor = _sync.parse_compute(compute)
     except ValueError as exc:
         raise _usage(exc) from None
-    secret = None
+    secret, shares = None, ""
     if transport == "mpi":  # hosted by the processes of an mpiexec job (_mpi_job)
         placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
-        if placement is None:  # a job of one process: the ranks run here
-            transport = "memory"
+        if placement is None or placement.nnodes == 1 or placement.shares == "receive":
+            transport = "memory"  # the ranks run here (or, for a process hosting none, nowhere)
         else:
             transport = MpiTransport()
             nnodes, node_rank = placement.nnodes, placement.node_rank
             master_addr, master_port = placement.master_addr, placement.master_port
             secret = placement.secret
+        shares = "" if placement is None else placement.shares
     tp = make_transport(transport)
     multiprocess = isinstance(tp, TcpTransport)  # ShmTransport and MpiTransport are too
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
@@ -219,7 +221,7 @@ def configure(
     return RunConfig(
         world_size, tp, model, tuple(args), dict(kwargs or {}), seed, schedule, eager_limit,
         trace, checks, forced, timeout, compute_factor, fidelity, serializer, nnodes, node_rank,
-        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret)
+        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret, shares)
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters

@@ -6,7 +6,8 @@ virtual ranks, as node ``r`` of a ``P``-node run; process 0 also runs the
 coordinator. MPI carries what every node must agree on before the run: node
 0's address (loopback when the whole job is on one machine) and a fresh
 per-run secret, so nothing has to be set in the environment. A job of one
-process runs the ranks right there, on the memory transport.
+process runs the ranks right there, on the memory transport; processes
+beyond the world size host no rank and get process 0's outcome.
 
 The real mpi4py is imported here, once, under its own name; inside
 ``simcluster mpirun`` the name ``mpi4py`` means ``simcluster.MPI``, so a run
@@ -15,12 +16,15 @@ there cannot be hosted by MPI.
 
 from __future__ import annotations
 
+import pickle
 import secrets
 import socket
 import sys
 from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import _remote
 from .errors import UsageError
 
 _FIX = "start the script with mpiexec -n P python SCRIPT (pip install 'simcluster[mpi]' brings mpi4py and MPICH)"
@@ -28,13 +32,17 @@ _FIX = "start the script with mpiexec -n P python SCRIPT (pip install 'simcluste
 
 @dataclass(frozen=True)
 class Placement:
-    """Where this MPI process stands in the run: node ``node_rank`` of ``nnodes``, and node 0's address."""
+    """Where this MPI process stands in the run: node ``node_rank`` of ``nnodes``, and node 0's address.
+
+    With ``nnodes == 1`` process 0 runs every rank itself, on the memory transport.
+    """
 
     nnodes: int
     node_rank: int
     master_addr: str
     master_port: int
     secret: str
+    shares: str = ""  # with processes hosting no rank: "send" (process 0), "join", "receive" (them)
 
 
 def real_mpi() -> Any:
@@ -55,12 +63,16 @@ def real_mpi() -> Any:
 
 def place(world_size: int, procs: object, nnodes: object, node_rank: object,
           master_addr: object, master_port: object) -> Placement | None:
-    """Place this process in the run: None for a job of one process (the ranks run here).
+    """Place this process in the run: None where the ranks run right here, on the memory transport.
+
+    The first processes host the ranks in blocks of ``ceil(world_size / P)``;
+    where fewer blocks than processes result, the others host none and take process 0's outcome
+    (``Placement.shares``), as does everyone in a job of one process.
 
     Raises:
-        UsageError: mpi4py is missing, a keyword that the MPI job decides was
-            given, or the job has more processes than ranks (on every process
-            alike, before any collective, so none is left waiting).
+        UsageError: mpi4py is missing, or a keyword that the MPI job decides
+            was given (on every process alike, before any collective, so
+            none is left waiting).
     """
     given = {name: value for name, value in (("procs", procs), ("master_addr", master_addr),
                                               ("master_port", master_port)) if value is not None}
@@ -75,17 +87,54 @@ def place(world_size: int, procs: object, nnodes: object, node_rank: object,
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
         return None
-    if world_size < size:
-        raise UsageError(None, f"run(world_size={world_size}, transport='mpi')", f"the MPI job has "
-                         f"{size} processes and each must host at least one rank",
-                         f"use world_size >= {size}, or mpiexec -n {world_size}")
-    hosts = comm.allgather(socket.gethostname())
+    per = -(-world_size // min(size, world_size))  # contiguous blocks of ceil(W / P) ranks
+    active = -(-world_size // per)  # processes that host ranks (4 ranks on 3: blocks 2, 2)
+    shares = "" if active == size else "receive" if rank >= active else "send" if rank == 0 else "join"
+    hosts = comm.allgather(socket.gethostname())[:active]
     shared = None
     if rank == 0:
         addr = "127.0.0.1" if len(set(hosts)) == 1 else _reachable_address()
         shared = (addr, _free_port(addr), secrets.token_hex(16))
     addr, port, secret = comm.bcast(shared, root=0)
-    return Placement(size, rank, addr, port, secret)
+    return Placement(active, min(rank, active - 1), addr, port, secret, shares)
+
+
+async def shared(role: str, run: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a run that processes hosting no rank take part in; ``role`` is this process's part.
+
+    Process 0 (``"send"``) hands its outcome, the RunResult or the error, to
+    the processes that host no rank (``"receive"``) by an MPI broadcast of
+    its pickle, which the other hosting processes (``"join"``) take part in
+    too, keeping their own. A result that cannot be pickled is an error on
+    every process that receives it, not a hang; an error arrives without its
+    ``__cause__``'s traceback (exceptions pickle without it).
+    """
+    comm = real_mpi().COMM_WORLD
+    if role == "receive":
+        ok, value = pickle.loads(comm.bcast(None, root=0))
+        if ok:
+            return value
+        raise _remote.decode_exception(value, "MPI process 0")
+    try:
+        result = await run()
+    except BaseException as exc:
+        comm.bcast(_pickled(False, exc) if role == "send" else None, root=0)
+        raise
+    comm.bcast(_pickled(True, result) if role == "send" else None, root=0)
+    return result
+
+
+def _pickled(ok: bool, value: object) -> bytes:
+    if not ok:  # as plain data, with its cause and their tracebacks (_remote)
+        assert isinstance(value, BaseException)
+        return pickle.dumps((False, _remote.encode_exception(value, cause=True)))
+    try:
+        return pickle.dumps((ok, value))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure becomes one clear error
+        error = UsageError(None, "run(transport='mpi')", "the run's result cannot be pickled for "
+                           f"the MPI processes that host no rank ({exc})",
+                           "return picklable values, or start as many processes as ranks at most")
+        return pickle.dumps((False, _remote.encode_exception(error)))
 
 
 def _reachable_address() -> str:

@@ -21,11 +21,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from . import _mpi_job
 from ._config import Checks as Checks
 from ._config import Fidelity as Fidelity
 from ._config import Serializer as Serializer
 from ._config import TransportName as TransportName
-from ._config import World, build_world, check_names, configure
+from ._config import RunConfig, World, build_world, check_names, configure
 from ._result import RunResult as RunResult
 from ._result import Stats as Stats
 from .engine import Engine
@@ -70,8 +71,15 @@ async def _launch(fn: Callable[..., Any], world_size: int, *,
                   **keywords: Any) -> RunResult:
     # _progress (private, for the command line): called as
     # _progress(finished, world_size, now) about ten times a wall second.
-    wall_start = _time.perf_counter()
     config = configure(fn, world_size, **keywords)
+    if config.shares:  # an MPI job with processes that host no rank: process 0 hands the outcome on
+        return await _mpi_job.shared(config.shares, lambda: _run(fn, config, _progress))  # type: ignore[no-any-return]
+    return await _run(fn, config, _progress)
+
+
+async def _run(fn: Callable[..., Any], config: RunConfig,
+               _progress: Callable[[int, int, float], None] | None) -> RunResult:
+    wall_start = _time.perf_counter()
     if config.multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
         from . import _coordinator
 

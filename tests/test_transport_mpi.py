@@ -3,7 +3,9 @@
 The tests start ``mpiexec -n 2`` and ``-n 3`` on this file (its ``__main__``
 part runs every program below with ``transport="mpi"``, each MPI process
 writing what it got to a file of its own) and compare every process's
-results, virtual times and stats with the memory transport's. They need
+results, virtual times and stats with the memory transport's; and they run
+the whole conformance suite under ``mpiexec``, where every process runs the
+same tests on the "mpi" column (``tests/conftest.py``). They need
 the real mpi4py and MPICH's ``mpiexec`` (``pip install -e '.[mpi]'``) and
 are skipped, with the reason, without them; the usage errors are checked
 without MPI.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +185,22 @@ def test_simcluster_run_takes_transport_mpi_under_mpiexec(tmp_path: Path) -> Non
     # the result is printed once, by MPI process 0
     assert [line for line in done.stdout.splitlines() if line.startswith("rank ")] == \
         [f"rank {r}: 6" for r in range(4)], done.stdout
+
+
+@needs_mpi
+@pytest.mark.parametrize("procs", [2, 3])
+def test_the_conformance_suite_passes_on_every_process_of_an_mpi_job(procs: int, tmp_path: Path) -> None:
+    # every process runs the same tests; tests/conftest.py keeps only the "mpi" column there
+    done = subprocess.run(
+        [str(MPIEXEC), "-n", str(procs), "-prepend-rank", sys.executable, "-m", "pytest", "-q",
+         "-p", "no:cacheprovider", "--timeout", "120", str(HERE.parent / "conformance")],
+        capture_output=True, text=True, timeout=900, cwd=HERE.parent.parent,
+        env={**os.environ, "SIMCLUSTER_MPI_TMP": str(tmp_path)})
+    summaries = re.findall(r"\[(\d+)\] (\d+) passed(?:, (\d+) skipped)?(?:, \d+ deselected)? in", done.stdout)
+    assert done.returncode == 0 and len(summaries) == procs, done.stdout[-3000:] + done.stderr[-2000:]
+    assert sorted(int(p) for p, *_ in summaries) == list(range(procs))
+    assert len({(passed, skipped) for _, passed, skipped in summaries}) == 1  # the same tests on each
+    assert int(summaries[0][1]) > 800 and "failed" not in done.stdout
 
 
 # ---- usage errors, without MPI ----
