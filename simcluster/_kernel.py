@@ -19,7 +19,8 @@ The kernel's API, for the layers above it:
   and ``meet`` (requests the kernel completes itself);
 * hooks a subclass fills in: ``_end_instant`` (charge what the instant that
   just ended left behind: ``_protocol`` books its messages there),
-  ``_instant_open``, ``_deadlock`` and ``_timeout_report`` (``_diagnostics``).
+  ``_instant_open`` and ``cancel`` (``_protocol``), ``check_hazard``,
+  ``_deadlock`` and ``_timeout_report`` (``_diagnostics``).
 
 Rule 1: time only moves in ``_run_events``, to the earliest time that has
 events once none is left at the current one. A rank runs at the time of the
