@@ -46,6 +46,7 @@ import inspect
 import random
 import time as _time
 import types
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -107,8 +108,11 @@ class Task:
         return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
 
 
-class Kernel:
-    """Steps rank coroutines in virtual-time order; the layers above move their messages."""
+class Kernel(ABC):
+    """Steps rank coroutines in virtual-time order; the layers above move their messages.
+
+    Abstract: ``engine.Engine`` is the kernel with every layer on top.
+    """
 
     def __init__(self, world_size: int, *, seed: int = 0, strict: bool = True,
                  timeout: float | None = None, schedule: object = "batch",
@@ -507,19 +511,19 @@ class Kernel:
         """
         return False
 
+    @abstractmethod
     def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
         """Check that a completed nonblocking send's buffers are unchanged (``_diagnostics``)."""
-        raise NotImplementedError
 
     # ---- reports: filled in by _diagnostics ----
 
+    @abstractmethod
     def _deadlock(self) -> SimclusterError:
         """The error for a run whose unfinished ranks are all blocked."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
         """What each unfinished rank was doing when the run's timeout passed."""
-        raise NotImplementedError
 
     # ---- the main loop ----
 
