@@ -203,6 +203,16 @@ def test_the_conformance_suite_passes_on_every_process_of_an_mpi_job(procs: int,
     assert int(summaries[0][1]) > 800 and "failed" not in done.stdout
 
 
+@needs_mpi
+def test_bench_transports_measures_the_mpi_transport_under_mpiexec() -> None:
+    from simcluster.bench import transports
+
+    figures = transports.measure_mpi_transport(round_trips=20, repeats=1)
+    assert isinstance(figures, dict), figures
+    assert set(figures) == {"rtt", "bw1048576", "bw67108864", "allreduce"}
+    assert all(value > 0 for value in figures.values())
+
+
 # ---- usage errors, without MPI ----
 
 

@@ -11,7 +11,8 @@ clock after a barrier, so process start-up is not counted:
 The memory transport hosts both ranks in this process; shm and tcp put each
 rank in its own process (``procs=2``), so every message crosses a process
 boundary, and every round of virtual time costs one coordinator round trip
-(see ``simcluster._hosting``). With mpi4py and an MPI library installed
+(see ``simcluster._hosting``); the mpi row is simcluster's ``transport="mpi"``
+under ``mpiexec -n 2``. With mpi4py and an MPI library installed
 (``mpiexec`` on the PATH), the same figures for plain MPI are measured with
 ``mpiexec -n 2`` and shown in the same table; otherwise a note says why not.
 """
@@ -130,31 +131,57 @@ if rank == 0:
 """
 
 
-def measure_mpi(round_trips: int = ROUND_TRIPS, repeats: int = 3) -> dict[str, float] | str:
-    """Return MPI's figures via ``mpiexec -n 2``, or a note saying why they are missing."""
+def _mpiexec() -> str | None:
+    """``mpiexec`` beside this python (the mpich wheel puts it there), else on the PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.path.isfile(beside) else shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def _under_mpiexec(command: list[str]) -> dict[str, float] | str:
+    """Run ``command`` on 2 MPI processes; return the figures process 0 prints, or why there are none."""
     try:
         import importlib
 
         importlib.import_module("mpi4py")
     except ImportError:
-        return "mpi4py is not installed (pip install mpi4py, with an MPI library)"
-    launcher = shutil.which("mpiexec") or shutil.which("mpirun")
+        return "mpi4py is not installed (pip install 'simcluster[mpi]', or mpi4py with an MPI library)"
+    launcher = _mpiexec()
     if launcher is None:
         return "no mpiexec/mpirun on the PATH (install an MPI library such as Open MPI or MPICH)"
-    with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "bench_mpi.py")
-        with open(script, "w", encoding="utf-8") as f:
-            f.write(_MPI_SCRIPT)
-        arg = json.dumps([round_trips, repeats, list(SIZES), ALL_REDUCE])
-        try:
-            done = subprocess.run([launcher, "-n", "2", sys.executable, script, arg],
-                                  capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"mpiexec failed ({exc})"
+    try:
+        done = subprocess.run([launcher, "-n", "2", sys.executable, *command],
+                              capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"mpiexec failed ({exc})"
     if done.returncode != 0:
         return f"mpiexec failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}"
     figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
+
+
+def measure_mpi(round_trips: int = ROUND_TRIPS, repeats: int = 3) -> dict[str, float] | str:
+    """Return plain MPI's figures via ``mpiexec -n 2``, or a note saying why they are missing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "bench_mpi.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(_MPI_SCRIPT)
+        return _under_mpiexec([script, json.dumps([round_trips, repeats, list(SIZES), ALL_REDUCE])])
+
+
+def measure_mpi_transport(round_trips: int = ROUND_TRIPS, repeats: int = 3) -> dict[str, float] | str:
+    """Return simcluster's figures on ``transport="mpi"`` (2 MPI processes, a rank each), or why not."""
+    return _under_mpiexec(["-m", "simcluster.bench.transports", "--mpi-child",
+                           json.dumps([round_trips, repeats])])
+
+
+def _mpi_child(arg: str) -> None:
+    """Under ``mpiexec -n 2``: measure on transport="mpi"; process 0 prints the figures."""
+    from .. import _mpi_job
+
+    round_trips, repeats = json.loads(arg)
+    result = runner.run(_measure, 2, args=(round_trips, repeats), transport="mpi", checks="off")
+    if _mpi_job.first_process():
+        print(json.dumps(result[0]))
 
 
 def _row(name: str, m: dict[str, float]) -> list[str]:
@@ -167,18 +194,27 @@ def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
          transports: tuple[str, ...] = TRANSPORTS) -> dict[str, Any]:
     """Measure and print the table of every transport (and MPI where it can run)."""
     figures: dict[str, Any] = {name: measure(name, round_trips, repeats) for name in transports}
+    hosted = measure_mpi_transport(round_trips, repeats)
     mpi = measure_mpi(round_trips, repeats)
     rows = [_row(name, figures[name]) for name in transports]
+    if isinstance(hosted, dict):
+        figures["mpi transport"] = hosted
+        rows.append(_row("mpi", hosted))
     if isinstance(mpi, dict):
         figures["mpi"] = mpi
         rows.append(_row("MPI (mpi4py)", mpi))
-    print(f"simcluster bench transports: 2 ranks (shm/tcp: 2 processes), wall clock measured "
+    print(f"simcluster bench transports: 2 ranks (shm/tcp/mpi: 2 processes), wall clock measured "
           f"in the ranks, medians of {repeats} repeats, {round_trips} round trips")
     print(table(rows, ["transport", "round trip", "1 MiB bandwidth", "64 MiB bandwidth",
                        "16 MiB all_reduce"]))
+    if not isinstance(hosted, dict):
+        print(f"mpi transport: skipped: {hosted}")
     if not isinstance(mpi, dict):
         print(f"MPI: skipped: {mpi}")
     return figures
 
 
 QUICK = {"round_trips": 300, "repeats": 2}
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--mpi-child"]:
+    _mpi_child(sys.argv[2])
