@@ -113,24 +113,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_args(args: argparse.Namespace) -> int:
     """Run what ``simcluster mpirun`` was told (``add_parser``'s namespace); return the exit status."""
+    keywords = script_keywords(args, PROG, ("procs", "trace", "compute"))
+    if keywords is None:
+        return 2
+    keywords["transport"] = args.transport
+    if args.transport != "memory":
+        # the lowercase methods pickle, as mpi4py does; these processes run the user's own script
+        keywords["serializer"] = "pickle"
+    return mpirun(args.script, args.world_size, args.args, module=args.as_module,
+                  prepend_rank=args.prepend_rank, **keywords)
+
+
+def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
+                    ) -> dict[str, Any] | None:
+    """The ``run`` keywords of ``add_script_options``' options, or None once a bad one was reported.
+
+    ``optional`` names the options passed on only when given.
+    """
     from . import _sync, latency
 
     try:
         model = latency.parse(args.latency)
         _sync.parse_compute(args.compute)
     except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "transport": args.transport,
-                                "timeout": args.timeout}
-    for name in ("procs", "trace", "compute"):
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "timeout": args.timeout}
+    for name in optional:
         if getattr(args, name) is not None:
             keywords[name] = getattr(args, name)
-    if args.transport != "memory":
-        # the lowercase methods pickle, as mpi4py does; these processes run the user's own script
-        keywords["serializer"] = "pickle"
-    return mpirun(args.script, args.world_size, args.args, module=args.as_module,
-                  prepend_rank=args.prepend_rank, **keywords)
+    return keywords
 
 
 # ---- the launcher ----

@@ -115,22 +115,13 @@ def _options_refused(args: argparse.Namespace) -> str | None:
 
 def run_args(args: argparse.Namespace) -> int:
     """Run what ``simcluster torchrun`` was told (``add_parser``'s namespace); return the exit status."""
-    from . import _sync, latency
-
     refused = _options_refused(args)
     if refused is not None:
         print(f"{PROG}: {refused}", file=sys.stderr)
         return 2
-    try:
-        model = latency.parse(args.latency)
-        _sync.parse_compute(args.compute)
-    except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+    keywords = mpirun.script_keywords(args, PROG, ("trace", "compute"))
+    if keywords is None:
         return 2
-    keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "timeout": args.timeout}
-    for name in ("trace", "compute"):
-        if getattr(args, name) is not None:
-            keywords[name] = getattr(args, name)
     return torchrun(args.script, int(args.nproc_per_node), args.args, module=args.as_module,
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
                     master_port=args.master_port, run_id=args.rdzv_id, **keywords)

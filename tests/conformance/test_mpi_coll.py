@@ -796,12 +796,7 @@ def bad_buffers(comm: MPI.Intracomm) -> Any:
         lambda: comm.Reduce_scatter(np.ones(2 * size), np.ones(3), [2] * size),
         lambda: comm.Reduce(np.ones(2), np.ones(2), op=MPI.MINLOC, root=0),
     ]
-    got = []
-    for call in calls:
-        try:
-            call()
-        except MPI.Exception as exc:
-            got.append((exc.Get_error_class(), str(exc), isinstance(exc, ValueError)))
+    got = mpi_errors(calls)
     comm.Barrier()  # every call above failed on every rank before communicating
     return got
 
