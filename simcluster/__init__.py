@@ -4,6 +4,7 @@ Virtual ranks are coroutines that exchange messages with MPI semantics in
 virtual time. Start with ``sc.run(main, world_size=4)``.
 """
 
+from . import _build as _build  # first: picks the compiled or the interpreted hot path (SIMCLUSTER_PURE_PYTHON)
 from . import dist as dist
 from . import latency as latency
 from . import testing as testing

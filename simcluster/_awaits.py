@@ -46,7 +46,7 @@ Note = tuple[Coroutine[Any, Any, Any], "Task", FrameType, int, str, "tuple[tuple
 _HELD = 3
 """``sys.getrefcount`` of a noted coroutine that nobody else holds (the note, a local, the argument)."""
 
-_FACADE_DEPTH = 4
+_FACADE_DEPTH = 5
 """Frames of simcluster's own code between a facade's ``note`` and the user's call, at most."""
 
 _OURS: dict[CodeType, bool] = {}
@@ -63,8 +63,8 @@ def _ours(code: CodeType) -> bool:
 # ---- noting calls ----
 
 def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
-         args: tuple[tuple[str, str], ...] | None = None, depth: int = 2) -> None:
-    """Remember ``coro``, returned by the call ``name``, made by user code near ``depth`` frames up.
+         args: tuple[tuple[str, str], ...] | None = None) -> None:
+    """Remember ``coro``, returned by the call ``name``, made by the user code that called simcluster.
 
     Walks out of a few of simcluster's own frames to the user's call
     (``dist.gather_object`` calls ``dist.gather``); a call that simcluster's own
@@ -75,7 +75,7 @@ def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
     task = engine.current
     if task is None:  # outside any rank: the call fails when awaited (Engine._outside)
         return
-    frame: FrameType | None = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_FACADE_DEPTH):
         if frame is None or not _ours(frame.f_code):
             break
@@ -199,9 +199,9 @@ def show(name: str, value: object) -> str:
 
 def _call_text(call: Note) -> str:
     coro, name, args = call[0], call[4], call[5]
-    if name == "Request.wait":  # the request is the coroutine's self
+    if name == "Request.wait":  # the request is the argument of _waits.wait_one
         local = inspect.getcoroutinelocals(coro)
-        return f"{getattr(local.get('self'), 'op', 'request')}.wait()"
+        return f"{getattr(local.get('request'), 'op', 'request')}.wait()"
     if args is None:
         local = inspect.getcoroutinelocals(coro)
         args = tuple((key, show(key, local[key])) for key in _SHOWN.get(name, ())

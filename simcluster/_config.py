@@ -36,7 +36,8 @@ from simcluster.transports.tcp import TcpTransport
 
 from . import _mpi_job, _schedule, _sync
 from . import latency as _latency
-from ._hosted_engine import HostedEngine, _HostTrace
+from ._hosted_engine import HostedEngine
+from ._hosted_views import HostTrace as _HostTrace
 from .collectives import check_algorithms
 from .MPI._comm import world_of as _mpi_world
 from .comm import Group

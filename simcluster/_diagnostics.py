@@ -16,7 +16,8 @@ from . import _frames
 from ._kernel import _TASK_STATES, BLOCKED, FINISHED, Task
 from ._protocol import P2P, checksum
 from .errors import BufferHazardError, DeadlockError, SimclusterError
-from .request import CANCELLED, PENDING, Request, _WaitAny
+from ._waits import CANCELLED, PENDING, WaitAny as _WaitAny
+from .request import Request
 
 
 CollectiveInfo = tuple[int, str, int, str, int, int]
@@ -74,7 +75,7 @@ class Diagnostics(P2P):
         waiting = task.waiting
         reqs = waiting.requests if isinstance(waiting, _WaitAny) else [waiting]
         ops = ", ".join(r.op for r in reqs if isinstance(r, Request))
-        peers = [r._peer for r in reqs if isinstance(r, Request) and r._peer is not None]
+        peers = [p for p in (r.peer() for r in reqs if isinstance(r, Request)) if p is not None]
         where = _frames.coroutine_line(task.coro)
         inside = ""
         if task.collective is not None:

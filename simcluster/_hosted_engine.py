@@ -21,45 +21,12 @@ from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
 from ._protocol import _by_source, _by_source_and_id, _serial
 from .engine import Engine
-from .latency import Ports
+from ._hosted_views import SplitPorts as _SplitPorts
+from .latency import LatencyModel, Ports
 from .request import Request
-from .trace import Trace
 
 
 # ---- the engine of one hosting process ----
-
-
-class _SplitPorts(Ports):
-    """The run's ports as one process sees them: whole charges for local receivers,
-    the send side only for remote ones (their process charges the receive side)."""
-
-    __slots__ = ("inner", "zero", "ordered", "_lo", "_hi")
-
-    def __init__(self, inner: Ports, lo: int, hi: int) -> None:
-        self.inner = inner
-        self.zero = inner.zero
-        self.ordered = bool(getattr(inner, "ordered", True))
-        self._lo = lo
-        self._hi = hi
-
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        if self._lo <= dst < self._hi:
-            return self.inner.transfer(src, dst, nbytes, t)
-        return self.inner.send_side(src, dst, nbytes, t)
-
-
-class _HostTrace(Trace):
-    """A trace that also keeps receives of messages sent from other processes."""
-
-    def __init__(self, world_size: int) -> None:
-        super().__init__(world_size)
-        self.receipts: list[list[Any]] = []
-
-    def received(self, src: int, msg_id: int, now: float) -> None:
-        if (src, msg_id) in self._open:
-            super().received(src, msg_id, now)
-        else:
-            self.receipts.append([src, msg_id, now])
 
 
 class HostedEngine(Engine):
@@ -72,7 +39,9 @@ class HostedEngine(Engine):
     """
 
     def __init__(self, world_size: int, transport: TcpTransport, ports: Ports, lo: int, hi: int,
-                 per: int | None = None, **keywords: Any) -> None:
+                 per: int | None = None, *, seed: int = 0, eager_limit: int = 65536, strict: bool = True,
+                 timeout: float | None = None, model: LatencyModel | None = None,
+                 schedule: object = "batch") -> None:
         self.lo = lo
         self.hi = hi
         # which world ranks are hosted here, and how many per process (comm.Group.here, .procs)
@@ -80,7 +49,8 @@ class HostedEngine(Engine):
         self.coll_firsts: list[list[Any]] = []  # first signatures seen here, for the next REPORT
         self.coll_pending: dict[int, list[list[Any]]] = {}  # for communicators not made here yet
         self._inner_ports = ports
-        super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), **keywords)
+        super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), seed=seed, eager_limit=eager_limit,
+                         strict=strict, timeout=timeout, model=model, schedule=schedule)
         self.transport: TcpTransport = transport
         self._orphans: dict[int, list[Envelope]] = {}  # envelopes for communicators not made here yet
         self._data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing
@@ -279,10 +249,10 @@ class HostedEngine(Engine):
             for env in envs:
                 Engine._arrived(self, env)
 
-    def post_recv(self, comm: Any, buf: Any, src: int, tag: int, **keywords: Any) -> Any:
+    def post_recv(self, comm: Any, buf: Any, src: int, tag: int, *, op: str, nonblocking: bool) -> Any:
         if self._orphans:
             self._adopt(comm._ctx)
-        return super().post_recv(comm, buf, src, tag, **keywords)
+        return super().post_recv(comm, buf, src, tag, op=op, nonblocking=nonblocking)
 
     def iprobe(self, comm: Any, src: int, tag: int) -> Any:
         if self._orphans:

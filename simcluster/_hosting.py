@@ -87,7 +87,8 @@ from . import _control as C
 from . import _remote
 from . import arrays as _arrays
 from ._config import RunConfig, build_world
-from ._hosted_engine import HostedEngine, _HostTrace
+from ._hosted_engine import HostedEngine
+from ._hosted_views import HostTrace as _HostTrace
 from .engine import Task
 
 # ---- serving one block of ranks ----

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import _awaits, _schedule, _sync, _watchdog
 from .errors import RunTimeoutError, SimclusterError, UsageTypeError
-from .request import PENDING, SPIN_LIMIT, Request, _format_op, _WaitAny
+from ._waits import PENDING, WaitAny as _WaitAny
+from .request import SPIN_LIMIT, Request, _format_op
 
 if TYPE_CHECKING:
     from .comm import CollContext, Comm
@@ -192,6 +193,10 @@ class Kernel(ABC):
         alone).
         """
         n = len(events)
+        if self._chooser is not None:  # the chooser orders each batch as it runs
+            return events
+        if self._shuffle:
+            return self._shuffled(events)
         if n > 1:
             k = int(self._rand() * 2 * n)
             if k % n:
@@ -201,25 +206,23 @@ class Kernel(ABC):
         return events
 
     def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
-        """Set up run(schedule=...): "batch" changes nothing; the others replace methods here.
+        """Set up run(schedule=...): "batch" changes nothing; the others set what the loop checks.
 
-        The default path stays as it is: "shuffle" replaces ``_order``, a chooser
-        (a list of choices, explore's search) replaces ``_run_loop``, and a chooser
-        that needs footprints gets a ``_step`` wrapper that notes which ranks
-        each event touches (``_schedule``; the protocol wraps its delivery too).
+        "shuffle" makes ``_order`` shuffle each batch; a chooser (a list of
+        choices, explore's search) runs ``_run_loop_chosen`` instead of
+        ``_run_loop``, and while its running event has a footprint set
+        (``_touched``), ``_step`` and the protocol's delivery note the ranks
+        they touch (``_schedule``). Flags, not replaced methods: the compiled
+        build's methods cannot be replaced on an instance.
         """
         self._chooser: _schedule.Chooser | None = None
         self._touched: set[int] | None = None  # ranks the running event touched (chooser runs)
-        if schedule == "batch":
-            return
-        if schedule == "shuffle":
-            self._order = self._shuffled  # type: ignore[method-assign]
+        self._footprints = False  # the chooser wants _touched filled in
+        self._shuffle = schedule == "shuffle"
+        if schedule == "batch" or self._shuffle:
             return
         self._chooser = chooser = _schedule.chooser(schedule)
-        self._order = _as_scheduled  # type: ignore[method-assign]
-        self._run_loop = self._run_loop_chosen  # type: ignore[method-assign]
-        if chooser.footprints:
-            self._step = self._step_noted  # type: ignore[method-assign]
+        self._footprints = chooser.footprints
 
     def _shuffled(self, events: list[Event]
                   ) -> list[Event]:
@@ -244,6 +247,8 @@ class Kernel(ABC):
         """
         self._looping = True
         try:
+            if self._chooser is not None:
+                return self._run_loop_chosen(limit, budget)
             return self._run_loop(limit, budget)
         finally:
             self._looping = False
@@ -295,7 +300,9 @@ class Kernel(ABC):
         while budget and self._failure is None:
             if ready:
                 fn, arg = ready.pop(chooser.pick(len(ready)))
-                self._touched = touched = self._owner(fn, arg)
+                touched = self._owner(fn, arg)
+                if self._footprints:
+                    self._touched = touched  # _step and delivery add the ranks they touch
                 fn(arg)
                 self._touched = None
                 chooser.ran(touched)
@@ -310,20 +317,13 @@ class Kernel(ABC):
 
     def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         """Return the ranks an event touches by itself (None: unknown, so every rank)."""
-        func = getattr(fn, "__func__", fn)
-        if func is Kernel._resume:
+        # by equality: a compiled method is a new bound object at each access
+        if fn == self._resume:
             return {arg.rank}
-        if func is _finish_request or func is _finish_one:
-            task = (arg if func is _finish_request else arg[0])._task
+        if fn == _finish_request or fn == _finish_one:
+            task = (arg if fn == _finish_request else arg[0])._task
             return None if task is None else {task.rank}
         return None
-
-    def _step_noted(self, task: Task) -> None:
-        """``_step`` while exploring: note the rank as touched by the running event."""
-        touched = self._touched
-        if touched is not None:
-            touched.add(task.rank)
-        type(self)._step(self, task)
 
     # ---- tasks: start, step, park, resume ----
 
@@ -416,6 +416,8 @@ class Kernel(ABC):
         """Run one rank until it parks, finishes or fails."""
         global _running
         task.state = RUNNING
+        if self._touched is not None:  # exploring with footprints (_use_schedule)
+            self._touched.add(task.rank)
         if task.waiting is not _BARE_YIELD:
             task.spins = 0
         self.current = _running = task
@@ -729,15 +731,10 @@ def _one_each(due: list[Event]) -> list[Event]:
     return events
 
 
-def _as_scheduled(events: list[Event]
-                  ) -> list[Event]:
-    """``Kernel._order`` under a chooser: the chooser orders each batch as it runs."""
-    return events
-
-
 def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
     """Complete each (request, value) pair, from the end of the list (``Kernel._order``)."""
-    for req, value in reversed(pairs):
+    for i in range(len(pairs) - 1, -1, -1):
+        req, value = pairs[i]
         req._finish(value)
 
 

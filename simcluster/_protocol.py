@@ -65,8 +65,7 @@ class _RecvRequest(Request[Any]):
     def op(self) -> str:
         return _format_op((self._op, self.buf, self.src, self.tag))
 
-    @property
-    def _peer(self) -> int | None:  # type: ignore[override]
+    def peer(self) -> int | None:
         """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
         src = self.src
         return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
@@ -141,7 +140,7 @@ class P2P(Kernel):
         self._noisy = False  # the latency model draws from one RNG per message (explore's footprints)
         super().__init__(world_size, seed=seed, strict=strict, timeout=timeout, schedule=schedule,
                          model=model)
-        transport.open(world_size, self._deliver)  # after _use_schedule, which may wrap _deliver
+        transport.open(world_size, self._deliver)
         self._send_envelope = self._deliver if transport.in_process else transport.send
 
     def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
@@ -149,13 +148,11 @@ class P2P(Kernel):
         chooser = self._chooser
         if chooser is not None and chooser.footprints:
             self._noisy = not self._book_later and _schedule.draws_noise(model)
-            self._deliver = self._deliver_noted  # type: ignore[method-assign]
 
     def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
-        func = getattr(fn, "__func__", fn)
-        if func is P2P._arrive:
+        if fn == self._arrive:
             return {arg % self.world_size}  # the key of channel (src, dst): src*world_size + dst
-        if func is P2P._data_arrived:
+        if fn == self._data_arrived:
             return {arg.src, arg.dst}
         return super()._owner(fn, arg)
 
@@ -365,18 +362,14 @@ class P2P(Kernel):
 
     # ---- delivery ----
 
-    def _deliver_noted(self, env: Envelope) -> None:
-        """``_deliver`` while exploring: both ends' queues and ports are touched (the RNG too: -1)."""
+    def _deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
         touched = self._touched
-        if touched is not None:
+        if touched is not None:  # exploring: both ends' queues and ports are touched (the RNG too: -1)
             touched.add(env.src)
             touched.add(env.dst)
             if self._noisy:
                 touched.add(-1)
-        type(self)._deliver(self, env)
-
-    def _deliver(self, env: Envelope) -> None:
-        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
         kind = env.kind
         if kind == EAGER or kind == RTS:
             # one channel per (src, dst): arrival times never decrease along it, so its

@@ -14,6 +14,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from . import _build
+from ._version import __version__
 from .trace import _seconds
 
 __all__ = ["main"]
@@ -28,6 +30,9 @@ BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simcluster", description="A simulated cluster for Python.")
+    parser.add_argument("--version", action="version",
+                        version=f"simcluster {__version__}, {_build.describe()}",
+                        help="print the version and which build runs (compiled or interpreted)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run main(comm) from SCRIPT on N virtual ranks")

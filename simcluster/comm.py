@@ -270,9 +270,11 @@ class Comm(CollectiveMethods):
         if (type(src) is not int or not 0 <= src < self.size) and src is not ANY_SOURCE:
             if not _is_index(src) or not (0 <= src < self.size or src == ANY_SOURCE):
                 raise _bad_rank(self, self._op_error((name, buf, src, tag)), "src", src, True)
+            src = operator.index(src)  # a numpy integer: the compiled engine takes ints only
         if (type(tag) is not int or not 0 <= tag < TAG_UB) and tag is not ANY_TAG:
             if not _is_index(tag) or not (0 <= tag < TAG_UB or tag == ANY_TAG):
                 raise _bad_tag(self, self._op_error((name, buf, src, tag)), True)
+            tag = operator.index(tag)
         if buf is not None:
             check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
         return self._engine.post_recv(self, buf, src, tag, op=name,

@@ -23,10 +23,14 @@ request, and ``Request._finish`` hands the parked rank to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
+
+if TYPE_CHECKING:
+    from .latency import LatencyModel, Ports
+    from .transports.base import Transport
 
 __all__ = [
     "BLOCKED", "FINISHED", "FOREIGN", "READY", "RUNNING", "BlockedEntry", "CollectiveInfo", "Engine",
@@ -41,7 +45,20 @@ class Engine(Diagnostics):
     ``Comm``'s collectives read.
     """
 
-    def __init__(self, *args: Any, **keywords: Any) -> None:
-        super().__init__(*args, **keywords)
+    def __init__(
+        self,
+        world_size: int,
+        transport: Transport,
+        ports: Ports,
+        *,
+        seed: int = 0,
+        eager_limit: int = 65536,
+        strict: bool = True,
+        timeout: float | None = None,
+        model: LatencyModel | None = None,
+        schedule: object = "batch",
+    ) -> None:
+        super().__init__(world_size, transport, ports, seed=seed, eager_limit=eager_limit, strict=strict,
+                         timeout=timeout, model=model, schedule=schedule)
         self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
         self.fidelity = "message"  # or "analytic": collectives resolve in one step (Kernel.meet)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
+from ._wildcard import ANY_SOURCE, ANY_TAG
+
 __all__ = ["ANY_SOURCE", "ANY_TAG", "MatchQueue"]
 
 
@@ -29,24 +31,6 @@ def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
 
-class _Wildcard(int):
-    """An int sentinel with a readable repr."""
-
-    _name: str
-
-    def __new__(cls, value: int, name: str) -> _Wildcard:
-        self = super().__new__(cls, value)
-        self._name = name
-        return self
-
-    def __repr__(self) -> str:
-        return self._name
-
-    __str__ = __repr__
-
-
-ANY_SOURCE: Final[int] = _Wildcard(-1, "ANY_SOURCE")
-ANY_TAG: Final[int] = _Wildcard(-1, "ANY_TAG")
 _ANY: Final = -1
 
 

@@ -110,13 +110,6 @@ def test_transfer_equals_send_side_then_recv_side(name: str, msgs: list[tuple[in
 # ---- twins: _charge's one-message-per-port shortcut equals the two-halves path ----
 
 
-class _Charger:
-    """What ``P2P._charge`` reads of its engine: the ports."""
-
-    def __init__(self, ports: Ports) -> None:
-        self.ports = ports
-
-
 def _items(msgs: list[tuple[int, int, int, int]]) -> list[list[Any]]:
     return [[0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial]
             for i, (src, dst, nbytes, serial) in enumerate(msgs)]
@@ -141,7 +134,9 @@ def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
     items = _items(msgs)
     expected = _two_halves(model.bind(4, random.Random(1)), [list(f) for f in items])
     charged = [list(f) for f in items]
-    _protocol.P2P._charge(_Charger(model.bind(4, random.Random(1))), charged, _protocol._by_source)  # type: ignore[arg-type]
+    engine = Engine(4, MemoryTransport(), model.bind(4, random.Random(1)))
+    engine._charge(charged, _protocol._by_source)
+    engine.close()
     assert [f[7] for f in charged] == expected
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _sync, runner
+from .. import _build, _sync, runner
 from ..comm import Comm
 from ..engine import current_task
-from . import median_time, table
+from . import BUILDS, in_build, median_time, table
 
 ROUND_TRIPS = 20_000
 BIG = 64 << 20
@@ -115,21 +115,37 @@ def measure(round_trips: int = ROUND_TRIPS, repeats: int = 5) -> dict[str, float
 
 
 def main(round_trips: int = ROUND_TRIPS, repeats: int = 5) -> dict[str, float]:
-    """Measure and print the p2p table."""
-    m = measure(round_trips, repeats)
-    rows = [
-        ["round trip, small message", f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['rtt_bare'] * 1e6:.2f} us",
-         f"{m['rtt_ratio']:.2f}x", "asyncio.Queue ping-pong, 2 tasks"],
-        ["messages per second", f"{m['msgs_per_s']:,.0f}", "", "", ""],
-        ["round trip, synchronous ranks", f"{m['rtt_sync'] * 1e6:.2f} us",
-         f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['sync_ratio']:.2f}x", "async ranks, same calls"],
-        ["round trip, MPI send/recv", f"{m['rtt_mpi'] * 1e6:.2f} us",
-         f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['mpi_ratio']:.2f}x", "async ranks (pickled objects)"],
-        ["64 MiB array send", f"{m['bw_send'] / 1e9:.2f} GB/s", f"{m['bw_copy'] / 1e9:.2f} GB/s",
-         f"{m['bw_copy'] and m['bw_send'] / m['bw_copy']:.2f} of", "np.copyto of 64 MiB"],
-    ]
+    """Measure and print the p2p table, for the compiled and the interpreted build side by side.
+
+    The active build is measured here; the interpreted one, when the compiled
+    build is active, in a child process with ``SIMCLUSTER_PURE_PYTHON=1``.
+    Returns the active build's figures.
+    """
+    figures = {build: measure(round_trips, repeats) if i == 0
+               else in_build(build, __name__, "measure", round_trips, repeats)
+               for i, build in enumerate(BUILDS)}
+    rows = []
+    for build, m in figures.items():
+        rows += [
+            [build, "round trip, small message", f"{m['rtt_sim'] * 1e6:.2f} us",
+             f"{m['rtt_bare'] * 1e6:.2f} us", f"{m['rtt_ratio']:.2f}x", "asyncio.Queue ping-pong, 2 tasks"],
+            [build, "messages per second", f"{m['msgs_per_s']:,.0f}", "", "", ""],
+            [build, "round trip, synchronous ranks", f"{m['rtt_sync'] * 1e6:.2f} us",
+             f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['sync_ratio']:.2f}x", "async ranks, same calls"],
+            [build, "round trip, MPI send/recv", f"{m['rtt_mpi'] * 1e6:.2f} us",
+             f"{m['rtt_sim'] * 1e6:.2f} us", f"{m['mpi_ratio']:.2f}x", "async ranks (pickled objects)"],
+            [build, "64 MiB array send", f"{m['bw_send'] / 1e9:.2f} GB/s", f"{m['bw_copy'] / 1e9:.2f} GB/s",
+             f"{m['bw_copy'] and m['bw_send'] / m['bw_copy']:.2f} of", "np.copyto of 64 MiB"],
+        ]
+    if len(figures) == 2:
+        c, i = figures["compiled"], figures["interpreted"]
+        rows.append(["both", "round trip, small message", f"{c['rtt_sim'] * 1e6:.2f} us",
+                     f"{i['rtt_sim'] * 1e6:.2f} us", f"{c['rtt_sim'] / i['rtt_sim']:.2f}x",
+                     "compiled against interpreted"])
     print(f"simcluster bench p2p (memory transport, medians of {repeats} runs, "
-          f"{round_trips} round trips)")
-    print(table(rows, ["what", "simcluster", "baseline", "ratio", "baseline is"]))
-    return m
+          f"{round_trips} round trips; {_build.describe()})")
+    print(table(rows, ["build", "what", "simcluster", "baseline", "ratio", "baseline is"]))
+    return figures[BUILDS[0]]
+
+
 QUICK = {'round_trips': 2000, 'repeats': 3}

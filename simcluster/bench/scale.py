@@ -42,7 +42,7 @@ import time
 from collections.abc import Generator, Sequence
 from typing import Any, TextIO
 
-from . import table
+from . import BUILDS, build_env, table
 
 SIZES = tuple(1 << k for k in range(10, 21, 2))
 BUDGET = 60.0
@@ -312,11 +312,13 @@ class _Status:
             self.width = 0
 
 
-def _measure(args: Sequence[str], label: str, status: _Status, limit: float) -> dict[str, Any] | str:
-    """Run one child measurement; return its figures, or a word saying why there are none."""
+def _measure(args: Sequence[str], label: str, status: _Status, limit: float,
+             build: str = BUILDS[0]) -> dict[str, Any] | str:
+    """Run one child measurement on ``build``; return its figures, or a word saying why there are none."""
     cmd = [sys.executable, "-m", "simcluster.bench.scale", "--child", *args]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=build_env(build))
     while proc.poll() is None:
         waited = time.perf_counter() - start
         status.show(f"simcluster bench scale: {label} ... {waited:.0f} s")
@@ -337,37 +339,42 @@ def _log2(n: int) -> str:
     return f"2^{n.bit_length() - 1}"
 
 
-def _series(fidelity: str, collective: str, sizes: Sequence[int], budget: float, model: str,
+def _series(build: str, fidelity: str, collective: str, sizes: Sequence[int], budget: float, model: str,
             status: _Status, rows: list[list[str]], skipped: list[str]) -> None:
     for i, ranks in enumerate(sizes):
-        label = f"{fidelity} {collective} on {_log2(ranks)} ranks"
+        label = f"{build} {fidelity} {collective} on {_log2(ranks)} ranks"
         got = _measure(["collective", fidelity, collective, str(ranks), model], label, status,
-                       HARD_LIMIT)
+                       HARD_LIMIT, build)
         if isinstance(got, str):
-            rows.append([fidelity, collective, _log2(ranks), got, "", "", "", "", ""])
-            skipped.extend(f"{fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
+            rows.append([build, fidelity, collective, _log2(ranks), got, "", "", "", "", ""])
+            skipped.extend(f"{build} {fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
             return
-        rows.append([fidelity, collective, _log2(ranks), f"{got['wall']:.2f}",
+        rows.append([build, fidelity, collective, _log2(ranks), f"{got['wall']:.2f}",
                      f"{got['events'] / got['wall']:,.0f}", f"{got['messages']:,}",
                      f"{got['peak_kib'] / 1024:,.0f}", f"{got['bytes_per_rank']:,.0f}",
                      f"{got['elapsed'] * 1e6:.3g} us"])
         if got["wall"] > budget:
-            skipped.extend(f"{fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
+            skipped.extend(f"{build} {fidelity} {collective} {_log2(n)}" for n in sizes[i + 1:])
             return
 
 
 def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int = IDLE_RANKS,
          round_trips: int = PINGPONG, resumes: int = RESUMES, latency: str = LATENCY) -> dict[str, Any]:
-    """Measure and print the scale table, the per-message cost and the memory per idle rank."""
+    """Measure and print the scale table, the per-message cost and the memory per idle rank.
+
+    The collectives and the per-message cost are measured on each build
+    (``BUILDS``: the compiled one, when active, and the interpreted one).
+    """
     status = _Status(sys.stderr)
     rows: list[list[str]] = []
     skipped: list[str] = []
     try:
         for fidelity in FIDELITIES:
             for collective in COLLECTIVES:
-                _series(fidelity, collective, sizes, budget, latency, status, rows, skipped)
-        speed = _measure(["speed", str(round_trips), str(resumes)], "per-message cost", status,
-                         HARD_LIMIT)
+                for build in BUILDS:
+                    _series(build, fidelity, collective, sizes, budget, latency, status, rows, skipped)
+        speeds = {build: _measure(["speed", str(round_trips), str(resumes)], f"{build} per-message cost",
+                                  status, HARD_LIMIT, build) for build in BUILDS}
         idle = _measure(["idle", str(idle_ranks)], f"{_log2(idle_ranks)} idle ranks", status, HARD_LIMIT)
         bare = _measure(["bare", str(idle_ranks)], f"{_log2(idle_ranks)} bare coroutines", status,
                         HARD_LIMIT)
@@ -375,24 +382,27 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
         status.clear()
     print(f"simcluster bench scale (memory transport, checks='off', latency {latency}, "
           f"one process per size, wall budget {budget:g} s per size)")
-    print(table(rows, ["fidelity", "collective", "ranks", "wall s", "events/s", "messages",
+    print(table(rows, ["build", "fidelity", "collective", "ranks", "wall s", "events/s", "messages",
                        "peak RSS MiB", "bytes/rank", "virtual time"]))
     if skipped:
         print(f"skipped (a smaller size of the series took more than {budget:g} s): "
               + ", ".join(skipped))
     figures: dict[str, Any] = {"rows": rows, "skipped": skipped}
     print()
-    if isinstance(speed, dict):
-        print(table([
-            ["per message (post, match, complete, resume)", f"{speed['per_message'] * 1e6:.2f} us",
+    speed_rows = []
+    for build, speed in speeds.items():
+        if isinstance(speed, str):
+            speed_rows.append([build, "per message", speed, "", "", ""])
+            continue
+        speed_rows += [
+            [build, "per message (post, match, complete, resume)", f"{speed['per_message'] * 1e6:.2f} us",
              f"{speed['bare_resume'] * 1e6:.3f} us", f"{speed['ratio']:.1f}x",
              "coro.send(None) on a suspended coroutine"],
-            ["", "", f"{speed['floor'] * 1e6:.3f} us", f"{speed['floor_ratio']:.1f}x",
-             "toy engine: dict match + ready list (the Python floor)"]],
-            ["what", "simcluster", "baseline", "ratio", "baseline is"]))
-        figures["speed"] = speed
-    else:
-        print(f"per-message cost: {speed}")
+            [build, "", "", f"{speed['floor'] * 1e6:.3f} us", f"{speed['floor_ratio']:.1f}x",
+             "toy engine: dict match + ready list (the Python floor)"],
+            [build, "message events per second", f"{1 / speed['per_message']:,.0f}", "", "", ""]]
+    print(table(speed_rows, ["build", "what", "simcluster", "baseline", "ratio", "baseline is"]))
+    figures["speed"] = speeds
     if isinstance(idle, dict) and isinstance(bare, dict):
         extra = idle["per_rank"] - bare["per_rank"]
         print(f"memory per idle rank (blocked in recv, {idle_ranks:,} ranks): "

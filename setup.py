@@ -1,0 +1,92 @@
+"""Build script: compiles simcluster's hot path with mypyc where a C compiler is present.
+
+Everything else about the package is declared in pyproject.toml. The modules
+named in ``simcluster/_build.py`` (the kernel, the point-to-point protocol,
+matching and requests) are compiled to C extensions; ``simcluster/_build.py``
+decides at import time whether to use them. Where mypyc or a C compiler is
+missing, or the build fails, the install still succeeds with the same ``.py``
+files running interpreted, and ``import simcluster`` says so in a warning.
+``SIMCLUSTER_PURE_PYTHON=1`` at build time skips the compilation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "simcluster"))
+import _build_manifest as manifest  # noqa: E402  (the list of compiled modules, shared with runtime)
+
+sys.path.pop(0)
+
+
+def _say(message: str) -> None:
+    print(f"simcluster build: {message}", file=sys.stderr)
+
+
+def _extensions() -> list:
+    if os.environ.get("SIMCLUSTER_PURE_PYTHON") == "1":
+        _say("SIMCLUSTER_PURE_PYTHON=1: not compiling; the modules run interpreted")
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as e:
+        _say(f"mypyc is not available ({e}); the modules run interpreted")
+        return []
+    paths = [f"simcluster/{name}.py" for name in manifest.COMPILED]
+    try:
+        extensions = mypycify(paths, opt_level="3", debug_level="1", group_name=manifest.GROUP,
+                              strict_dunder_typing=False)
+    except BaseException as e:  # mypyc reports type errors with SystemExit
+        _say(f"mypyc could not compile the modules ({e!r}); they run interpreted")
+        return []
+    for extension in extensions:
+        extension.optional = True  # a failed C build leaves the interpreted modules, not a failed install
+    return extensions
+
+
+class BuildExt(build_ext):
+    """Builds the compiled modules; records their sources' hashes only when every one was built."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.extensions:
+            return
+        built = [Path(self.build_lib) / self.get_ext_filename(self.get_ext_fullname(e.name))
+                 for e in self.extensions]
+        missing = [str(p) for p in built if not p.exists()]
+        targets = [Path(self.build_lib) / "simcluster"]
+        if self.inplace or self.editable_mode:
+            targets.append(HERE / "simcluster")
+        if missing:
+            _say(f"the C build failed ({', '.join(missing)} missing); the modules run interpreted. "
+                 "Install a C compiler and reinstall for the compiled build")
+            for target in targets:
+                (target / manifest.RECORD).unlink(missing_ok=True)
+            return
+        record = {
+            "compiler": _compiler_version(),
+            "sources": {name: hashlib.sha256((HERE / "simcluster" / f"{name}.py").read_bytes()).hexdigest()
+                        for name in manifest.COMPILED},
+        }
+        for target in targets:
+            target.mkdir(parents=True, exist_ok=True)
+            (target / manifest.RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def _compiler_version() -> str:
+    try:
+        import mypy.version
+        return f"mypyc {mypy.version.__version__}"
+    except ImportError:
+        return "mypyc"
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt})

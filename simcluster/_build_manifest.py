@@ -1,0 +1,14 @@
+"""Which modules the build compiles with mypyc; read by ``setup.py`` and by ``_build``.
+
+No imports here: ``setup.py`` loads this file before the package exists.
+"""
+
+COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request")
+"""The hot path: the kernel, the point-to-point protocol, diagnostics, the engine (in-process and
+hosted), matching and requests."""
+
+GROUP = "simcluster._native"
+"""mypyc's group name: the shared library is ``simcluster/_native__mypyc*.so``."""
+
+RECORD = "_compiled.json"
+"""Written beside the modules by a build that compiled every one: the compiler and each source's sha256."""

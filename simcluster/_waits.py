@@ -1,0 +1,174 @@
+"""The coroutines behind ``Request.wait()``, ``wait_all``, ``wait_any`` and ``wait_some``.
+
+They live apart from ``request`` because that module is compiled in the
+fast build, and a compiled coroutine cannot be inspected: a strict run
+checks that each wait coroutine a rank made was awaited (``_awaits``), which
+needs the state of a Python coroutine. This module always runs interpreted
+and imports no module that is compiled; the request states live here so
+that ``request`` can import them, and ``request`` re-exports the public
+functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import _awaits
+
+if TYPE_CHECKING:
+    from .request import Request
+
+T = TypeVar("T")
+
+PENDING = 0
+DONE = 1
+CANCELLED = 2
+
+
+class WaitAny:
+    """Yielded to the engine to park a rank on several requests at once."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self, requests: Sequence[Request[Any]]) -> None:
+        self.requests = requests
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield self
+
+
+def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> None:
+    """Record a span for a wait on several requests that took virtual time."""
+    engine = requests[0]._engine
+    task = requests[0]._task
+    if engine.trace is not None and task is not None and engine.now > start:
+        engine.trace.span(task.rank, name, start, engine.now, requests=len(requests))
+
+
+def _unwait(requests: Sequence[Request[Any]]) -> None:
+    """Forget the rank parked on several requests, so the ones still pending cannot wake it later."""
+    for r in requests:
+        r._waiter = None
+
+
+async def wait_one(request: Request[T]) -> T:
+    return await request
+
+
+async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
+    results: list[Any] = []
+    first_error: BaseException | None = None
+    for r in reqs:
+        try:
+            results.append(await r)
+        except Exception as exc:  # every request must still be waited
+            results.append(None)
+            if first_error is None:
+                first_error = exc
+    if first_error is not None:
+        raise first_error
+    return results
+
+
+async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
+    start = reqs[0]._engine.now
+    while True:
+        for i, r in enumerate(reqs):
+            if r._state != PENDING:
+                _trace_wait(reqs, "wait_any", start)
+                return i, r._take_result()
+        await WaitAny(reqs)
+        _unwait(reqs)
+
+
+async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
+    active = [r for r in reqs if not r._retrieved]
+    if not active:
+        return []
+    start = active[0]._engine.now
+    while all(r._state == PENDING for r in active):
+        await WaitAny(active)
+        _unwait(active)
+    _trace_wait(active, "wait_some", start)
+    return [(i, r._take_result()) for i, r in enumerate(reqs)
+            if r._state != PENDING and not r._retrieved]
+
+
+def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
+    reqs = list(requests)
+    for r in reqs:
+        if not hasattr(r, "_take_result"):  # a Request (request imports this module)
+            raise TypeError(f"wait/test: expected Request objects, got {type(r).__name__}; "
+                            "pass the values returned by isend/irecv/i<collective>")
+    return reqs
+
+
+def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) -> Coroutine[Any, Any, T]:
+    """Return ``coro``; in strict runs, note it so that one never awaited fails its rank."""
+    if reqs and reqs[0]._engine.strict:
+        count = f"{len(reqs)} request{'s' if len(reqs) != 1 else ''}"
+        _awaits.note(reqs[0]._engine, coro, name, (("", count),))
+    return coro
+
+
+def wait_all(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[Any]]:
+    """Wait for every request; return their results in order (``await sc.wait_all(reqs)``).
+
+    Completes at the latest completion time among them. If one fails, its
+    error is raised after all have completed.
+
+    Raises:
+        TypeError: an item is not a ``Request`` (at the call).
+    """
+    reqs = _as_list(requests)
+    return _noted("wait_all", _wait_all(reqs), reqs)
+
+
+def wait_any(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, tuple[int, Any]]:
+    """Wait until one request completes; return ``(index, result)`` (``await sc.wait_any(reqs)``).
+
+    Among requests already complete, the lowest index wins.
+
+    Raises:
+        ValueError: the list is empty (at the call).
+        TypeError: an item is not a ``Request`` (at the call).
+    """
+    reqs = _as_list(requests)
+    if not reqs:
+        raise ValueError("wait_any([]): no requests to wait for; pass at least one request")
+    return _noted("wait_any", _wait_any(reqs), reqs)
+
+
+def wait_some(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[tuple[int, Any]]]:
+    """Wait until at least one request completes; return every completed ``(index, result)``.
+
+    ``await sc.wait_some(reqs)``; requests already retrieved are skipped, and
+    with none left it returns ``[]`` at once.
+    """
+    reqs = _as_list(requests)
+    return _noted("wait_some", _wait_some(reqs), reqs)
+
+
+def test_all(requests: Iterable[Request[Any]]) -> bool:
+    """Return True if every request has completed; never blocks."""
+    reqs = _as_list(requests)
+    if any(r._state == PENDING for r in reqs):  # like MPI_Testall: nothing completes unless all do
+        if reqs:
+            reqs[0]._engine.spin(reqs[0])
+        return False
+    return all([r.test() for r in reqs])
+
+
+def test_any(requests: Iterable[Request[Any]]) -> tuple[int, Any] | None:
+    """Return ``(index, result)`` of the first completed request, or None; never blocks."""
+    reqs = _as_list(requests)
+    for i, r in enumerate(reqs):
+        if r.test():
+            return i, r._value
+    return None
+
+
+# pytest would collect these as tests when a test module imports them by name.
+test_all.__test__ = False  # type: ignore[attr-defined]
+test_any.__test__ = False  # type: ignore[attr-defined]

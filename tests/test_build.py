@@ -1,0 +1,188 @@
+"""The two builds: the hot path compiled with mypyc, and the same ``.py`` files interpreted.
+
+Both must behave identically; ``SIMCLUSTER_PURE_PYTHON=1`` must really load
+the ``.py`` files; a compiled module whose source changed since the build
+must never shadow the source; and ``simcluster --version`` says which build
+runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simcluster
+from simcluster import _build, _build_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(simcluster.__file__).resolve().parent
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+needs_compiled = pytest.mark.skipif(
+    not _build.active.compiled,
+    reason=f"the compiled build is not active here ({_build.active.reason}); install with a C compiler")
+
+
+def _python(code: str, *, pure: bool, cwd: Path | None = None, path: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMCLUSTER_PURE_PYTHON", "PYTHONPATH")}
+    if pure:
+        env["SIMCLUSTER_PURE_PYTHON"] = "1"
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=cwd or ROOT, timeout=120)
+
+
+# ---- deciding the build from the package's files ----
+
+
+def _fake_package(tmp_path: Path) -> Path:
+    """A package directory that looks like a complete compiled build."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    sources = {}
+    for name in _build_manifest.COMPILED:
+        text = f"# {name}\n".encode()
+        (package / f"{name}.py").write_bytes(text)
+        (package / f"{name}{SUFFIX}").write_bytes(b"")
+        sources[name] = hashlib.sha256(text).hexdigest()
+    (package / _build_manifest.RECORD).write_text(json.dumps({"compiler": "mypyc 9.9", "sources": sources}))
+    return package
+
+
+def test_a_complete_build_whose_sources_are_unchanged_is_compiled(tmp_path: Path) -> None:
+    build = _build.decide(_fake_package(tmp_path), {})
+    assert build == _build.Build(True, "mypyc 9.9", "")
+
+
+def test_the_switch_chooses_the_interpreted_build_whatever_is_installed(tmp_path: Path) -> None:
+    build = _build.decide(_fake_package(tmp_path), {"SIMCLUSTER_PURE_PYTHON": "1"})
+    assert build == _build.Build(False, "", "SIMCLUSTER_PURE_PYTHON=1")
+
+
+def test_an_edited_source_is_run_interpreted_and_named(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path)
+    with open(package / "_kernel.py", "a") as f:
+        f.write("x = 1\n")
+    build = _build.decide(package, {})
+    assert not build.compiled and build.reason == "_kernel.py changed since it was compiled"
+
+
+def test_an_install_that_compiled_nothing_runs_interpreted(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path)
+    (package / _build_manifest.RECORD).unlink()
+    build = _build.decide(package, {})
+    assert not build.compiled and "compiled nothing" in build.reason
+
+
+def test_a_missing_extension_runs_interpreted_and_is_named(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path)
+    (package / f"matching{SUFFIX}").unlink()
+    build = _build.decide(package, {})
+    assert not build.compiled and build.reason == "the compiled matching is missing for this Python"
+
+
+# ---- what each build loads ----
+
+_FILES = ("import simcluster, importlib, json\n"
+          "print(json.dumps({name: importlib.import_module('simcluster.' + name).__file__\n"
+          "                  for name in simcluster._build_manifest.COMPILED}))")
+
+
+def test_the_interpreted_switch_loads_every_py_file() -> None:
+    run = _python(_FILES, pure=True)
+    assert run.returncode == 0, run.stderr
+    files = json.loads(run.stdout)
+    assert sorted(files) == sorted(_build_manifest.COMPILED)
+    assert all(path.endswith(f"{name}.py") for name, path in files.items()), files
+    assert run.stderr == ""  # chosen on purpose: no warning
+
+
+@needs_compiled
+def test_the_compiled_build_loads_every_extension() -> None:
+    run = _python(_FILES, pure=False)
+    assert run.returncode == 0, run.stderr
+    files = json.loads(run.stdout)
+    assert all(path.endswith(SUFFIX) for path in files.values()), files
+
+
+def _copy_package(tmp_path: Path) -> Path:
+    """A copy of the installed package (extensions and record included) on a path of its own."""
+    target = tmp_path / "site" / "simcluster"
+    shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+@needs_compiled
+def test_an_edited_source_is_never_shadowed_by_its_stale_extension(tmp_path: Path) -> None:
+    package = _copy_package(tmp_path)
+    with open(package / "matching.py", "a") as f:
+        f.write("\nEDITED = True\n")
+    run = _python("import simcluster.matching as m; print(m.__file__, m.EDITED)", pure=False,
+                  path=package.parent, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(package / "matching.py"), "True"]
+    assert "simcluster runs interpreted" in run.stderr
+    assert "matching.py changed since it was compiled" in run.stderr
+    assert "SIMCLUSTER_PURE_PYTHON=1" in run.stderr  # how to silence it
+
+
+def test_an_install_without_the_compiled_build_says_so_once_and_how_to_get_it(tmp_path: Path) -> None:
+    package = _copy_package(tmp_path)
+    for path in package.iterdir():
+        if path.name.endswith(SUFFIX) or path.name == _build_manifest.RECORD:
+            path.unlink()
+    code = ("import simcluster, simcluster.dist, simcluster.MPI\n"
+            "async def main(comm):\n"
+            "    return await comm.all_reduce(comm.rank)\n"
+            "print(simcluster._kernel.__file__, list(simcluster.run(main, 3)))")
+    run = _python(code, pure=False, path=package.parent, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split(" ", 1) == [str(package / "_kernel.py"), "[3, 3, 3]\n"]
+    assert run.stderr.count("simcluster runs interpreted") == 1, run.stderr
+    assert "compiled nothing" in run.stderr and "C compiler" in run.stderr
+
+
+# ---- both builds behave the same ----
+
+
+@needs_compiled
+def test_both_builds_give_the_same_results_times_stats_traces_and_reports() -> None:
+    """A batch of programs (every transport-independent program, four models, two sizes, two
+    seeds, ANY_SOURCE races under both schedules, deadlock, failing rank, truncation, an
+    unawaited call, an exhaustive explore) prints the same JSON in both builds."""
+    probe = [sys.executable, str(ROOT / "tests" / "build_probe.py")]
+    env = {k: v for k, v in os.environ.items() if k != "SIMCLUSTER_PURE_PYTHON"}
+    compiled = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=300)
+    interpreted = subprocess.run(probe, capture_output=True, text=True, timeout=300,
+                                 env={**env, "SIMCLUSTER_PURE_PYTHON": "1"})
+    assert compiled.returncode == 0 and interpreted.returncode == 0, compiled.stderr + interpreted.stderr
+    a, b = json.loads(compiled.stdout), json.loads(interpreted.stdout)
+    assert (a.pop("compiled"), b.pop("compiled")) == (True, False)
+    assert len(a) > 70 and a["head_to_head"]["error"] == "DeadlockError"
+    assert "build_probe.py:" in a["head_to_head"]["message"]  # the user's line, in both builds
+    for key in a:
+        assert a[key] == b[key], key
+
+
+# ---- saying which build runs ----
+
+
+def test_version_says_which_build_runs() -> None:
+    code = "import sys; from simcluster.cli import main; sys.argv = ['simcluster', '--version']; main()"
+    pure = _python(code, pure=True)
+    assert pure.stdout.strip() == f"simcluster {simcluster.__version__}, interpreted (SIMCLUSTER_PURE_PYTHON=1)"
+    default = _python(code, pure=False)
+    if _build.active.compiled:
+        assert default.stdout.strip().startswith(f"simcluster {simcluster.__version__}, compiled (mypyc ")
+        assert default.stdout.strip().endswith(f"{len(_build_manifest.COMPILED)} modules)")
+    else:
+        assert "interpreted (" in default.stdout
