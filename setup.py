@@ -42,7 +42,7 @@ def _extensions() -> list:
     except ImportError as e:
         _say(f"mypyc is not available ({e}); the modules run interpreted")
         return []
-    paths = [f"simcluster/{name}.py" for name in manifest.COMPILED]
+    paths = [f"simcluster/{manifest.source(name)}" for name in manifest.COMPILED]
     # The build environment has only the build requirements: optional and runtime libraries
     # the modules import are typed as Any there, which changes nothing in the compiled code.
     options = ["--ignore-missing-imports", "--no-warn-unused-ignores"]
@@ -78,7 +78,7 @@ class BuildExt(build_ext):
             return
         record = {
             "compiler": _compiler_version(),
-            "sources": {name: hashlib.sha256((HERE / "simcluster" / f"{name}.py").read_bytes()).hexdigest()
+            "sources": {name: hashlib.sha256((HERE / "simcluster" / manifest.source(name)).read_bytes()).hexdigest()
                         for name in manifest.COMPILED},
         }
         for target in targets:

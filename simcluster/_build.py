@@ -52,11 +52,11 @@ def decide(package: Path, environ: dict[str, str] | os._Environ[str]) -> Build:
         return Build(False, "", "the install compiled nothing (no C compiler or mypyc at build time)")
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     for name in manifest.COMPILED:
-        if not any((package / f"{name}{suffix}").exists() for suffix in suffixes):
+        source = package / manifest.source(name)
+        if not any(source.with_suffix(suffix).exists() for suffix in suffixes):
             return Build(False, "", f"the compiled {name} is missing for this Python")
-        source = package / f"{name}.py"
         if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() != sources.get(name):
-            return Build(False, "", f"{name}.py changed since it was compiled")
+            return Build(False, "", f"{manifest.source(name)} changed since it was compiled")
     return Build(True, compiler, "")
 
 
@@ -65,10 +65,10 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        package, _, name = fullname.rpartition(".")
+        package, _, name = fullname.partition(".")
         if package != __package__ or name not in manifest.COMPILED:
             return None
-        return importlib.util.spec_from_file_location(fullname, HERE / f"{name}.py")
+        return importlib.util.spec_from_file_location(fullname, HERE / manifest.source(name))
 
 
 def _activate() -> Build:

@@ -3,9 +3,15 @@
 No imports here: ``setup.py`` loads this file before the package exists.
 """
 
-COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request")
-"""The hot path: the kernel, the point-to-point protocol, diagnostics, the engine (in-process and
-hosted), matching and requests."""
+COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request",
+            "transports.wire")
+"""The hot path, as modules of the ``simcluster`` package: the kernel, the point-to-point protocol,
+diagnostics, the engine (in-process and hosted), matching, requests and the payload codec."""
+
+
+def source(name: str) -> str:
+    """The path of module ``name``'s source, relative to the package directory."""
+    return name.replace(".", "/") + ".py"
 
 GROUP = "simcluster._native"
 """mypyc's group name: the shared library is ``simcluster/_native__mypyc*.so``."""

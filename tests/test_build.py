@@ -53,8 +53,10 @@ def _fake_package(tmp_path: Path) -> Path:
     sources = {}
     for name in _build_manifest.COMPILED:
         text = f"# {name}\n".encode()
-        (package / f"{name}.py").write_bytes(text)
-        (package / f"{name}{SUFFIX}").write_bytes(b"")
+        source = package / _build_manifest.source(name)
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_bytes(text)
+        source.with_suffix(SUFFIX).write_bytes(b"")
         sources[name] = hashlib.sha256(text).hexdigest()
     (package / _build_manifest.RECORD).write_text(json.dumps({"compiler": "mypyc 9.9", "sources": sources}))
     return package
@@ -104,7 +106,7 @@ def test_the_interpreted_switch_loads_every_py_file() -> None:
     assert run.returncode == 0, run.stderr
     files = json.loads(run.stdout)
     assert sorted(files) == sorted(_build_manifest.COMPILED)
-    assert all(path.endswith(f"{name}.py") for name, path in files.items()), files
+    assert all(path.endswith(_build_manifest.source(name)) for name, path in files.items()), files
     assert run.stderr == ""  # chosen on purpose: no warning
 
 
@@ -141,6 +143,9 @@ def test_an_install_without_the_compiled_build_says_so_once_and_how_to_get_it(tm
     package = _copy_package(tmp_path)
     for path in package.iterdir():
         if path.name.endswith(SUFFIX) or path.name == _build_manifest.RECORD:
+            path.unlink()
+    for path in (package / "transports").iterdir():
+        if path.name.endswith(SUFFIX):
             path.unlink()
     code = ("import simcluster, simcluster.dist, simcluster.MPI\n"
             "async def main(comm):\n"
@@ -188,3 +193,21 @@ def test_version_says_which_build_runs() -> None:
         assert default.stdout.strip().endswith(f"{len(_build_manifest.COMPILED)} modules)")
     else:
         assert "interpreted (" in default.stdout
+
+
+# ---- profilers see the user's functions ----
+
+
+async def _profiled_rank(comm: simcluster.Comm) -> int:
+    return int(await comm.all_reduce(comm.rank))
+
+
+def test_cprofile_sees_the_users_rank_function_in_either_build() -> None:
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    result = profile.runcall(simcluster.run, _profiled_rank, 4)
+    assert list(result) == [6, 6, 6, 6]
+    functions = {name for (_, _, name) in pstats.Stats(profile).stats}  # type: ignore[attr-defined]
+    assert "_profiled_rank" in functions

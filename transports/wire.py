@@ -49,6 +49,9 @@ import numpy as np
 from msgpack import ExtType
 from numpy.typing import NDArray
 
+from ._wire_errors import SEND_FIX as SEND_FIX
+from ._wire_errors import Unreadable as Unreadable
+from ._wire_errors import Unsendable as Unsendable
 from .base import KIND_NAMES, Envelope, TransportError
 
 __all__ = [
@@ -104,7 +107,6 @@ MAX_DEPTH: Final = 256
 DEFAULT_MAX_FRAME: Final = 1 << 30
 """Default cap on the declared length of one frame, in bytes."""
 
-SEND_FIX: Final = 'send a dict/list/array instead, or run(..., serializer="pickle")'
 
 _INT_MIN: Final = -(1 << 63)
 _INT_MAX: Final = (1 << 64) - 1
@@ -129,26 +131,6 @@ _unpackb: Final = msgpack.unpackb
 # ExtType(code, data) runs a Python __new__ that re-checks its arguments (about 400 ns);
 # our codes and bytes are known good, so build the namedtuple directly (about 150 ns).
 _new_ext: Final = tuple.__new__
-
-
-class Unsendable(TypeError):
-    """Raised by ``pack()`` for an object the codec cannot carry.
-
-    The engine prefixes the rank and the operation to the message.
-
-    Attributes:
-        type_name: the offending type, e.g. ``"Foo"`` or ``"numpy.ndarray[object]"``.
-        fix: what to send instead.
-    """
-
-    def __init__(self, type_name: str, fix: str = SEND_FIX, problem: str = "") -> None:
-        self.type_name = type_name
-        self.fix = fix
-        self.problem = problem or f"{type_name} is not sendable"
-        super().__init__(f"{self.problem}; {fix}")
-
-    def __reduce__(self) -> tuple[type[Unsendable], tuple[str, str, str]]:
-        return (type(self), (self.type_name, self.fix, self.problem))
 
 
 class Packed(NamedTuple):
@@ -194,15 +176,6 @@ def _packed(header: bytes, buffers: tuple[NDArray[Any] | ObjectBuffer, ...], nby
 
 
 # ---- arrays of other libraries ----
-
-
-class Unreadable(TypeError):
-    """Raised by an ``ArrayCodec`` for an array this process cannot hold.
-
-    The sender's library is not importable here, or the dtype has no type in
-    the library asked for (numpy has no bfloat16). ``unpack`` lets it through
-    unchanged (it is not a malformed payload); the message says what to do.
-    """
 
 
 @dataclass(frozen=True, slots=True)
