@@ -21,3 +21,22 @@ def test_the_toy_floor_ping_pong_costs_something_but_less_than_simcluster() -> N
     speed = scale._child_speed(2000, 20_000)
     assert 0 < speed["bare_resume"] < speed["floor"] < speed["per_message"]
     assert speed["floor_ratio"] == pytest.approx(speed["per_message"] / speed["floor"])
+
+
+def test_the_table_has_a_row_per_build_and_the_per_message_cost_of_each(capsys: pytest.CaptureFixture[str]
+                                                                          ) -> None:
+    from simcluster.bench import BUILDS
+
+    figures = scale.main(sizes=(64,), budget=60.0, idle_ranks=64, round_trips=200, resumes=2000)
+    rows = figures["rows"]
+    assert {(r[0], r[1], r[2]) for r in rows} == {
+        (b, f, c) for b in BUILDS for f in scale.FIDELITIES for c in scale.COLLECTIVES}
+    assert all(r[3] == "2^6" and float(r[4]) >= 0 and r[6] == ("0" if r[1] == "analytic" else "384") for r in rows)
+    # every build ends every collective at the same virtual time
+    for fidelity in scale.FIDELITIES:
+        for collective in scale.COLLECTIVES:
+            assert len({r[-1] for r in rows if (r[1], r[2]) == (fidelity, collective)}) == 1
+    assert sorted(figures["speed"]) == sorted(BUILDS)
+    out = capsys.readouterr().out
+    assert out.count("per message (post, match, complete, resume)") == len(BUILDS)
+    assert out.count("message events per second") == len(BUILDS)
