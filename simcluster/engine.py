@@ -23,7 +23,7 @@ request, and ``Request._finish`` hands the parked rank to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task

@@ -16,7 +16,7 @@ arguments at the call and return a coroutine that strict runs note
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
@@ -29,7 +29,6 @@ from . import _waits
 from ._waits import CANCELLED as CANCELLED
 from ._waits import DONE as DONE
 from ._waits import PENDING as PENDING
-from ._waits import WaitAny as _WaitAny
 from ._waits import test_all as test_all
 from ._waits import test_any as test_any
 from ._waits import wait_all as wait_all
