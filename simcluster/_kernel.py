@@ -733,7 +733,7 @@ def _one_each(due: list[Event]) -> list[Event]:
 
 def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
     """Complete each (request, value) pair, from the end of the list (``Kernel._order``)."""
-    for i in range(len(pairs) - 1, -1, -1):
+    for i in range(len(pairs) - 1, -1, -1):  # not reversed(): mypyc 2.4 fails on it here
         req, value = pairs[i]
         req._finish(value)
 

@@ -45,6 +45,9 @@ class Engine(Diagnostics):
     ``Comm``'s collectives read.
     """
 
+    # P2P's parameters spelled out, not forwarded as **keywords: the compiled build
+    # (mypyc) passes forwarded keywords to keyword-only parameters wrongly.
+
     def __init__(
         self,
         world_size: int,
