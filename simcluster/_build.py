@@ -76,7 +76,7 @@ def _activate() -> Build:
     if not build.compiled:
         sys.meta_path.insert(0, _SourceFirst())
         if build.reason != "SIMCLUSTER_PURE_PYTHON=1":
-            warnings.warn(f"simcluster runs interpreted, about 1.4x slower per message: {build.reason}; "
+            warnings.warn(f"simcluster runs interpreted, about 1.7x slower per message: {build.reason}; "
                           f"{REBUILD}, or set SIMCLUSTER_PURE_PYTHON=1 to choose the interpreted build "
                           "and silence this", SimclusterWarning, stacklevel=3)
     return build
