@@ -16,7 +16,14 @@ Rule 1: every segment is named ``simcluster_<run id>_<process>_<n>``, so the
 coordinator can unlink whatever a crashed process left behind (``cleanup``),
 and a receiver refuses to open a segment of another run.
 Rule 2: segments are never left to ``multiprocessing``'s resource tracker:
-whoever is last to touch one (the receiver, or ``cleanup``) unlinks it.
+the process that made one unlinks it when its transport closes, and
+``cleanup`` unlinks what a crashed process left.
+Rule 3: a segment is lent to one message at a time. The receiver maps it
+(once per segment: the pages stay mapped for the next message) and hands the
+engine an array over it; when the last array over it is freed, the receiver
+sends the name back with its next flush (a frame the engine never sees), and
+the owner lends it again. A receiver that keeps the array (a receive without
+a buffer) keeps the segment: the owner makes another.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import weakref
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any, Final
 
 import numpy as np
 
 from . import wire
-from .base import Envelope, TransportError
+from .base import ACK, Envelope, TransportError
 from .tcp import DEFAULT_CONNECT_TIMEOUT, TcpTransport
 
 __all__ = ["DEFAULT_THRESHOLD", "PREFIX", "ShmTransport", "cleanup", "leftovers"]
@@ -44,6 +52,9 @@ DEFAULT_THRESHOLD: Final = 1 << 16
 _SHM_DIR: Final = "/dev/shm"
 _NO_SEGMENTS: Final = wire.pack([]).header
 _TRACKED: Final = sys.version_info < (3, 13)  # track=False exists from 3.13 on
+# a receiver's frame giving segments back to their owner (never delivered to an engine)
+_RELEASE_CTX: Final = -1
+_RELEASE: Final = b"shm:release"
 
 
 def _segment(name: str, size: int = 0) -> shared_memory.SharedMemory:
@@ -97,7 +108,7 @@ class ShmTransport(TcpTransport):
         connect_timeout: seconds to wait for a peer to connect and answer.
     """
 
-    __slots__ = ("threshold", "_run_id", "_count")
+    __slots__ = ("threshold", "_run_id", "_count", "_free", "_lent", "_maps", "_releases")
 
     name = "shm"
 
@@ -111,6 +122,11 @@ class ShmTransport(TcpTransport):
         self.threshold = threshold
         self._run_id = ""
         self._count = 0
+        # the pool (Rule 3): this process's own segments, idle by capacity, or lent to a receiver
+        self._free: dict[int, list[shared_memory.SharedMemory]] = {}
+        self._lent: dict[str, shared_memory.SharedMemory] = {}
+        self._maps: dict[str, mmap.mmap] = {}  # other processes' segments, mapped once each
+        self._releases: dict[int, list[str]] = {}  # per owner process: segments to give back
 
     def __getstate__(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "max_frame": self.max_frame,
@@ -124,8 +140,13 @@ class ShmTransport(TcpTransport):
         super().bind(proc, per, procs, secret, run_id, on_error)
         self._run_id = run_id
 
+    @property
+    def pooled(self) -> int:
+        """How many segments this process owns (idle or lent); they are reused, never one per message."""
+        return sum(len(idle) for idle in self._free.values()) + len(self._lent)
+
     def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
-        """Move big buffers into fresh segments (one copy in); the frame names them."""
+        """Copy big buffers into pooled segments (one copy in); the frame names them."""
         buffers = envelope.buffers
         threshold = self.threshold
         if not any(_nbytes(b) >= threshold for b in buffers):
@@ -137,28 +158,39 @@ class ShmTransport(TcpTransport):
             if view.nbytes < threshold:
                 out.append(view)
                 continue
-            self._count += 1
-            name = f"{PREFIX}{self._run_id}_{self._proc}_{self._count}"
-            try:
-                shm = _segment(name, view.nbytes)
-            except OSError as exc:
-                raise TransportError(envelope.src, "send", f"cannot create a shared-memory "
-                                     f"segment of {view.nbytes} bytes ({exc})",
-                                     "free space in /dev/shm, or use transport='tcp'",
-                                     peer=envelope.dst) from None
-            try:
-                target = shm.buf
-                assert target is not None
-                target[:view.nbytes] = view
-            finally:
-                shm.close()
-            refs.append([index, name, view.nbytes])
+            shm = self._borrow(envelope, view.nbytes)
+            target = shm.buf
+            assert target is not None
+            target[:view.nbytes] = view
+            refs.append([index, shm.name, view.nbytes])
             out.append(b"")
         return envelope._replace(buffers=(wire.pack(refs).header, *out))
 
-    def _incoming(self, envelope: Envelope) -> Envelope:
-        """Replace segment references by arrays over the mapped segments (names unlinked)."""
+    def _borrow(self, envelope: Envelope, nbytes: int) -> shared_memory.SharedMemory:
+        """An idle segment of this process that holds ``nbytes``, made if there is none."""
+        capacity = 1 << (nbytes - 1).bit_length()  # powers of two: a few sizes serve every message
+        idle = self._free.get(capacity)
+        if idle:
+            shm = idle.pop()
+        else:
+            self._count += 1
+            name = f"{PREFIX}{self._run_id}_{self._proc}_{self._count}"
+            try:
+                shm = _segment(name, capacity)
+            except OSError as exc:
+                raise TransportError(envelope.src, "send", f"cannot create a shared-memory "
+                                     f"segment of {capacity} bytes ({exc})",
+                                     "free space in /dev/shm, or use transport='tcp'",
+                                     peer=envelope.dst) from None
+        self._lent[shm.name] = shm
+        return shm
+
+    def _incoming(self, envelope: Envelope) -> Envelope | None:
+        """Replace segment references by arrays over the mapped segments; take back released ones."""
         buffers = envelope.buffers
+        if envelope.ctx == _RELEASE_CTX and envelope.meta == _RELEASE:
+            self._returned(envelope)
+            return None
         if not buffers:
             raise self._bad(envelope, "the frame has no segment list")
         refs = wire.unpack(buffers[0])
@@ -166,22 +198,31 @@ class ShmTransport(TcpTransport):
         if type(refs) is not list:
             raise self._bad(envelope, "the segment list is not a list")
         own = f"{PREFIX}{self._run_id}_"
+        owner = envelope.src // self._per
         for ref in refs:
             if not (type(ref) is list and len(ref) == 3 and type(ref[0]) is int
                     and 0 <= ref[0] < len(rest) and type(ref[1]) is str
                     and ref[1].startswith(own) and type(ref[2]) is int and ref[2] > 0):
                 raise self._bad(envelope, f"bad segment reference {ref!r:.80}")
             index, name, nbytes = ref
-            rest[index] = self._take(envelope, name, nbytes)
+            rest[index] = self._take(envelope, owner, name, nbytes)
         return envelope._replace(buffers=tuple(rest))
 
-    def _take(self, envelope: Envelope, name: str, nbytes: int) -> Any:
-        """Map segment ``name`` and unlink it at once; the array lives in the mapping.
+    def _take(self, envelope: Envelope, owner: int, name: str, nbytes: int) -> Any:
+        """An array over the first ``nbytes`` of segment ``name`` (mapped once, then reused).
 
         The copy out is the engine's (into the receive buffer), or none at all
-        for a receive without a buffer; the memory goes back to the system when
-        the last array over it is freed, and no name is left in /dev/shm.
+        for a receive without a buffer. Once the last array over it is freed,
+        the segment goes back to its owner's pool (``flush`` sends the names).
         """
+        mapping = self._maps.get(name)
+        if mapping is None or len(mapping) < nbytes:
+            mapping = self._maps[name] = self._map(envelope, name, nbytes)
+        array = np.frombuffer(mapping, np.uint8, nbytes)
+        weakref.finalize(array, self._releases.setdefault(owner, []).append, name)
+        return array
+
+    def _map(self, envelope: Envelope, name: str, nbytes: int) -> mmap.mmap:
         import _posixshmem  # what SharedMemory opens with
 
         try:
@@ -192,11 +233,44 @@ class ShmTransport(TcpTransport):
             size = os.fstat(fd).st_size
             if size < nbytes:
                 raise self._bad(envelope, f"segment {name} holds {size} bytes, not {nbytes}")
-            mapping = mmap.mmap(fd, nbytes)
+            return mmap.mmap(fd, size)
         finally:
             os.close(fd)
-            _unlink(name)
-        return np.frombuffer(mapping, np.uint8, nbytes)
+
+    def _returned(self, envelope: Envelope) -> None:
+        """A receiver is done with some of our segments: they are idle again."""
+        names = wire.unpack(envelope.header)
+        for name in names if type(names) is list else ():
+            shm = self._lent.pop(name, None) if type(name) is str else None
+            if shm is not None:
+                self._free.setdefault(shm.size, []).append(shm)
+
+    async def flush(self) -> None:
+        """Give released segments back to their owners, then wait for the write buffers."""
+        releases = self._releases
+        for owner in sorted(releases):
+            names = releases[owner]
+            link = self._links.get(owner)
+            if names and link is not None:
+                link.send(Envelope(ACK, _RELEASE_CTX, self._proc, owner, 0, 0, 0, 0.0,
+                                   wire.pack(names).header, (), False, _RELEASE))
+                self._dirty.add(owner)
+            names.clear()
+        await super().flush()
+
+    def close(self) -> None:
+        """Close the links and unlink this process's segments (Rule 2; mappings die with their arrays)."""
+        super().close()
+        owned = [shm for idle in self._free.values() for shm in idle] + list(self._lent.values())
+        self._free.clear()
+        self._lent.clear()
+        self._maps.clear()
+        for shm in owned:
+            _unlink(shm.name)
+            try:
+                shm.close()
+            except BufferError:  # a send is still copying out of it; the mapping dies with it
+                pass
 
     def _bad(self, envelope: Envelope, problem: str) -> TransportError:
         peer = f"process {envelope.src // self._per}"

@@ -423,7 +423,10 @@ class TcpTransport(Transport):
         inbox = self._inbox[proc]
 
         def arrived(envelope: Envelope) -> None:
-            inbox.append(self._incoming(envelope))
+            incoming = self._incoming(envelope)
+            if incoming is None:  # the transport's own frame, handled by _incoming
+                return
+            inbox.append(incoming)
             if self._arrived is not None:
                 self._arrived.set()
 
@@ -492,7 +495,8 @@ class TcpTransport(Transport):
     def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
         return envelope
 
-    def _incoming(self, envelope: Envelope) -> Envelope:
+    def _incoming(self, envelope: Envelope) -> Envelope | None:
+        """The envelope for the engine, or None for a frame the transport keeps to itself."""
         return envelope
 
 

@@ -38,6 +38,25 @@ async def crashes_while_arrays_are_in_flight(comm: sc.Comm) -> None:
     await comm.recv(src=1)
 
 
+async def stream_of_big_messages(comm: sc.Comm, before: list[str]) -> object:
+    """Twenty 256 KiB messages into one buffer, then five kept without one: values and segments."""
+    size = 1 << 15
+    if comm.rank == 0:
+        for i in range(20):
+            await comm.send(np.full(size, float(i)), dst=1)
+        for i in range(5):
+            await comm.send(np.full(size, 100.0 + i), dst=1)
+        return None
+    buf = np.empty(size)
+    sums = []
+    for _ in range(20):
+        await comm.recv(buf, src=0)
+        sums.append(float(buf.sum()))
+    during = len(set(shm.leftovers()) - set(before))
+    kept = [await comm.recv(src=0) for _ in range(5)]  # arrays over segments, still in use
+    return sums, during, [float(a.min()) for a in kept], [float(a.max()) for a in kept]
+
+
 def _new_segments(before: set[str]) -> list[str]:
     return sorted(set(shm.leftovers()) - before)
 
@@ -47,6 +66,20 @@ def test_big_arrays_arrive_intact_and_leave_no_segment() -> None:
     result = sc.run(big_arrays, world_size=3, transport=shm.ShmTransport(threshold=1024), procs=3)
     assert list(result) == list(sc.run(big_arrays, world_size=3))
     assert _new_segments(before) == []
+
+
+def test_segments_are_pooled_and_never_reused_while_an_array_holds_one() -> None:
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this system")
+    before = shm.leftovers()
+    result = sc.run(stream_of_big_messages, world_size=2, args=(before,), transport="shm")
+    sums, during, lows, highs = result[1]
+    assert sums == [float(i * (1 << 15)) for i in range(20)]
+    # twenty messages went through one or two pooled segments, not twenty fresh ones
+    assert 1 <= during <= 3
+    # each kept array still holds its own message: no segment was lent again under it
+    assert lows == highs == [100.0, 101.0, 102.0, 103.0, 104.0]
+    assert _new_segments(set(before)) == []
 
 
 def test_crashed_process_leaves_no_segment_in_dev_shm() -> None:
