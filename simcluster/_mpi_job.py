@@ -9,9 +9,9 @@ per-run secret, so nothing has to be set in the environment. A job of one
 process runs the ranks right there, on the memory transport; processes
 beyond the world size host no rank and get process 0's outcome.
 
-The real mpi4py is imported here, once, under its own name; inside
-``simcluster mpirun`` the name ``mpi4py`` means ``simcluster.MPI``, so a run
-there cannot be hosted by MPI.
+The real mpi4py is imported here, once, under its own name, and kept
+(``real_mpi``): inside ``simcluster mpirun`` the name ``mpi4py`` means
+``simcluster.MPI``, so ``mpirun --transport mpi`` imports the real one first.
 """
 
 from __future__ import annotations
@@ -45,19 +45,32 @@ class Placement:
     shares: str = ""  # with processes hosting no rank: "send" (process 0), "join", "receive" (them)
 
 
+_REAL: Any = None  # the real mpi4py.MPI, once imported (simcluster mpirun imports it before its shim)
+
+
 def real_mpi() -> Any:
-    """Return the real ``mpi4py.MPI`` (initialising MPI), or raise a UsageError saying what is missing."""
+    """Return the real ``mpi4py.MPI`` (initialising MPI), or raise a UsageError saying what is missing.
+
+    The first successful call keeps the module: ``simcluster mpirun --transport
+    mpi`` makes it before it redirects ``mpi4py`` to ``simcluster.MPI`` for the
+    script, so the run is still hosted by the real MPI processes.
+    """
+    global _REAL
+    if _REAL is not None:
+        return _REAL
     simulated = sys.modules.get("simcluster.MPI")
     loaded = sys.modules.get("mpi4py.MPI")
     if loaded is not None and loaded is simulated:
         raise UsageError(None, "run(transport='mpi')", "inside simcluster mpirun, mpi4py is "
                          "simcluster's own MPI, so no real MPI process can host ranks",
-                         "use another transport there, or " + _FIX)
+                         "use another transport there, or host the whole script: mpiexec -n P "
+                         "simcluster mpirun -n W --transport mpi SCRIPT")
     try:
         from mpi4py import MPI
     except ImportError as exc:
         raise UsageError(None, "run(transport='mpi')", f"mpi4py cannot be imported ({exc})",
                          _FIX) from None
+    _REAL = MPI
     return MPI
 
 
@@ -155,7 +168,7 @@ def _free_port(addr: str) -> int:
 
 def first_process() -> bool:
     """False in processes 1, 2, ... of an MPI job: every one has the whole result, process 0 reports it."""
-    mpi = sys.modules.get("mpi4py.MPI")
+    mpi = _REAL if _REAL is not None else sys.modules.get("mpi4py.MPI")
     if mpi is None or mpi is sys.modules.get("simcluster.MPI"):
         return True
     return bool(mpi.COMM_WORLD.Get_rank() == 0)

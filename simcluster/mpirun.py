@@ -27,6 +27,11 @@ With ``--transport shm|tcp`` the ranks live in hosting processes: the rank
 function is ``_script_rank`` (importable by module path), each process sets
 the same things up for its own ranks, and each rank's lines and outcome come
 back through a file in a per-run folder, merged and written by the caller.
+With ``--transport mpi`` (under ``mpiexec``) every MPI process is a caller
+hosting its block: the real mpi4py is imported before the script's name is
+redirected, process 0 hands its run id and folder name to the others, the
+records reach process 0 by an MPI gather, and only process 0 writes; every
+process exits with process 0's status.
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         metavar="N", help="number of ranks (default 1, as mpiexec)")
     parser.add_argument("--procs", type=int, default=None,
                         help="OS processes hosting the ranks (shm/tcp)")
-    add_script_options(parser, transport="memory (default), shm or tcp",
+    add_script_options(parser, transport="memory (default), shm, tcp, or mpi under mpiexec",
                        prepend=("--prepend-rank", "-prepend-rank"), module=("-m",))
     return parser
 
@@ -165,15 +170,39 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
     spec = _spec(script, list(argv), module)
     if isinstance(spec, int):
         return spec
-    hosted = keywords.get("transport", "memory") != "memory"
-    records = tempfile.mkdtemp(prefix="simcluster-mpirun-") if hosted else None
-    spec["records"] = records
-    session = _Session(spec, world_size, prepend_rank, sys.stdout, sys.stderr)
+    transport = keywords.get("transport", "memory")
+    world = None
+    if transport == "mpi":  # hosted by the processes of an mpiexec job
+        world = _mpi_world()
+        if world is None:
+            return 2
+    first = world is None or world.Get_rank() == 0
+    if first:
+        spec["records"] = (tempfile.mkdtemp(prefix="simcluster-mpirun-")
+                           if transport != "memory" else None)
+    if world is not None:  # one run id and one folder name for every process of the job
+        spec = world.bcast(spec, root=0)
+        os.makedirs(spec["records"], exist_ok=True)
+    out, err = (sys.stdout, sys.stderr) if first else (io.StringIO(), io.StringIO())
+    session = _Session(spec, world_size, prepend_rank, out, err)
+    session.mpi = world
     try:
         return session.launch(keywords)
     finally:
-        if records is not None:
-            shutil.rmtree(records, ignore_errors=True)
+        if first and spec["records"] is not None:
+            shutil.rmtree(spec["records"], ignore_errors=True)
+
+
+def _mpi_world() -> Any:
+    """The real ``MPI.COMM_WORLD``, imported before the script's ``mpi4py`` is redirected; None if absent."""
+    from . import _mpi_job
+    from .errors import UsageError
+
+    try:
+        return _mpi_job.real_mpi().COMM_WORLD
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return None
 
 
 def _spec(script: str, argv: list[str], module: bool, prog: str = PROG) -> dict[str, Any] | int:
@@ -403,6 +432,8 @@ class _Session:
         self.undo: list[Any] = []
         self.hosted_outcomes: dict[int, list[Any] | None] = {}
         self.notes = 0  # launcher lines filed so far (their order among themselves)
+        self.mpi: Any = None  # the real MPI.COMM_WORLD when the ranks are hosted by an MPI job
+        self.gathered: dict[int, str] = {}  # rank -> its records, sent to MPI process 0
 
     @classmethod
     def current(cls, spec: dict[str, Any]) -> _Session:
@@ -455,10 +486,38 @@ class _Session:
             error = exc
         finally:
             self.uninstall()
+        if self.mpi is not None:
+            self._gather_records(error)
         if self.records_dir is not None:
             self._collect()
         self.flush_all()
-        return self._status(error)
+        status = self._status(error)
+        if self.mpi is not None and not isinstance(error, errors.TransportError):
+            status = self.mpi.bcast(status, root=0)  # every process exits as process 0 does
+        return status
+
+    def _gather_records(self, error: BaseException | None) -> None:
+        """MPI: bring the records of every process's ranks to process 0 (they may be on other machines).
+
+        Skipped after a TransportError (a process may be gone, and a collective
+        would wait for it): process 0 then reads what is on its own machine.
+        """
+        from . import errors
+
+        if isinstance(error, errors.TransportError):
+            return
+        mine: dict[int, str] = {}
+        for rank in self.states:
+            path = os.path.join(self.records_dir or "", f"rank-{rank}.jsonl")
+            try:
+                with open(path, encoding="utf-8") as file:
+                    mine[rank] = file.read()
+            except FileNotFoundError:
+                continue
+        got = self.mpi.gather(mine, root=0)
+        if got is not None:
+            for part in got:
+                self.gathered.update(part)
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
         """Run ``_script_rank`` on every rank (``keywords`` go to ``simcluster.run``)."""
@@ -522,12 +581,15 @@ class _Session:
         """Read back what each hosted rank printed and how it ended."""
         hosted: dict[int, list[Any] | None] = {}
         for rank in range(self.world_size):
-            path = os.path.join(self.records_dir or "", f"rank-{rank}.jsonl")
-            try:
-                with open(path, encoding="utf-8") as file:
-                    lines = file.read().splitlines()
-            except FileNotFoundError:
-                continue  # the rank never started
+            text = self.gathered.get(rank)
+            if text is None:
+                path = os.path.join(self.records_dir or "", f"rank-{rank}.jsonl")
+                try:
+                    with open(path, encoding="utf-8") as file:
+                        text = file.read()
+                except FileNotFoundError:
+                    continue  # the rank never started
+            lines = text.splitlines()
             for line in lines:
                 try:
                     got = json.loads(line)

@@ -254,3 +254,54 @@ def test_a_job_of_one_process_runs_the_ranks_in_it(tmp_path: Path) -> None:
 
 if __name__ == "__main__":
     _job(Path(sys.argv[1]))
+
+
+MPI4PY_SCRIPT = """
+import sys
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+total = comm.allreduce(rank)
+buf = np.full(30_000, float(rank))  # above the eager limit: a rendezvous to the right
+got = np.empty_like(buf)
+comm.Sendrecv(buf, dest=(rank + 1) % size, recvbuf=got, source=(rank - 1) % size)
+print(f"rank {rank} of {size}: total {total}, from the left {got[0]:g}, at {MPI.Wtime():.9f}")
+if rank == size - 1:
+    print("last rank done", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("procs", [2, 3])
+def test_simcluster_mpirun_hosts_the_ranks_on_an_mpi_job(procs: int, tmp_path: Path) -> None:
+    script = tmp_path / "ring.py"
+    script.write_text(MPI4PY_SCRIPT)
+    common = ["-m", "simcluster", "mpirun", "-n", "5", "--latency", "alphabeta:1us,1GB/s"]
+    memory = subprocess.run([sys.executable, *common, str(script)], capture_output=True,
+                            text=True, timeout=120)
+    assert memory.returncode == 3, memory.stderr
+    assert "rank 4 of 5: total 10, from the left 3" in memory.stdout
+    done = _run_job(["-n", str(procs), sys.executable, *common, "--transport", "mpi", str(script)],
+                    timeout=180)
+    # the script's mpi4py is simcluster's (5 ranks, not the job's processes), the ranks are
+    # hosted by the job, and process 0 alone writes the lines: the memory transport's text
+    assert done.stdout == memory.stdout, done.stderr
+    assert done.stderr == memory.stderr
+    assert done.returncode == 3
+
+
+@needs_mpi
+def test_simcluster_mpirun_transport_mpi_reports_a_failing_rank_once(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("from mpi4py import MPI\n"
+                      "if MPI.COMM_WORLD.Get_rank() == 2:\n"
+                      "    raise ValueError('rank two gives up')\n"
+                      "MPI.COMM_WORLD.barrier()\n")
+    done = _run_job(["-n", "2", sys.executable, "-m", "simcluster", "mpirun", "-n", "4",
+                     "--transport", "mpi", str(script)], timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.count("ValueError: rank two gives up") == 1, done.stderr
+    assert f'File "{script}", line 3' in done.stderr
