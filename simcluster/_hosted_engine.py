@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, make_envelope
+from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, make_envelope, retimed
 from simcluster.transports.tcp import TcpTransport
 
 from . import _control, _remote
@@ -78,7 +78,7 @@ class HostedEngine(Engine):
                 if kind == DATA:  # the sender's request completes when the data has landed
                     self.transport.send(Envelope(ACK, env.ctx, env.dst, src, env.tag, env.msg_id,
                                                  0, arrive))
-                env = env._replace(time=arrive)
+                env = retimed(env, arrive)
         elif kind == ACK:
             req = self._data_waits.pop((env.dst, env.msg_id), None)
             if req is not None:
@@ -206,7 +206,7 @@ class HostedEngine(Engine):
                 if kind == DATA and not lo <= env.src < hi:
                     self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                                  0, arrive))
-                env = env._replace(time=arrive)
+                env = retimed(env, arrive)
             Engine._deliver(self, env)
 
     def _next_time(self) -> float | None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simcluster.transports import wire
-from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, make_envelope
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, make_envelope, retimed
 from simcluster.transports.wire import PACKED_NONE
 
 from . import _frames
@@ -386,12 +386,12 @@ class P2P(Kernel):
             elif isinstance(chan, deque):
                 if chan[-1].time > t:
                     t = chan[-1].time
-                    env = env._replace(time=t)
+                    env = retimed(env, t)
                 chan.append(env)
             else:  # a second message while one is in flight: now a queue
                 if chan.time > t:
                     t = chan.time
-                    env = env._replace(time=t)
+                    env = retimed(env, t)
                 channels[key] = deque((chan, env))
             self.schedule(t, self._arrive_key, key)
         elif kind == CTS:

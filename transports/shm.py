@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from . import wire
-from .base import ACK, Envelope, TransportError
+from .base import ACK, Envelope, TransportError, rebuffered
 from .tcp import DEFAULT_CONNECT_TIMEOUT, TcpTransport
 
 __all__ = ["DEFAULT_THRESHOLD", "PREFIX", "ShmTransport", "cleanup", "leftovers"]
@@ -150,7 +150,7 @@ class ShmTransport(TcpTransport):
         buffers = envelope.buffers
         threshold = self.threshold
         if not any(_nbytes(b) >= threshold for b in buffers):
-            return envelope._replace(buffers=(_NO_SEGMENTS, *buffers))
+            return rebuffered(envelope, (_NO_SEGMENTS, *buffers))
         refs: list[list[object]] = []
         out: list[object] = []
         for index, buf in enumerate(buffers):
@@ -164,7 +164,7 @@ class ShmTransport(TcpTransport):
             target[:view.nbytes] = view
             refs.append([index, shm.name, view.nbytes])
             out.append(b"")
-        return envelope._replace(buffers=(wire.pack(refs).header, *out))
+        return rebuffered(envelope, (wire.pack(refs).header, *out))
 
     def _borrow(self, envelope: Envelope, nbytes: int) -> shared_memory.SharedMemory:
         """An idle segment of this process that holds ``nbytes``, made if there is none."""
@@ -206,7 +206,7 @@ class ShmTransport(TcpTransport):
                 raise self._bad(envelope, f"bad segment reference {ref!r:.80}")
             index, name, nbytes = ref
             rest[index] = self._take(envelope, owner, name, nbytes)
-        return envelope._replace(buffers=tuple(rest))
+        return rebuffered(envelope, tuple(rest))
 
     def _take(self, envelope: Envelope, owner: int, name: str, nbytes: int) -> Any:
         """An array over the first ``nbytes`` of segment ``name`` (mapped once, then reused).
