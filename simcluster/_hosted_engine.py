@@ -19,7 +19,7 @@ from .comm import take_first
 from ._diagnostics import _info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
-from ._protocol import _by_source, _by_source_and_id, _serial
+from ._protocol import _by_source, _by_source_and_id, _serial, transfer_start
 from .engine import Engine
 from ._hosted_views import SplitPorts as _SplitPorts
 from .latency import LatencyModel, Ports
@@ -89,26 +89,27 @@ class HostedEngine(Engine):
     def _clear_to_send(self, env: Envelope) -> None:
         sender, receiver = env.dst, env.src
         if self._book_later:  # charged when the instant closes (_book)
-            req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+            req, buffers, header, posted = self._rdv_sends.pop((sender, env.msg_id))
+            start = transfer_start(posted, env)
             if self.lo <= receiver < self.hi:
                 self._rdv_landing[(sender, env.msg_id)] = req  # Engine._data_arrived completes it
             else:
                 self._data_waits[(sender, env.msg_id)] = req  # the receiver's ACK completes it
             self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                       env.nbytes, env.time, header, buffers, False, b"", _serial(req)])
+                                       env.nbytes, start, header, buffers, False, b"", _serial(req)])
             return
         if self.lo <= receiver < self.hi:
             Engine._clear_to_send(self, env)
             return
-        req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+        req, buffers, header, posted = self._rdv_sends.pop((sender, env.msg_id))
         nbytes = env.nbytes
-        match_time = env.time
-        wire_time = match_time if self._zero_latency else self.ports.transfer(
-            sender, receiver, nbytes, match_time)[1]
+        match_time = transfer_start(posted, env)
+        wire_time = env.time if self._zero_latency else max(env.time, self.ports.transfer(
+            sender, receiver, nbytes, match_time)[1])
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, wire_time, header, buffers))
         if self._zero_latency:  # arrives at once; the transport copied the buffers in send()
-            self.schedule(match_time, _finish_request, req)
+            self.schedule(env.time, _finish_request, req)
         else:
             self._data_waits[(sender, env.msg_id)] = req
 
@@ -199,10 +200,12 @@ class HostedEngine(Engine):
             if env.kind != RTS:
                 arrivals[id(env)] = recv_side(env.src, env.dst, env.nbytes, env.time)
         lo, hi = self.lo, self.hi
-        for _, _, env in ready:
+        for instant, _, env in ready:
             kind = env.kind
             if kind != RTS:
                 arrive = arrivals[id(env)]
+                if kind == DATA and arrive < instant:  # never before its match (_protocol Rule 5)
+                    arrive = instant
                 if kind == DATA and not lo <= env.src < hi:
                     self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                                  0, arrive))

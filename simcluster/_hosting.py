@@ -73,6 +73,7 @@ says so (``Host.ended``); it never blames an error that does not exist.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pickle
 import signal
@@ -243,9 +244,15 @@ class Host:
             if not isinstance(start, C.Start):
                 raise _unexpected(start, C.START)
             await tp.connect(start.table)
-            self._start(fn)
-            self.send(C.Ready())
-            return await self._loop()
+            collecting = gc.isenabled()
+            gc.disable()  # as Engine.run does: a block of ranks is millions of live objects
+            try:
+                self._start(fn)
+                self.send(C.Ready())
+                return await self._loop()
+            finally:
+                if collecting:
+                    gc.enable()
         except (asyncio.CancelledError, _Stopped):
             raise
         except Exception as exc:

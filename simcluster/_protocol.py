@@ -10,6 +10,12 @@ acknowledged (ACK) when it is matched.
 Rule 3: messages between one pair of ranks enter one FIFO channel whose
 arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
+Rule 5: a request to send reaches its receiver after the model's lookahead
+(``LatencyModel.lookahead``, the least delay of any message: alpha under
+AlphaBeta), so that no message, not even the handshake of a large one,
+affects another rank sooner; it is matched from then on. Its data are then
+charged as if posted at ``max(send posted, receive posted)``, with no cost
+for the handshake: the clear to send carries when the receive was posted.
 Rule 4: a latency model with port state (``Ports.ordered``) is charged for the
 messages of one virtual instant together, once no event is left at that
 instant (``_end_instant``): each send port takes its messages in posting order
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -59,7 +66,7 @@ class _RecvRequest(Request[Any]):
     formats the whole call from the fields, so an idle receive costs no string.
     """
 
-    __slots__ = ("comm", "src", "tag", "buf")
+    __slots__ = ("comm", "src", "tag", "buf", "posted")
 
     @property
     def op(self) -> str:
@@ -88,6 +95,7 @@ class _RecvRequest(Request[Any]):
         self.src = src
         self.tag = tag
         self.buf = buf
+        self.posted: float = engine.now  # a rendezvous transfer starts no earlier (Rule 5)
 
 
 class P2P(Kernel):
@@ -116,6 +124,8 @@ class P2P(Kernel):
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
         self.eager_limit = eager_limit
+        # Rule 5: how long a request to send takes to reach its receiver (the model's lookahead)
+        self._rts_delay = 0.0 if model is None else float(model.lookahead())
         # run(serializer="pickle"): what msgpack cannot carry is pickled (wire.EXT_PICKLE)
         self._dumps: Callable[[object], bytes] | None = None
         self._loads: Callable[[bytes], object] | None = None
@@ -127,7 +137,8 @@ class P2P(Kernel):
         self.endpoints = Endpoints()
         self._rows = self.endpoints.rows
         self._channels: dict[int, Envelope | deque[Envelope]] = {}
-        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes]] = {}
+        # rendezvous sends waiting for their clear to send: request, buffers, header, posting time
+        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes, float]] = {}
         self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
         self._rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
         self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
@@ -229,14 +240,15 @@ class P2P(Kernel):
                 req._state = 1  # DONE at once; nobody can be waiting yet
         else:
             assert req is not None
+            reaches = self.now + self._rts_delay  # Rule 5
             if self._book_later:  # on its channel behind this instant's eager messages
-                self._bookings.append([RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now,
+                self._bookings.append([RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
                                        b"", (), sync, b"", self.current.serial])
                 env = None
             else:
-                env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, self.now, b"", (), sync)
+                env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
-            self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header)
+            self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header, self.now)
         if env is not None:
             self._send_envelope(env)
         return req
@@ -325,8 +337,11 @@ class P2P(Kernel):
         self._rdv_bookings = []
         self._charge(items, _by_source_and_id)
         send = self.transport.send
+        now = self.now
         for fields in items:
             fields.pop()
+            if fields[7] < now:  # charged from before the match: never lands before it (Rule 5)
+                fields[7] = now
             send(make_envelope(fields))
         return True
 
@@ -445,16 +460,16 @@ class P2P(Kernel):
             if env.sync:
                 self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                              0, self.now))
-        else:  # RTS: ask the sender for the data; the transfer is charged from now
+        else:  # RTS: ask the sender for the data, saying when the receive was posted (Rule 5)
             self._rdv_recvs[(env.src, env.msg_id)] = req
             self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
-                                         env.nbytes, self.now))
+                                         env.nbytes, self.now, b"", (), False, pack_time(req.posted)))
 
     def _clear_to_send(self, env: Envelope) -> None:
         sender, receiver = env.dst, env.src
-        req, buffers, header = self._rdv_sends.pop((sender, env.msg_id))
+        req, buffers, header, posted = self._rdv_sends.pop((sender, env.msg_id))
         nbytes = env.nbytes
-        match_time = env.time
+        match_time = transfer_start(posted, env)
         # the send completes when its data has been copied out at the receiver (_data_arrived):
         # the DATA envelope references the sender's own arrays
         self._rdv_landing[(sender, env.msg_id)] = req
@@ -462,8 +477,8 @@ class P2P(Kernel):
             self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id, nbytes,
                                        match_time, header, buffers, False, b"", _serial(req)])
             return
-        arrive = match_time if self._zero_latency else self.ports.transfer(
-            sender, receiver, nbytes, match_time)[1]
+        arrive = env.time if self._zero_latency else max(env.time, self.ports.transfer(
+            sender, receiver, nbytes, match_time)[1])
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, arrive, header, buffers))
 
@@ -505,6 +520,20 @@ class P2P(Kernel):
                     del probes[i]
                     return True
         return False
+
+_TIME = struct.Struct("<d")
+
+
+def pack_time(t: float) -> bytes:
+    """A virtual time as the 8 bytes a clear to send carries in its ``meta`` (Rule 5)."""
+    return _TIME.pack(t)
+
+
+def transfer_start(posted: float, cts: Envelope) -> float:
+    """When a rendezvous transfer starts: the later of its send's and its receive's posting (Rule 5)."""
+    received: float = _TIME.unpack(cts.meta)[0]
+    return posted if posted > received else received
+
 
 def _collective_name(comm: Comm, task: Task) -> str:
     """Name a traced collective message after its call: ``world:all_reduce#3(ring)``."""

@@ -158,6 +158,21 @@ class LatencyModel(ABC):
         """Return the virtual seconds it takes to reduce ``nbytes`` bytes locally (0 by default)."""
         return 0.0
 
+    def lookahead(self) -> float:
+        """Return the least virtual delay of any message under this model, in seconds (0 by default).
+
+        A promise, for every ``(src, dst, nbytes, t)`` and whatever the ports'
+        state: ``transfer(...)[1] >= t + lookahead()``, up to rounding. It
+        is how long a rank's action takes, at the least, to reach another
+        rank: a zero-byte message, and the request to send of a large one,
+        which the receiver sees this long after it was posted. Processes
+        hosting blocks of ranks run this far ahead of each other between two
+        synchronisations. The default, 0, promises nothing: always safe,
+        never fast; a subclass may return more only if its ``transfer``
+        keeps the promise.
+        """
+        return 0.0
+
     @property
     def free_reductions(self) -> bool:
         """True when :meth:`reduce_time` is 0 for every size, so collectives need not size results.
@@ -318,6 +333,10 @@ class Constant(_Model):
         """Return ports that delay every message by ``seconds``."""
         return _ConstantPorts(self, _check_world_size(self, world_size))
 
+    def lookahead(self) -> float:
+        """``seconds``: every message takes exactly that."""
+        return self.seconds
+
 
 # ---- AlphaBeta ----
 
@@ -414,6 +433,10 @@ class AlphaBeta(_Model):
     def reduce_time(self, nbytes: int) -> float:
         """Return ``gamma * nbytes``, the seconds it takes to reduce ``nbytes`` bytes."""
         return self.gamma * nbytes
+
+    def lookahead(self) -> float:
+        """``alpha``: no message arrives sooner after it is posted."""
+        return self.alpha
 
     @property
     def free_reductions(self) -> bool:
@@ -515,6 +538,10 @@ class LogGP(_Model):
         """Return ports with every send and receive port idle."""
         return _LogGPPorts(self, _check_world_size(self, world_size))
 
+    def lookahead(self) -> float:
+        """``L + 2*o``: the delay of the smallest message."""
+        return self.L + 2.0 * self.o
+
 
 # ---- Hierarchical and Jitter (models made of models) ----
 
@@ -593,6 +620,10 @@ class Hierarchical(_Model):
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Bind ``intra`` and ``inter`` once each (in that order) and route messages by node."""
         return _HierarchicalPorts(self, _check_world_size(self, world_size), rng)
+
+    def lookahead(self) -> float:
+        """The smaller of the two models' lookaheads (a block of ranks need not be a node)."""
+        return min(self.intra.lookahead(), self.inter.lookahead())
 
     def reduce_time(self, nbytes: int) -> float:
         """Return ``intra.reduce_time(nbytes)``: reductions run on a node."""
@@ -692,6 +723,10 @@ class Jitter(_Model):
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Draw the noise's key from ``rng``, then bind ``model`` with the same ``rng``."""
         return _JitterPorts(self, _check_world_size(self, world_size), rng)
+
+    def lookahead(self) -> float:
+        """The wrapped model's, shrunk by ``rel`` (0 when ``rel >= 1``)."""
+        return max(0.0, self.model.lookahead() * (1.0 - self.rel))
 
     def reduce_time(self, nbytes: int) -> float:
         """Return ``model.reduce_time(nbytes)`` (reductions are not jittered)."""
