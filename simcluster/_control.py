@@ -189,8 +189,10 @@ class Step(Message):
     ``counts[q]``: envelopes process ``q`` has sent to this one so far (wait for
     exactly those); ``firsts``: first signatures of collective calls members
     elsewhere entered; ``payloads``: those of calls this process reported with
-    broadcast placeholders only; ``sent``: the time of the previous round;
-    ``close``: the instant ``time`` is over (charge its rendezvous transfers).
+    broadcast placeholders only; ``close``: the instant ``time`` is over (charge its rendezvous transfers);
+    ``until``: run every event up to this time, ``time`` itself in lockstep,
+    or just short of ``time`` plus the lookahead in a window (``_hosting``
+    Rule 3).
     """
 
     op: ClassVar[int] = STEP
@@ -198,18 +200,18 @@ class Step(Message):
     counts: list[int]
     firsts: list[list[Any]] = field(default_factory=list)
     payloads: list[list[Any]] = field(default_factory=list)
-    sent: float = 0.0
     close: bool = False
+    until: float | None = None  # None: ``time``
 
     def encode(self) -> list[Any]:
-        return [self.time, self.counts, self.firsts, self.payloads, self.sent, self.close]
+        return [self.time, self.counts, self.firsts, self.payloads, self.close, self.until]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Step:
         _expect(items, 6)
-        time, counts, firsts, payloads, sent, close = items
-        return cls(float(time), _ints(counts), _lists(firsts), _lists(payloads), float(sent),
-                   bool(close))
+        time, counts, firsts, payloads, close, until = items
+        return cls(float(time), _ints(counts), _lists(firsts), _lists(payloads), bool(close),
+                   _time(until))
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +291,9 @@ class Report(Message):
     finished here; ``next``: the next local event's time (None: none, or a
     failure); ``failure``: a rank that raised; ``firsts``: first signatures
     of collective calls a member here entered first; ``held``: rendezvous
-    transfers wait for their instant to close.
+    transfers wait for their instant to close; ``open``: rendezvous and
+    synchronous sends from here to other processes not finished yet (their
+    handshakes reach the other side at once, so no window while there are any).
     """
 
     op: ClassVar[int] = REPORT
@@ -301,18 +305,20 @@ class Report(Message):
     failure: Failure | None = None
     firsts: list[list[Any]] = field(default_factory=list)
     held: bool = False
+    open: int = 0
 
     def encode(self) -> list[Any]:
         return [self.time, self.sent, self.earliest, self.unfinished, self.next,
-                None if self.failure is None else self.failure.encode(), self.firsts, self.held]
+                None if self.failure is None else self.failure.encode(), self.firsts, self.held,
+                self.open]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Report:
-        _expect(items, 8)
-        time, sent, earliest, unfinished, next_time, failure, firsts, held = items
+        _expect(items, 9)
+        time, sent, earliest, unfinished, next_time, failure, firsts, held, open_ = items
         return cls(float(time), _ints(sent), _time(earliest), int(unfinished), _time(next_time),
                    None if failure is None else Failure.decode(failure), _lists(firsts),
-                   bool(held))
+                   bool(held), int(open_))
 
 
 def _entry(item: object) -> BlockedEntry:
@@ -431,21 +437,26 @@ class Bye(Message):
 class FinalResult(Message):
     """The whole run's result (every rank's, in rank order), for node processes to return.
 
-    ``procs``: how many processes hosted the ranks (the trace names them).
+    ``procs``: how many processes hosted the ranks (the trace names them);
+    ``rounds``: the synchronisation rounds the coordinator ran, and the windows among them.
     """
 
     op: ClassVar[int] = FINAL
     carries_values: ClassVar[bool] = True
     results: Results
     procs: int
+    rounds: tuple[int, int] = (0, 0)
 
     def encode(self) -> list[Any]:
-        return [self.results.encode(), self.procs]
+        return [self.results.encode(), self.procs, list(self.rounds)]
 
     @classmethod
     def decode(cls, items: list[Any]) -> FinalResult:
-        _expect(items, 2)
-        return cls(Results.decode(items[0]), int(items[1]))
+        _expect(items, 3)
+        rounds = _ints(items[2])
+        if len(rounds) != 2:
+            raise ValueError(f"expected [rounds, windows], got {rounds!r}")
+        return cls(Results.decode(items[0]), int(items[1]), (rounds[0], rounds[1]))
 
 
 MESSAGES: Final[dict[int, type[Message]]] = {

@@ -25,6 +25,7 @@ rank's exception (rebuilt, traceback included) as ``__cause__``,
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import os
 import pickle
@@ -66,7 +67,7 @@ class _Proc:
     """One hosting process as the coordinator sees it."""
 
     __slots__ = ("index", "lo", "hi", "process", "link", "pid", "addr", "next", "unfinished",
-                 "given", "dead", "errored", "firsts", "payloads", "held")
+                 "given", "dead", "errored", "firsts", "payloads", "held", "open")
 
     def __init__(self, index: int, lo: int, hi: int) -> None:
         self.index = index
@@ -86,6 +87,7 @@ class _Proc:
         self.firsts: list[list[Any]] = []
         self.payloads: list[list[Any]] = []
         self.held = False  # it holds rendezvous transfers until their instant closes
+        self.open = 0  # its rendezvous and synchronous sends to other processes, unfinished
 
     @property
     def ranks(self) -> str:
@@ -116,6 +118,9 @@ class Coordinator:
         self.deadline = None if timeout is None else self.started + timeout
         self.now = 0.0
         self.finished = False
+        self.lookahead = float(config.latency.lookahead())
+        self.rounds = 0  # STEP rounds run, windows among them
+        self.windows = 0
         pickled = config.serializer == "pickle"
         self.dumps = pickle.dumps if pickled else None
         self.loads = pickle.loads if pickled else None
@@ -346,45 +351,54 @@ class Coordinator:
     async def step(self) -> None:
         """Run rounds until no process has an event and nothing is in flight.
 
-        Each STEP says when the previous round ran (the instant the envelopes it
-        delivers were charged at, so receive ports are charged in the memory
-        transport's order, ``_hosting`` Rule 2). Once nothing is left at the
-        current time and some process holds rendezvous transfers, one more
-        round at that time closes the instant: those processes charge them.
+        A round is a window (``_hosting`` Rule 3) when the model promises a
+        lookahead and no process has a rendezvous or synchronous send to
+        another one under way: every process then runs its events up to just
+        short of ``now + lookahead`` on its own. Otherwise it is one instant
+        (lockstep): once nothing is left at the current time and some process
+        holds rendezvous transfers, one more round at that time closes the
+        instant and those processes charge them.
         """
         procs = self.procs
         n = len(procs)
         counts = [[0] * n for _ in range(n)]  # counts[q][p]: envelopes p sent to q so far
         for proc in procs:
             proc.given = [0] * n
-        now = sent = 0.0
+        now = 0.0
         close = False
         while True:
+            until = None
+            if self.lookahead > 0 and not close and not any(p.open for p in procs):
+                until = _window_end(now, self.lookahead)
+            limit = now if until is None else until
             targets = [p for p in procs
-                       if counts[p.index] != p.given or (p.next is not None and p.next <= now)
+                       if counts[p.index] != p.given or (p.next is not None and p.next <= limit)
                        or (close and p.held)]
             for proc in targets:
                 proc.given = list(counts[proc.index])
-                self.send(proc, C.Step(now, proc.given, proc.firsts, proc.payloads, sent, close))
+                self.send(proc, C.Step(now, proc.given, proc.firsts, proc.payloads, close, until))
                 proc.firsts, proc.payloads = [], []
+            self.rounds += 1
+            self.windows += until is not None
             reports = await self.gather(C.Report, {p.index for p in targets}, self.deadline,
                                         "answer")
             earliest: float | None = None
-            failures: list[tuple[int, _Proc, BaseException | C.Failure]] = []
+            failures: list[tuple[float, int, _Proc, BaseException | C.Failure]] = []
             for index, report in reports.items():
                 proc = procs[index]
                 proc.next = report.next
                 proc.unfinished = report.unfinished
                 proc.held = report.held
+                proc.open = report.open
                 for q, count in enumerate(report.sent):
                     counts[q][index] += count
                 if report.earliest is not None and (earliest is None or report.earliest < earliest):
                     earliest = report.earliest
-                if report.failure is not None:
-                    failures.append((report.failure.rank, proc, report.failure))
+                if report.failure is not None:  # the process stopped at the failure's time
+                    failures.append((report.time, report.failure.rank, proc, report.failure))
             failures += self._verify(reports)
-            if failures:
-                rank, proc, failure = min(failures, key=lambda f: f[0])
+            if failures:  # the first by virtual time, as one process would have stopped there
+                _, rank, proc, failure = min(failures, key=lambda f: (f[0], f[1]))
                 exc = failure if isinstance(failure, BaseException) else \
                     _remote.decode_exception(failure.exc, proc.name())
                 if not isinstance(exc, Exception):
@@ -394,7 +408,6 @@ class Coordinator:
             if earliest is not None:
                 times.append(earliest)
             self._tick()
-            sent = now
             close = any(p.held for p in procs) and (not times or min(times) > now)
             if close:  # the instant is over: the next round, at the same time, closes it
                 continue
@@ -406,23 +419,28 @@ class Coordinator:
                 raise await self._deadlock(now)
             return
 
-    def _verify(self, reports: dict[int, C.Report]) -> list[tuple[int, _Proc, BaseException]]:
+    def _verify(self, reports: dict[int, C.Report]
+                ) -> list[tuple[float, int, _Proc, BaseException]]:
         """Compare the first signatures of collective calls that several processes reported this round.
 
         Members that entered a call in one round count as having entered it in
-        process order. Each call's first signature goes to the processes that
-        did not report it (with their next STEP, before anything runs there),
-        so their members are compared at the call. Returns ``(world rank,
+        the order of the virtual time they entered at, then of their
+        processes. Each call's first signature goes to the processes that did
+        not report it (with their next STEP, before anything runs there), so
+        their members are compared at the call. Returns ``(time, world rank,
         process, CollectiveMismatchError)`` for each member that differs.
         """
-        calls: dict[tuple[int, int], list[tuple[int, list[Any]]]] = {}
+        calls: dict[tuple[int, int], list[tuple[float, int, list[Any]]]] = {}
         for index in sorted(reports):
             for record in reports[index].firsts:
-                calls.setdefault((record[0], record[1]), []).append((index, record))
-        found: list[tuple[int, _Proc, BaseException]] = []
-        for seen in calls.values():
+                calls.setdefault((record[0], record[1]), []).append((record[12], index, record))
+        found: list[tuple[float, int, _Proc, BaseException]] = []
+        for entered in calls.values():
+            entered.sort(key=lambda item: (item[0], item[1]))
+            seen = [(index, record) for _, index, record in entered]
             merged, errors = merge_firsts([record for _, record in seen])
-            found += [(rank, self.procs[seen[0][0]], error) for rank, error in errors]
+            when = {record[7]: record[12] for _, record in seen}
+            found += [(when[rank], rank, self.procs[seen[0][0]], error) for rank, error in errors]
             reported = {index: record for index, record in seen}
             hosts = merged[11]  # the processes that host members of that comm (None: all)
             for proc in self.procs if hosts is None else [self.procs[i] for i in hosts]:
@@ -542,7 +560,8 @@ class Coordinator:
         trace = None
         if self.config.tracing:
             trace = C.TraceParts(spans, messages, receipts)
-        return C.FinalResult(C.Results(values, times, stats, leaks, trace), len(self.procs))
+        return C.FinalResult(C.Results(values, times, stats, leaks, trace), len(self.procs),
+                             (self.rounds, self.windows))
 
 
 def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResult:
@@ -554,7 +573,20 @@ def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResul
         trace = _merge_trace(parts.trace, world_size, final.procs)
     values = [_remote.raise_result(value) for value in parts.values]
     return RunResult(values, [float(t) for t in parts.times], stats, wall,
-                     trace, list(parts.leaks))
+                     trace, list(parts.leaks), final.rounds)
+
+
+def _window_end(now: float, lookahead: float) -> float:
+    """The last time a window from ``now`` runs: a few roundings short of ``now + lookahead``.
+
+    Models keep ``arrive >= t + lookahead`` only up to the rounding of their
+    own sums and products, so the window stops a little early rather than
+    let a message land inside it.
+    """
+    end = now + lookahead * (1.0 - 1e-9)
+    for _ in range(4):
+        end = math.nextafter(end, -math.inf)
+    return max(end, now)
 
 
 def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:

@@ -19,7 +19,7 @@ from .comm import take_first
 from ._diagnostics import _info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
-from ._protocol import _by_source, _by_source_and_id, _serial, transfer_start
+from ._protocol import _by_source, _by_source_and_id, _serial, pack_time, transfer_start, unpack_time
 from .engine import Engine
 from ._hosted_views import SplitPorts as _SplitPorts
 from .latency import LatencyModel, Ports
@@ -54,8 +54,7 @@ class HostedEngine(Engine):
         self.transport: TcpTransport = transport
         self._orphans: dict[int, list[Envelope]] = {}  # envelopes for communicators not made here yet
         self._data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing
-        self._sent_at = 0.0  # the time of the coordinator's previous round
-        self._closing = False  # this STEP closes an instant: charge its rendezvous transfers
+        self._closing = False  # this STEP closes an instant, or is a window: charge rendezvous transfers
         # envelopes charged on their send side, waiting for their receive side (_land):
         # (instant they were charged at, 1 for rendezvous data else 0, envelope)
         self._landing: list[tuple[float, int, Envelope]] = []
@@ -69,8 +68,9 @@ class HostedEngine(Engine):
             return
         kind = env.kind
         if self._book_later and (kind == EAGER or kind == RTS or kind == DATA):
-            # sent in the previous round: its receive side is charged with the others (_land)
-            self._landing.append((self._sent_at, int(kind == DATA), env))
+            # sent by _book in an earlier round, at the instant its meta says: its receive side
+            # is charged with the others (_land)
+            self._landing.append((unpack_time(env.meta), int(kind == DATA), env))
             return
         if kind == EAGER or kind == DATA:
             if not self._zero_latency:  # Rule 2: the receive port is charged here
@@ -148,15 +148,16 @@ class HostedEngine(Engine):
         send_side = self._inner_ports.send_side
         now = self.now
         lo, hi = self.lo, self.hi
+        instant = pack_time(now)
         for fields in items:  # in posting order: receivers keep each source's order (_land)
             if fields[0] != RTS:
                 fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
             fields.pop()  # the task's serial
-            env = make_envelope(fields)
             if lo <= fields[3] < hi:
-                self._landing.append((now, phase, env))
+                self._landing.append((now, phase, make_envelope(fields)))
             else:
-                self.transport.send(env)
+                fields[11] = instant  # the receiver charges its side in the order of instants
+                self.transport.send(make_envelope(fields))
         return True
 
     def _land(self) -> None:
@@ -278,21 +279,22 @@ class HostedEngine(Engine):
         self._run_events(limit, -1)  # a negative budget never runs out
 
     async def phase(self, now: float, counts: list[int], firsts: list[list[Any]],
-                    payloads: list[list[Any]], sent: float = 0.0,
-                    close: bool = False) -> _control.Report:
+                    payloads: list[list[Any]], close: bool = False,
+                    until: float | None = None) -> _control.Report:
         """Run one STEP at virtual time ``now`` (``_control.Step``'s fields) and return its Report.
 
-        Completes when every local event at ``now`` has run (including those
-        the delivered envelopes caused) and the streams are flushed. ``firsts``:
-        first signatures of collective calls that members elsewhere entered;
-        ``payloads``: those of calls this process reported with broadcast
-        placeholders only, where another process saw an array. ``sent``: the
-        time of the coordinator's previous round, when the envelopes delivered
-        now were sent; ``close``: the instant ``now`` is over, so charge its
-        rendezvous transfers (Rule 2).
+        Completes when every local event up to ``until`` (``now`` in
+        lockstep) has run, including those the delivered envelopes caused,
+        and the streams are flushed. ``firsts``: first signatures of
+        collective calls that members elsewhere entered; ``payloads``: those
+        of calls this process reported with broadcast placeholders only, where
+        another process saw an array; ``close``: the instant ``now`` is over,
+        so charge its rendezvous transfers (Rule 2). In a window (``until``
+        given) no other process can add to an instant here, so each instant's
+        rendezvous transfers are charged as it ends, as in one process.
         """
         self.now = now
-        self._sent_at = sent
+        limit = now if until is None else until
         for record in firsts:  # before any step: a member entering now is compared with them
             group = self.groups.get(record[0])
             if group is None:
@@ -303,19 +305,19 @@ class HostedEngine(Engine):
             take_first(self.groups[record[0]], record, reported=True)
         await self.transport.receive(counts)
         self._land()
-        self._closing = close
+        self._closing = close or until is not None
         try:
-            self._run_until(now)
+            self._run_until(limit)
             while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
                 if self._ready or self._due:
-                    self._run_until(now)
+                    self._run_until(limit)
                     continue
                 self._wake_future = asyncio.get_running_loop().create_future()
                 try:
                     await self._wake_future
                 finally:
                     self._wake_future = None
-                self._run_until(now)
+                self._run_until(limit)
         finally:
             self._closing = False
         await self.transport.flush()
@@ -328,7 +330,28 @@ class HostedEngine(Engine):
         self.coll_firsts.clear()  # the communicators hold this very list
         return _control.Report(self.now, counts_sent, earliest, self._unfinished,
                                self._next_time() if failure is None else None,
-                               failure, seen, bool(self._rdv_bookings))
+                               failure, seen, bool(self._rdv_bookings), self._open())
+
+    def _open(self) -> int:
+        """Rendezvous and synchronous sends from here to other processes that have not finished.
+
+        Their handshakes (a clear to send, an acknowledgement) reach the other
+        side with no delay, so the coordinator runs no window while any is
+        under way. Counted only where windows can happen (a lookahead).
+        """
+        if self._rts_delay <= 0:
+            return 0
+        lo, hi = self.lo, self.hi
+        count = len(self._data_waits)
+        for entry in self._rdv_sends.values():
+            peer = entry[0]._peer
+            if peer is not None and not lo <= peer < hi:
+                count += 1
+        for req in self._sync_sends.values():
+            peer = req._peer
+            if peer is not None and not lo <= peer < hi:
+                count += 1
+        return count
 
     def blocked_split(self) -> _control.Blocked:
         """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""

@@ -1,4 +1,4 @@
-"""Hosting a block of ranks in one OS process, stepped in lockstep by the coordinator.
+"""Hosting a block of ranks in one OS process, stepped in rounds by the coordinator.
 
 A run on the shm or tcp transport has one coordinator (the caller's process,
 ``_coordinator``) and ``procs`` hosting processes. Process ``p`` hosts the
@@ -8,16 +8,16 @@ processes leave through the transport, and envelopes from them are handed to
 the engine only when the coordinator says so.
 
 Time advances in rounds (conservative synchronisation). The coordinator sends
-``STEP(T, counts, firsts)``: ``counts[q]`` is how many envelopes process ``q``
-has sent to this one so far. The process waits until exactly those have
+``STEP(T, counts, firsts, until)``: ``counts[q]`` is how many envelopes process
+``q`` has sent to this one so far. The process waits until exactly those have
 arrived, delivers the new ones sorted by source rank, runs every local event
-at time ``<= T`` (all of them are at ``T``), flushes its streams and reports
-``REPORT(sent per process, earliest time among them, next local event time,
-unfinished ranks, failure, firsts)``. The coordinator's next ``T`` is the earliest of
-every process's next event and every envelope still in flight; envelopes are
-stamped at or after their sender's ``T``, so nothing arrives in a process's
-past. When no process has an event and nothing is in flight, the run is over,
-or deadlocked if a rank is unfinished.
+at time ``<= until`` (``T`` itself in lockstep), flushes its streams and
+reports ``REPORT(sent per process, earliest time among them, next local event
+time, unfinished ranks, failure, firsts, open)``. The coordinator's next ``T``
+is the earliest of every process's next event and every envelope still in
+flight; envelopes are stamped at or after their sender's ``until`` (Rule 3),
+so nothing arrives in a process's past. When no process has an event and
+nothing is in flight, the run is over, or deadlocked if a rank is unfinished.
 
 Collective verification across processes. A member entering a collective is
 compared at the call with the first member of its communicator that entered
@@ -49,6 +49,23 @@ Rendezvous transfers are charged only in a STEP that closes their instant
 process reported ``held`` transfers), so all of one instant's are charged
 together, in whichever round their CTS came. So times equal the memory
 transport's, whatever the seed, for programs that leave no order open.
+Rule 3: windows. With a latency model whose ``lookahead()`` L is positive,
+nothing a rank does reaches another rank sooner than L: a message lands at
+least L after it was posted, and a large one's request to send too
+(``_protocol`` Rule 5). So a round from ``T`` may run every event before
+``T + L`` (``until``, a few roundings short of it) in each process on its own,
+and exchange the envelopes only at its end, in one round instead of one per
+instant. Three handshakes reach the other side at once: a clear to send, the
+acknowledgement of a synchronous send, and that of rendezvous data landing.
+Each sender reports how many such exchanges it has under way with other
+processes (``open``), and while any is, rounds are single instants as above;
+one that starts inside a window cannot answer before ``T + L``. In a window,
+no other process can add to an instant, so each instant's rendezvous
+transfers are charged as it ends (as in one process), and every envelope
+carries the instant it was charged at (``meta``), which orders the
+receiver's side. Failures and collective mismatches found in one round are
+ranked by virtual time, then rank, so the first one the memory transport
+would meet is the one reported.
 
 The control channel is a stream of frames like any link (``transports.tcp``):
 each control message is one of the typed messages of ``_control`` (``Step``,
@@ -292,7 +309,7 @@ class Host:
             if isinstance(message, C.Step):
                 step = message
                 self.send(await engine.phase(step.time, step.counts, step.firsts, step.payloads,
-                                             step.sent, step.close))
+                                             step.close, step.until))
             elif isinstance(message, C.Describe):
                 self.send(engine.blocked_split())
             elif isinstance(message, C.Timeout):

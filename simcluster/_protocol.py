@@ -525,8 +525,15 @@ _TIME = struct.Struct("<d")
 
 
 def pack_time(t: float) -> bytes:
-    """A virtual time as the 8 bytes a clear to send carries in its ``meta`` (Rule 5)."""
+    """A virtual time as 8 bytes, for an envelope's ``meta``: when a receive was posted (a clear
+    to send, Rule 5), or the instant a message was charged at (``_hosted_engine``)."""
     return _TIME.pack(t)
+
+
+def unpack_time(meta: bytes) -> float:
+    """The virtual time ``pack_time`` packed."""
+    t: float = _TIME.unpack(meta)[0]
+    return t
 
 
 def transfer_start(posted: float, cts: Envelope) -> float:

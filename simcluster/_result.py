@@ -48,12 +48,16 @@ class RunResult(Sequence[Any]):
         wall: wall-clock seconds the run took.
         trace: recorded events when tracing, else None.
         leaks: lines describing unreceived messages and unwaited requests.
+        rounds: for ranks hosted by several processes (shm, tcp, mpi), how many
+            synchronisation rounds the processes ran, and how many of those were
+            lookahead windows, as ``(rounds, windows)``; None in one process.
     """
 
-    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks")
+    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks", "rounds")
 
     def __init__(self, values: list[Any], times: list[float], stats: Stats, wall: float,
-                 trace: Any = None, leaks: list[str] | None = None) -> None:
+                 trace: Any = None, leaks: list[str] | None = None,
+                 rounds: tuple[int, int] | None = None) -> None:
         self._values = values
         self.times = times
         self.elapsed = max(times) if times else 0.0
@@ -61,6 +65,7 @@ class RunResult(Sequence[Any]):
         self.wall = wall
         self.trace = trace
         self.leaks = leaks or []
+        self.rounds = rounds
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

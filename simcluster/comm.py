@@ -580,12 +580,12 @@ def _record(group: Group, seq: int, sig: Signature, comm: Comm, forced: bool) ->
     """A first signature as processes exchange them (``_hosting``, ``_coordinator``).
 
     ``[context, call number, call, algorithm, payload, op, comm rank, world rank,
-    forced, comm rank whose payload it holds, comm name, hosting processes]``:
-    plain values, packed by ``transports.wire``; the last is None when every
-    process hosts members of the comm.
+    forced, comm rank whose payload it holds, comm name, hosting processes,
+    virtual time of the call]``: plain values, packed by ``transports.wire``;
+    the hosting processes are None when every process hosts members of the comm.
     """
     return [group.ctx, seq, *sig, comm.rank, comm._world_rank, forced, comm.rank, group.name,
-            group.procs]
+            group.procs, comm._engine.now]
 
 
 def take_first(group: Group, record: list[Any], reported: bool = False) -> None:

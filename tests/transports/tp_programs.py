@@ -84,4 +84,53 @@ async def pipeline(comm: sc.Comm, rounds: int = 5) -> object:
     return float(value.sum())
 
 
-PROGRAMS = [ping_pong, collectives, nonblocking, pipeline]
+async def effects(comm: sc.Comm) -> object:
+    """Every way one rank reaches another, at staggered times, with each rank's right neighbour.
+
+    Eager and zero-byte messages, a large one whose receive is posted first
+    and one whose send is, a synchronous send of each size, a probe that polls
+    with virtual sleeps, a blocking probe, a wildcard receive only one sender
+    can match, and collectives.
+    """
+    size, rank = comm.size, comm.rank
+    right, left = (rank + 1) % size, (rank - 1) % size
+    log: list[object] = []
+    if size < 2:
+        return log
+    await comm.sleep(3e-7 * rank)  # ranks act at different times: windows have work to do
+    big = np.full(20_000, float(rank))  # 160 kB: above the eager limit
+    early = comm.irecv(src=left, tag=1)  # posted before the large message is sent
+    await comm.send(rank, dst=right, tag=0)
+    await comm.send(None, dst=right, tag=3)  # zero bytes
+    log.append(await comm.recv(src=left, tag=0))
+    log.append(await comm.recv(src=left, tag=3))
+    await comm.sleep(1e-6)
+    await comm.send(big, dst=right, tag=1)
+    log.append(float((await early).sum()))
+    late = comm.isend(big * 2, dst=right, tag=2)  # sent before its receive is posted
+    await comm.sleep(2e-6)
+    log.append(float((await comm.recv(src=left, tag=2)).sum()))
+    await late
+    sync = comm.issend(rank * 10, dst=right, tag=4)  # completes when matched
+    await comm.sleep(5e-7)
+    log.append(await comm.recv(src=left, tag=4))
+    await sync
+    log.append(comm.now)
+    req = comm.issend(big, dst=right, tag=5)
+    await comm.sleep(1.3e-7 * (rank + 1))  # polls never fall on the instant the message is
+    while (status := comm.iprobe(src=left, tag=5)) is None:  # sent (under Zero, a race)
+        await comm.sleep(4.1e-7)
+    log.append((status.source, status.nbytes, comm.now))
+    log.append(float((await comm.recv(src=left, tag=5)).sum()))
+    await req
+    await comm.send(rank + 100, dst=right, tag=6)
+    status = await comm.probe(src=left, tag=6)
+    log.append((status.source, comm.now))
+    log.append(await comm.recv(src=sc.ANY_SOURCE, tag=6))  # only the left neighbour sends tag 6
+    log.append(await comm.all_reduce(rank))
+    log.append(float((await comm.broadcast(big if rank == 0 else np.empty_like(big), src=0)).sum()))
+    await comm.barrier()
+    return log, comm.now
+
+
+PROGRAMS = [ping_pong, collectives, nonblocking, pipeline, effects]
