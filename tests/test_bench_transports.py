@@ -32,3 +32,17 @@ def test_the_speedup_table_names_each_transport_against_the_memory_one(
 def test_work_reps_is_calibrated_to_the_asked_time() -> None:
     assert transports.work_reps(0.001) >= 1
     assert transports.work_reps(0.02) > transports.work_reps(0.001)
+
+
+def test_the_scale_table_splits_one_world_between_two_mpi_processes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    figures = transports.scale_across(1 << 10)
+    out = capsys.readouterr().out
+    assert "scale across processes: a message-level barrier on 1,024 ranks" in out
+    one, two = figures["memory"], figures["mpi"]
+    assert isinstance(one, dict) and one["elapsed"] > 0 and one["messages"] == 1024 * 10
+    if isinstance(two, dict):  # the same virtual time and messages, on 2 processes
+        assert (two["elapsed"], two["messages"]) == (one["elapsed"], one["messages"])
+        assert f"{one['wall'] / two['wall']:.2f}x" in out
+    else:
+        assert f"mpi: skipped: {two}" in out

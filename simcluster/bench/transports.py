@@ -16,6 +16,10 @@ The work of one virtual instant runs in both processes at once, so the wall
 time falls; the speedup is the memory transport's wall time over each one's,
 and every run must give the same result and virtual time.
 
+A third table splits one big world: a message-level barrier on 2^20 ranks
+(2^14 with ``--quick``) in one process against ``transport="mpi"`` on 2 MPI
+processes, each hosting half the ranks, with the peak memory of a process.
+
 Under the first table, numpy's own copy bandwidth (``np.copyto`` of 64 MiB,
 measured in the same run) is the baseline the 64 MiB figures are divided
 by: the shm transport copies a large array twice (into a pooled segment,
@@ -290,6 +294,51 @@ def speedup(iterations: int = SPEEDUP_ITERATIONS, transports: tuple[str, ...] = 
     return figures
 
 
+# ---- scale across processes: one big world, split between 2 MPI processes ----
+
+SCALE_RANKS = 1 << 20
+SCALE_MODEL = "alphabeta:1us,10GB/s"
+
+
+def _mpi_scale_child(arg: str) -> None:
+    """Under ``mpiexec -n 2``: a message-level barrier on ``transport="mpi"``; process 0 prints."""
+    from .. import _mpi_job
+    from . import scale
+
+    (ranks,) = json.loads(arg)
+    figures = scale._child_collective("message", "barrier", ranks, SCALE_MODEL)
+    peaks = _mpi_job.real_mpi().COMM_WORLD.gather(figures["peak_kib"], root=0)
+    if _mpi_job.first_process():
+        figures["peak_kib"] = max(peaks)  # of either process
+        print(json.dumps(figures))
+
+
+def scale_across(ranks: int = SCALE_RANKS) -> dict[str, Any]:
+    """Measure and print the barrier on ``ranks`` ranks in one process against 2 MPI processes."""
+    from . import scale
+
+    status = scale._Status(sys.stderr)
+    one = scale._measure(["collective", "message", "barrier", str(ranks), SCALE_MODEL],
+                         f"barrier on {ranks} ranks in one process", status, 3600.0)
+    status.clear()
+    two = _under_mpiexec(["-m", "simcluster.bench.transports", "--mpi-scale-child",
+                          json.dumps([ranks])])
+    figures = {"memory": one, "mpi": two}
+    rows = []
+    for name, procs, got in (("memory", "1", one), ("mpi", "2", two)):
+        if isinstance(got, dict):
+            ratio = (f"{one['wall'] / got['wall']:.2f}x" if isinstance(one, dict) else "")
+            rows.append([name, procs, f"{got['wall']:.1f} s", ratio,
+                         f"{got['peak_kib'] / 1024:.0f} MiB"])
+    print(f"scale across processes: a message-level barrier on {ranks:,} ranks ({SCALE_MODEL}); "
+          "peak memory of one process")
+    print(table(rows, ["transport", "processes", "wall", "speedup", "peak RSS"]))
+    for name, got in figures.items():
+        if not isinstance(got, dict):
+            print(f"{name}: skipped: {got}")
+    return figures
+
+
 def _row(name: str, m: dict[str, float]) -> list[str]:
     return [name, f"{m['rtt'] * 1e6:.1f} us",
             *(f"{m[f'bw{size}'] / 1e9:.2f} GB/s" for size in SIZES),
@@ -298,8 +347,10 @@ def _row(name: str, m: dict[str, float]) -> list[str]:
 
 def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
          transports: tuple[str, ...] = TRANSPORTS,
-         speedup_iterations: int = SPEEDUP_ITERATIONS, speedup_repeats: int = 3) -> dict[str, Any]:
-    """Measure and print the table of every transport (and MPI where it can run), then the speedup table."""
+         speedup_iterations: int = SPEEDUP_ITERATIONS, speedup_repeats: int = 3,
+         scale_ranks: int = SCALE_RANKS) -> dict[str, Any]:
+    """Measure and print the table of every transport (and MPI where it can run), then the
+    speedup and scale tables."""
     figures: dict[str, Any] = {name: measure(name, round_trips, repeats) for name in transports}
     hosted = measure_mpi_transport(round_trips, repeats)
     mpi = measure_mpi(round_trips, repeats)
@@ -327,12 +378,17 @@ def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
     print()
     figures["speedup"] = speedup(speedup_iterations, tuple(t for t in transports if t != "memory"),
                                  speedup_repeats)
+    print()
+    figures["scale"] = scale_across(scale_ranks)
     return figures
 
 
-QUICK = {"round_trips": 300, "repeats": 2, "speedup_iterations": 5, "speedup_repeats": 1}
+QUICK = {"round_trips": 300, "repeats": 2, "speedup_iterations": 5, "speedup_repeats": 1,
+         "scale_ranks": 1 << 14}
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--mpi-child"]:
     _mpi_child(sys.argv[2])
 if __name__ == "__main__" and sys.argv[1:2] == ["--mpi-speedup-child"]:
     _mpi_speedup_child(sys.argv[2])
+if __name__ == "__main__" and sys.argv[1:2] == ["--mpi-scale-child"]:
+    _mpi_scale_child(sys.argv[2])
