@@ -41,8 +41,10 @@ def test_the_scale_table_splits_one_world_between_two_mpi_processes(
     assert "scale across processes: a message-level barrier on 1,024 ranks" in out
     one, two = figures["memory"], figures["mpi"]
     assert isinstance(one, dict) and one["elapsed"] > 0 and one["messages"] == 1024 * 10
-    if isinstance(two, dict):  # the same virtual time and messages, on 2 processes
+    assert one["rounds"] is None  # one process
+    if isinstance(two, dict):  # the same virtual time and messages, hosted by 2 processes
         assert (two["elapsed"], two["messages"]) == (one["elapsed"], one["messages"])
+        assert two["rounds"][0] > 0
         assert f"{one['wall'] / two['wall']:.2f}x" in out
     else:
         assert f"mpi: skipped: {two}" in out

@@ -110,7 +110,8 @@ def current_engine() -> Any:
     return task.comm._engine
 
 
-def _child_collective(fidelity: str, collective: str, ranks: int, model: str) -> dict[str, Any]:
+def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
+                      transport: str = "memory") -> dict[str, Any]:
     from .. import latency, runner
 
     if fidelity == "sync":
@@ -119,13 +120,14 @@ def _child_collective(fidelity: str, collective: str, ranks: int, model: str) ->
         fn = _barrier if collective == "barrier" else _all_reduce
     before = _rss_kib()
     start = time.perf_counter()
-    result = runner.run(fn, ranks, checks="off", latency=latency.parse(model),
+    result = runner.run(fn, ranks, checks="off", latency=latency.parse(model), transport=transport,
                         fidelity="analytic" if fidelity == "analytic" else "message")
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")
-    return {"wall": wall, "events": _ENGINES[0]._events, "messages": result.stats.total_messages,
+    events = _ENGINES[0]._events if _ENGINES else None  # (rank 0 is in this process)
+    return {"wall": wall, "events": events, "messages": result.stats.total_messages,
             "peak_kib": peak, "bytes_per_rank": (peak - before) * 1024 / ranks,
-            "elapsed": result.elapsed}
+            "elapsed": result.elapsed, "rounds": result.rounds}
 
 
 class _Yield:

@@ -306,7 +306,7 @@ def _mpi_scale_child(arg: str) -> None:
     from . import scale
 
     (ranks,) = json.loads(arg)
-    figures = scale._child_collective("message", "barrier", ranks, SCALE_MODEL)
+    figures = scale._child_collective("message", "barrier", ranks, SCALE_MODEL, "mpi")
     peaks = _mpi_job.real_mpi().COMM_WORLD.gather(figures["peak_kib"], root=0)
     if _mpi_job.first_process():
         figures["peak_kib"] = max(peaks)  # of either process
