@@ -29,6 +29,10 @@ def test_the_speedup_table_names_each_transport_against_the_memory_one(
     assert "mpi" in lines or "mpi: skipped:" in out
 
 
+def test_the_socket_floor_is_a_positive_round_trip() -> None:
+    assert 0 < transports.socket_floor(50) < 0.05
+
+
 def test_work_reps_is_calibrated_to_the_asked_time() -> None:
     assert transports.work_reps(0.001) >= 1
     assert transports.work_reps(0.02) > transports.work_reps(0.001)

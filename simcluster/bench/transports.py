@@ -36,6 +36,7 @@ under ``mpiexec -n 2``. With mpi4py and an MPI library installed
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -199,6 +200,60 @@ def _mpi_child(arg: str) -> None:
     result = runner.run(_measure, 2, args=(round_trips, repeats), transport="mpi", checks="off")
     if _mpi_job.first_process():
         print(json.dumps(result[0]))
+
+
+# ---- the floor: asyncio's own round trip between two processes ----
+
+
+async def _echo(port: Any, round_trips: int) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(round_trips):
+            writer.write(await reader.readexactly(64))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port.put(server.sockets[0].getsockname()[1])
+    async with server:
+        await asyncio.sleep(60)
+
+
+def _echo_process(port: Any, round_trips: int) -> None:
+    try:
+        asyncio.run(asyncio.wait_for(_echo(port, round_trips), 60))
+    except asyncio.TimeoutError:
+        pass
+
+
+async def _ping(port: int, round_trips: int) -> float:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    start = time.perf_counter()
+    for _ in range(round_trips):
+        writer.write(b"x" * 64)
+        await reader.readexactly(64)
+    took = time.perf_counter() - start
+    writer.close()
+    return took / round_trips
+
+
+def socket_floor(round_trips: int = ROUND_TRIPS) -> float:
+    """Seconds per round trip of 64 bytes between two processes' asyncio loops over loopback TCP.
+
+    A simcluster round trip across processes takes two rounds, and each round
+    at least two such hops (the coordinator's STEP and the process's REPORT),
+    so twice this is what the rounds cost before any work is done.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    port = ctx.Queue()
+    server = ctx.Process(target=_echo_process, args=(port, round_trips), daemon=True)
+    server.start()
+    try:
+        return asyncio.run(_ping(port.get(timeout=60), round_trips))
+    finally:
+        server.terminate()
+        server.join()
 
 
 # ---- parallel speedup: ranks with work of their own between all_reduces ----
@@ -371,6 +426,10 @@ def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
     copy = figures["copy"]
     print(f"numpy's copy of {big // MIB} MiB (np.copyto, the baseline): {copy / 1e9:.2f} GB/s; "
           + ", ".join(f"{name} {figures[name][f'bw{big}'] / copy:.2f}x" for name in transports))
+    figures["floor"] = floor = socket_floor(round_trips)
+    print(f"asyncio's own round trip between 2 processes over loopback TCP: {floor * 1e6:.1f} us; "
+          f"a simcluster round trip across processes is 2 rounds, each a STEP and a REPORT: "
+          f"{2 * floor * 1e6:.0f} us before any work")
     if not isinstance(hosted, dict):
         print(f"mpi transport: skipped: {hosted}")
     if not isinstance(mpi, dict):
