@@ -415,8 +415,8 @@ class Coordinator:
                 now = min(times)
                 self.now = now
                 continue
-            if any(p.unfinished for p in procs):
-                raise await self._deadlock(now)
+            if any(p.unfinished for p in procs):  # at the last event's time (in a window, past now)
+                raise await self._deadlock(self.now)
             return
 
     def _verify(self, reports: dict[int, C.Report]

@@ -4,18 +4,12 @@ A send is packed by the codec (``transports.wire``) and becomes an
 ``Envelope``. Up to ``eager_limit`` bytes it travels at once with its data
 (EAGER); a larger one sends a request to send (RTS), and its data follows
 once a receive has matched it and the receiver's clear to send (CTS) is back
-(DATA, charged from the match instant). A synchronous send's eager message is
+(DATA, booked when the receive matches: Rule 5). A synchronous send's eager message is
 acknowledged (ACK) when it is matched.
 
 Rule 3: messages between one pair of ranks enter one FIFO channel whose
 arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
-Rule 5: a request to send reaches its receiver after the model's lookahead
-(``LatencyModel.lookahead``, the least delay of any message: alpha under
-AlphaBeta), so that no message, not even the handshake of a large one,
-affects another rank sooner; it is matched from then on. Its data are then
-charged as if posted at ``max(send posted, receive posted)``, with no cost
-for the handshake: the clear to send carries when the receive was posted.
 Rule 4: a latency model with port state (``Ports.ordered``) is charged for the
 messages of one virtual instant together, once no event is left at that
 instant (``_end_instant``): each send port takes its messages in posting order
@@ -24,6 +18,12 @@ the order they reach it (wire time, then source rank, then posting order);
 then each pair's messages enter their channel in posting order. So virtual
 times do not depend on the order the seed runs simultaneous events in; only
 what the program leaves open (ANY_SOURCE, wait_any, polling) does.
+Rule 5: a request to send reaches its receiver after the model's lookahead
+(``LatencyModel.lookahead``, the least delay of any message: alpha under
+AlphaBeta), so that no message, not even the handshake of a large one,
+affects another rank sooner; it is matched from then on. Its data are then
+charged as if posted at ``max(send posted, receive posted)``, with no cost
+for the handshake: the clear to send carries when the receive was posted.
 
 A message reaching its receiver is matched in the endpoint table
 (``matching.Endpoints``): one match queue per (context, rank), so delivery

@@ -92,3 +92,33 @@ def test_no_message_arrives_sooner_than_the_lookahead(model: LatencyModel) -> No
         src, dst = rng.randrange(8), rng.randrange(8)
         nbytes = rng.choice([0, 1, 2, 100, 65536, 10**6])
         assert ports.transfer(src, dst, nbytes, t)[1] >= t + la * (1 - 1e-9)
+
+
+async def stuck_mid_window(comm: sc.Comm) -> None:
+    if comm.rank == 0:
+        await comm.sleep(3e-7)  # inside the first window (alpha = 1 us)
+    await comm.recv(src=1 - comm.rank)
+
+
+def test_a_deadlock_inside_a_window_is_reported_at_the_memory_transports_time() -> None:
+    model = L.AlphaBeta(1e-6, 1e-9)
+    with pytest.raises(sc.DeadlockError) as ref:
+        sc.run(stuck_mid_window, world_size=2, latency=model)
+    with pytest.raises(sc.DeadlockError) as got:
+        sc.run(stuck_mid_window, world_size=2, latency=model, transport="shm", procs=2)
+    assert "at virtual time 3e-07s" in str(ref.value)
+    assert str(got.value) == str(ref.value)
+
+
+async def fails_late_and_early(comm: sc.Comm) -> None:
+    await comm.sleep(5e-7 if comm.rank == 0 else 2e-7)  # both inside one window
+    raise ValueError(f"rank {comm.rank} gives up")
+
+
+def test_of_two_failures_in_one_window_the_earlier_is_reported() -> None:
+    model = L.AlphaBeta(1e-6, 1e-9)
+    with pytest.raises(sc.RankError) as ref:
+        sc.run(fails_late_and_early, world_size=2, latency=model)
+    with pytest.raises(sc.RankError) as got:
+        sc.run(fails_late_and_early, world_size=2, latency=model, transport="shm", procs=2)
+    assert ref.value.rank == got.value.rank == 1
