@@ -122,3 +122,21 @@ def test_of_two_failures_in_one_window_the_earlier_is_reported() -> None:
     with pytest.raises(sc.RankError) as got:
         sc.run(fails_late_and_early, world_size=2, latency=model, transport="shm", procs=2)
     assert ref.value.rank == got.value.rank == 1
+
+
+async def mismatched(comm: sc.Comm) -> object:
+    await comm.sleep([3e-7, 4e-7, 1e-7, 2e-7][comm.rank])  # rank 2, in process 1, enters first
+    if comm.rank < 2:
+        return await comm.all_reduce(comm.rank)
+    return await comm.broadcast(comm.rank, src=0)
+
+
+def test_a_collective_mismatch_inside_a_window_names_the_same_ranks() -> None:
+    model = L.AlphaBeta(1e-6, 1e-9)
+    with pytest.raises(sc.RankError) as ref:
+        sc.run(mismatched, world_size=4, latency=model)
+    with pytest.raises(sc.RankError) as got:
+        sc.run(mismatched, world_size=4, latency=model, transport="shm", procs=2)
+    assert isinstance(ref.value.__cause__, sc.CollectiveMismatchError)
+    assert str(got.value.__cause__) == str(ref.value.__cause__)
+    assert got.value.rank == ref.value.rank
