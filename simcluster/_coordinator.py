@@ -45,6 +45,7 @@ from . import _control as C
 from . import _hosting as H
 from . import _remote
 from ._config import SECRET_ENV, RunConfig
+from ._local_link import LocalLink
 from ._result import RunResult, Stats
 from .comm import merge_firsts
 from .engine import deadlock_error
@@ -74,7 +75,7 @@ class _Proc:
         self.lo = lo
         self.hi = hi
         self.process: Any = None  # multiprocessing.Process for local runs
-        self.link: Link | None = None
+        self.link: Link | LocalLink | None = None
         self.pid: int | None = None
         self.addr: tuple[str, int] | None = None
         self.next: float | None = 0.0  # every process starts with its ranks' first steps at 0
@@ -165,7 +166,16 @@ class Coordinator:
         self.queue.put_nowait((index, first))
         self._pumps.append(asyncio.ensure_future(self._pump(proc, link)))
 
-    async def _pump(self, proc: _Proc, link: Link) -> None:
+    async def attach(self, link: LocalLink) -> None:
+        """Take the host beside us in this process, over an in-process link (no handshake needed)."""
+        first = await link.first()
+        proc = self.procs[first.src]
+        link.rename(proc.name())
+        proc.link = link
+        self.queue.put_nowait((proc.index, first))
+        self._pumps.append(asyncio.ensure_future(self._pump(proc, link)))
+
+    async def _pump(self, proc: _Proc, link: Link | LocalLink) -> None:
         def got(env: Envelope) -> None:
             if env.tag == C.ERROR:
                 proc.errored = True
@@ -833,8 +843,11 @@ async def _launch_node(config: RunConfig, fn: Any,
     serving: asyncio.Task[Any] | None = None
     try:
         await coordinator.listen(addr if addr not in ("localhost",) else "127.0.0.1", port)
+        near, far = LocalLink.pair("process 0", "coordinator")  # node 0's host talks in-process
+        attaching = asyncio.ensure_future(coordinator.attach(near))
+        coordinator._pumps.append(attaching)
         serving = asyncio.ensure_future(
-            host.serve((addr, port), load, listen_host or await _local_address(addr, port)))
+            host.serve((addr, port), load, listen_host or await _local_address(addr, port), far))
         final = await _drive(coordinator)
         for proc in coordinator.procs:
             coordinator.send(proc, final)

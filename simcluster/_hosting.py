@@ -101,6 +101,8 @@ from simcluster.transports import wire
 from simcluster.transports.base import Envelope, TransportError
 from simcluster.transports.tcp import Link, TcpTransport, open_link
 
+from ._local_link import LocalLink
+
 from . import _control as C
 from . import _remote
 from . import arrays as _arrays
@@ -134,7 +136,7 @@ class Host:
         self.transport = transport
         self.config: RunConfig | None = None
         self.lo = self.hi = 0
-        self.ctrl: Link | None = None
+        self.ctrl: Link | LocalLink | None = None
         self.queue: asyncio.Queue[Envelope | None] = asyncio.Queue()
         self.main: asyncio.Task[Any] | None = None
         self.inner: asyncio.Task[C.FinalResult | None] | None = None  # ``_serve``, cancellable
@@ -211,9 +213,12 @@ class Host:
         return C.read(env, self.loads)
 
     async def serve(self, address: tuple[str, int], load: Load,
-                    listen_host: str | None = None) -> C.FinalResult | None:
+                    listen_host: str | None = None,
+                    local: LocalLink | None = None) -> C.FinalResult | None:
         """Connect, host the ranks until the coordinator is done with us; return FINAL's result.
 
+        ``local``: the coordinator runs in this process; talk to it over this
+        in-process link instead of connecting to ``address``.
         Returns None when the run did not finish here: the coordinator stopped
         it (its error, if it sent one, is in ``stop_error``), this process
         failed (``failed``), or the control link closed first (``ended``).
@@ -222,8 +227,9 @@ class Host:
         assert main is not None
         tp = self.transport
         try:
-            self.ctrl = await open_link(address[0], address[1], self.secret, peer="coordinator",
-                                        max_frame=tp.max_frame, timeout=tp.connect_timeout)
+            self.ctrl = local if local is not None else await open_link(
+                address[0], address[1], self.secret, peer="coordinator", max_frame=tp.max_frame,
+                timeout=tp.connect_timeout)
             pump = asyncio.ensure_future(self._pump_control())
             self.inner = asyncio.ensure_future(self._serve(load, listen_host))
             try:
