@@ -172,7 +172,11 @@ def test_a_process_that_dies_ends_the_job_promptly_not_a_hang(tmp_path: Path) ->
             sc.run(main, 4, transport="mpi")
     """))
     done = _run_job(["-n", "2", sys.executable, str(script)], timeout=60)  # mpiexec ends the job
-    assert done.returncode == 7, done.stdout + done.stderr
+    # MPICH ends the job with the dead process's status; under load, process 0 may notice the
+    # loss first and end with the TransportError that names it (status 1): never a hang
+    assert done.returncode in (7, 1), done.stdout + done.stderr
+    if done.returncode == 1:
+        assert "TransportError" in done.stderr and "process 1" in done.stderr, done.stderr
 
 
 @needs_mpi
