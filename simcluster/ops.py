@@ -186,6 +186,13 @@ class ReduceOp:
         """
         if self._fn is not None:
             return
+        t = type(obj)  # the common cases first, with nothing to say: no message is built
+        if t is np.ndarray:
+            kind = obj.dtype.kind  # type: ignore[attr-defined]
+            if kind in self._kinds and not (self is ReduceOp.AVG and kind in _INTEGER):
+                return
+        elif (t is float and "f" in self._kinds) or (t is int and "i" in self._kinds):
+            return
         kind, what = _kind(obj)
         if kind == "?":
             return

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .. import arrays
+from ..ops import ReduceOp, as_op
 from ..payload import describe
 from . import check_algorithm, family
 from ._registry import lookup
@@ -24,7 +25,6 @@ from .analytic import twin as _twin
 
 if TYPE_CHECKING:
     from ..comm import CollContext, Group
-    from ..ops import ReduceOp
     from ..request import Request
 
 R = TypeVar("R")
@@ -186,8 +186,8 @@ class CollectiveMethods:
                              f"this comm; pass the rank that holds the data")
 
     def _op(self, call: str, op: object) -> ReduceOp:
-        from ..ops import as_op
-
+        if op is None:  # the default, on every reduction call: no lookup
+            return ReduceOp.SUM
         try:
             return as_op(op)
         except (TypeError, ValueError) as exc:
