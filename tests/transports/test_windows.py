@@ -94,6 +94,18 @@ def test_no_message_arrives_sooner_than_the_lookahead(model: LatencyModel) -> No
         assert ports.transfer(src, dst, nbytes, t)[1] >= t + la * (1 - 1e-9)
 
 
+def _errors(program: object, world_size: int, kind: type[BaseException]
+            ) -> tuple[BaseException, BaseException]:
+    """The error ``program`` ends with in one process, and on 2 processes with windows (AlphaBeta)."""
+    model = L.AlphaBeta(1e-6, 1e-9)
+    with pytest.raises(kind) as ref:
+        sc.run(program, world_size=world_size, latency=model)  # type: ignore[arg-type]
+    with pytest.raises(kind) as got:
+        sc.run(program, world_size=world_size, latency=model,  # type: ignore[arg-type]
+               transport="shm", procs=2)
+    return ref.value, got.value
+
+
 async def stuck_mid_window(comm: sc.Comm) -> None:
     if comm.rank == 0:
         await comm.sleep(3e-7)  # inside the first window (alpha = 1 us)
@@ -101,13 +113,9 @@ async def stuck_mid_window(comm: sc.Comm) -> None:
 
 
 def test_a_deadlock_inside_a_window_is_reported_at_the_memory_transports_time() -> None:
-    model = L.AlphaBeta(1e-6, 1e-9)
-    with pytest.raises(sc.DeadlockError) as ref:
-        sc.run(stuck_mid_window, world_size=2, latency=model)
-    with pytest.raises(sc.DeadlockError) as got:
-        sc.run(stuck_mid_window, world_size=2, latency=model, transport="shm", procs=2)
-    assert "at virtual time 3e-07s" in str(ref.value)
-    assert str(got.value) == str(ref.value)
+    ref, got = _errors(stuck_mid_window, 2, sc.DeadlockError)
+    assert "at virtual time 3e-07s" in str(ref)
+    assert str(got) == str(ref)
 
 
 async def fails_late_and_early(comm: sc.Comm) -> None:
@@ -116,12 +124,9 @@ async def fails_late_and_early(comm: sc.Comm) -> None:
 
 
 def test_of_two_failures_in_one_window_the_earlier_is_reported() -> None:
-    model = L.AlphaBeta(1e-6, 1e-9)
-    with pytest.raises(sc.RankError) as ref:
-        sc.run(fails_late_and_early, world_size=2, latency=model)
-    with pytest.raises(sc.RankError) as got:
-        sc.run(fails_late_and_early, world_size=2, latency=model, transport="shm", procs=2)
-    assert ref.value.rank == got.value.rank == 1
+    ref, got = _errors(fails_late_and_early, 2, sc.RankError)
+    assert isinstance(ref, sc.RankError) and isinstance(got, sc.RankError)
+    assert ref.rank == got.rank == 1
 
 
 async def mismatched(comm: sc.Comm) -> object:
@@ -132,11 +137,8 @@ async def mismatched(comm: sc.Comm) -> object:
 
 
 def test_a_collective_mismatch_inside_a_window_names_the_same_ranks() -> None:
-    model = L.AlphaBeta(1e-6, 1e-9)
-    with pytest.raises(sc.RankError) as ref:
-        sc.run(mismatched, world_size=4, latency=model)
-    with pytest.raises(sc.RankError) as got:
-        sc.run(mismatched, world_size=4, latency=model, transport="shm", procs=2)
-    assert isinstance(ref.value.__cause__, sc.CollectiveMismatchError)
-    assert str(got.value.__cause__) == str(ref.value.__cause__)
-    assert got.value.rank == ref.value.rank
+    ref, got = _errors(mismatched, 4, sc.RankError)
+    assert isinstance(ref, sc.RankError) and isinstance(got, sc.RankError)
+    assert isinstance(ref.__cause__, sc.CollectiveMismatchError)
+    assert str(got.__cause__) == str(ref.__cause__)
+    assert got.rank == ref.rank
