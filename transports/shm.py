@@ -140,11 +140,6 @@ class ShmTransport(TcpTransport):
         super().bind(proc, per, procs, secret, run_id, on_error)
         self._run_id = run_id
 
-    @property
-    def pooled(self) -> int:
-        """How many segments this process owns (idle or lent); they are reused, never one per message."""
-        return sum(len(idle) for idle in self._free.values()) + len(self._lent)
-
     def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
         """Copy big buffers into pooled segments (one copy in); the frame names them."""
         buffers = envelope.buffers
