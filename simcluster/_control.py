@@ -189,7 +189,8 @@ class Step(Message):
     ``counts[q]``: envelopes process ``q`` has sent to this one so far (wait for
     exactly those); ``firsts``: first signatures of collective calls members
     elsewhere entered; ``payloads``: those of calls this process reported with
-    broadcast placeholders only; ``close``: the instant ``time`` is over (charge its rendezvous transfers);
+    broadcast placeholders only; ``close``: the instant ``time`` is over
+    (charge its rendezvous transfers);
     ``until``: run every event up to this time, ``time`` itself in lockstep,
     or just short of ``time`` plus the lookahead in a window (``_hosting``
     Rule 3).

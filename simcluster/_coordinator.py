@@ -166,8 +166,11 @@ class Coordinator:
         self.queue.put_nowait((index, first))
         self._pumps.append(asyncio.ensure_future(self._pump(proc, link)))
 
-    async def attach(self, link: LocalLink) -> None:
+    def attach(self, link: LocalLink) -> None:
         """Take the host beside us in this process, over an in-process link (no handshake needed)."""
+        self._pumps.append(asyncio.ensure_future(self._attached(link)))
+
+    async def _attached(self, link: LocalLink) -> None:
         first = await link.first()
         proc = self.procs[first.src]
         link.rename(proc.name())
@@ -844,8 +847,7 @@ async def _launch_node(config: RunConfig, fn: Any,
     try:
         await coordinator.listen(addr if addr not in ("localhost",) else "127.0.0.1", port)
         near, far = LocalLink.pair("process 0", "coordinator")  # node 0's host talks in-process
-        attaching = asyncio.ensure_future(coordinator.attach(near))
-        coordinator._pumps.append(attaching)
+        coordinator.attach(near)
         serving = asyncio.ensure_future(
             host.serve((addr, port), load, listen_host or await _local_address(addr, port), far))
         final = await _drive(coordinator)
