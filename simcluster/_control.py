@@ -9,10 +9,11 @@ back from that list, checking its shape. Nothing on the control link is
 pickled: only the run's own values (a rank's return values in RESULTS and
 FINAL) use the run's serializer, as messages between ranks do.
 
-coordinator -> hosting process: ``Start``, ``Step``, ``Describe``,
+coordinator -> hosting process: ``Start``, ``Go``, ``Describe``,
 ``Finish``, ``Stop``, ``Timeout``, ``FinalResult``.
-hosting process -> coordinator: ``Hello``, ``Ready``, ``Report``,
+hosting process -> coordinator: ``Hello``, ``Ready``, ``Tick``, ``Done``,
 ``Blocked``, ``Results``, ``Error``, ``Lines``, ``Bye``.
+hosting process -> hosting processes: ``Report``, at the end of each round.
 
 An exception crosses as the plain dict ``_remote.encode_exception`` makes
 (``ExcData``); only ``_remote`` reads or writes its keys.
@@ -30,18 +31,18 @@ from simcluster.transports.base import EAGER, Envelope, TransportError
 from . import arrays as _arrays
 
 __all__ = [
-    "BYE", "BLOCKED", "DESCRIBE", "ERROR", "FINAL", "FINISH", "HELLO", "LINES", "MESSAGES",
-    "OP_NAMES", "READY", "REPORT", "RESULTS", "START", "STEP", "STOP", "TIMEOUT", "Blocked",
-    "BlockedEntry", "Bye", "Describe", "Error", "ExcData", "Failure", "FinalResult", "Finish", "Hello",
-    "Lines", "Message", "Ready", "Report", "Results", "Start", "Step", "Stop", "Timeout",
-    "TraceParts", "envelope", "read",
+    "BYE", "BLOCKED", "DESCRIBE", "DONE", "ERROR", "FINAL", "FINISH", "GO", "HELLO", "LINES",
+    "MESSAGES", "OP_NAMES", "READY", "REPORT", "RESULTS", "START", "STOP", "TICK", "TIMEOUT",
+    "Blocked", "BlockedEntry", "Bye", "Describe", "Done", "Error", "ExcData", "Failure",
+    "FinalResult", "Finish", "Go", "Hello", "Lines", "Message", "Ready", "Report", "Results",
+    "Start", "Stop", "Tick", "Timeout", "TraceParts", "envelope", "read",
 ]
 
 # ---- opcodes: they travel in Envelope.tag ----
 
 # coordinator -> hosting process
 START: Final = 1  # connect to your peers
-STEP: Final = 2  # deliver, run everything at T, REPORT
+GO: Final = 2  # every process is connected: start the rounds
 DESCRIBE: Final = 3  # the run is deadlocked: answer BLOCKED
 FINISH: Final = 4  # every rank finished: answer RESULTS
 STOP: Final = 5  # the run is over (failed elsewhere): close everything and exit
@@ -50,17 +51,20 @@ FINAL: Final = 7  # multi-node: the whole run's result, for node processes to re
 # hosting process -> coordinator
 HELLO: Final = 10  # listening for peers at addr
 READY: Final = 11  # peers connected, ranks started
-REPORT: Final = 12  # the end of a STEP
+REPORT: Final = 12  # the end of a process's part of a round (to the other processes)
 BLOCKED: Final = 13  # the blocked ranks, for the deadlock report
 RESULTS: Final = 14  # this process's ranks' results
 ERROR: Final = 15  # this process failed
 LINES: Final = 16  # timeout report lines
 BYE: Final = 17  # FINAL arrived: the coordinator may close the control link now
+DONE: Final = 18  # the rounds are over: how the run ended
+TICK: Final = 19  # progress, about ten times a wall second (process 0, during the rounds)
 
 OP_NAMES: Final = {
-    START: "START", STEP: "STEP", DESCRIBE: "DESCRIBE", FINISH: "FINISH", STOP: "STOP",
+    START: "START", GO: "GO", DESCRIBE: "DESCRIBE", FINISH: "FINISH", STOP: "STOP",
     TIMEOUT: "TIMEOUT", FINAL: "FINAL", HELLO: "HELLO", READY: "READY", REPORT: "REPORT",
     BLOCKED: "BLOCKED", RESULTS: "RESULTS", ERROR: "ERROR", LINES: "LINES", BYE: "BYE",
+    DONE: "DONE", TICK: "TICK",
 }
 
 ExcData = dict[str, Any]
@@ -83,7 +87,7 @@ class Message:
 
     @property
     def name(self) -> str:
-        """The opcode's name (``"STEP"``), for messages about the protocol."""
+        """The opcode's name (``"DONE"``), for messages about the protocol."""
         return OP_NAMES[self.op]
 
     def encode(self) -> list[Any]:
@@ -183,36 +187,10 @@ class Start(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class Step(Message):
-    """Run one round at virtual time ``time``.
+class Go(Message):
+    """Every process is connected: start the rounds (``_rounds``)."""
 
-    ``counts[q]``: envelopes process ``q`` has sent to this one so far (wait for
-    exactly those); ``firsts``: first signatures of collective calls members
-    elsewhere entered; ``payloads``: those of calls this process reported with
-    broadcast placeholders only; ``close``: the instant ``time`` is over
-    (charge its rendezvous transfers);
-    ``until``: run every event up to this time, ``time`` itself in lockstep,
-    or just short of ``time`` plus the lookahead in a window (``_hosting``
-    Rule 3).
-    """
-
-    op: ClassVar[int] = STEP
-    time: float
-    counts: list[int]
-    firsts: list[list[Any]] = field(default_factory=list)
-    payloads: list[list[Any]] = field(default_factory=list)
-    close: bool = False
-    until: float | None = None  # None: ``time``
-
-    def encode(self) -> list[Any]:
-        return [self.time, self.counts, self.firsts, self.payloads, self.close, self.until]
-
-    @classmethod
-    def decode(cls, items: list[Any]) -> Step:
-        _expect(items, 6)
-        time, counts, firsts, payloads, close, until = items
-        return cls(float(time), _ints(counts), _lists(firsts), _lists(payloads), bool(close),
-                   _time(until))
+    op: ClassVar[int] = GO
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +263,7 @@ class Ready(Message):
 
 @dataclass(frozen=True, slots=True)
 class Report(Message):
-    """The end of a STEP, at virtual time ``time``.
+    """The end of a process's part of a round, at virtual time ``time``.
 
     ``sent[q]``: envelopes sent to process ``q`` in this round; ``earliest``:
     the earliest time among them (None: none); ``unfinished``: ranks not
@@ -460,9 +438,59 @@ class FinalResult(Message):
         return cls(Results.decode(items[0]), int(items[1]), (rounds[0], rounds[1]))
 
 
+@dataclass(frozen=True, slots=True)
+class Done(Message):
+    """The rounds are over, at virtual time ``time``, after ``rounds`` rounds (``windows`` of
+    them windows); ``unfinished[p]``: ranks of process ``p`` not finished.
+
+    Every process sends the same verdict (``_rounds.Outcome``): a deadlock,
+    or the first failure (world ``rank``, hosted by process ``proc``, the
+    exception as plain data), or neither: every rank finished.
+    """
+
+    op: ClassVar[int] = DONE
+    time: float
+    rounds: int
+    windows: int
+    unfinished: list[int]
+    deadlock: bool = False
+    rank: int | None = None
+    proc: int = 0
+    exc: ExcData | None = None
+
+    def encode(self) -> list[Any]:
+        return [self.time, self.rounds, self.windows, self.unfinished, self.deadlock, self.rank,
+                self.proc, self.exc]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Done:
+        _expect(items, 8)
+        time, rounds, windows, unfinished, deadlock, rank, proc, exc = items
+        return cls(float(time), int(rounds), int(windows), _ints(unfinished), bool(deadlock),
+                   None if rank is None else int(rank), int(proc),
+                   None if exc is None else _exc(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class Tick(Message):
+    """Progress during the rounds: ``finished`` ranks, virtual time ``time``."""
+
+    op: ClassVar[int] = TICK
+    finished: int
+    time: float
+
+    def encode(self) -> list[Any]:
+        return [self.finished, self.time]
+
+    @classmethod
+    def decode(cls, items: list[Any]) -> Tick:
+        _expect(items, 2)
+        return cls(int(items[0]), float(items[1]))
+
+
 MESSAGES: Final[dict[int, type[Message]]] = {
-    cls.op: cls for cls in (Start, Step, Describe, Finish, Stop, Timeout, FinalResult, Hello, Ready,
-                            Report, Blocked, Results, Error, Lines, Bye)
+    cls.op: cls for cls in (Start, Go, Describe, Finish, Stop, Timeout, FinalResult, Hello, Ready,
+                            Report, Blocked, Results, Error, Lines, Bye, Done, Tick)
 }
 
 

@@ -25,7 +25,6 @@ rank's exception (rebuilt, traceback included) as ``__cause__``,
 from __future__ import annotations
 
 import asyncio
-import math
 import multiprocessing
 import os
 import pickle
@@ -37,17 +36,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 from simcluster.transports import shm as _shm
+from simcluster.transports.mpi import MpiTransport
 from simcluster.transports.base import Envelope, TransportError
 from simcluster.transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
 from simcluster.transports.tcp import log as _log
 
 from . import _control as C
 from . import _hosting as H
-from . import _remote
+from . import _mpi_job, _remote
 from ._config import SECRET_ENV, RunConfig
 from ._local_link import LocalLink
 from ._result import RunResult, Stats
-from .comm import merge_firsts
 from .engine import deadlock_error
 from .errors import RankError, RunTimeoutError, SimclusterError, UsageError
 from .trace import Message, Span, Trace
@@ -67,8 +66,8 @@ M = TypeVar("M", bound=C.Message)
 class _Proc:
     """One hosting process as the coordinator sees it."""
 
-    __slots__ = ("index", "lo", "hi", "process", "link", "pid", "addr", "next", "unfinished",
-                 "given", "dead", "errored", "firsts", "payloads", "held", "open")
+    __slots__ = ("index", "lo", "hi", "process", "link", "pid", "addr", "unfinished", "dead",
+                 "errored")
 
     def __init__(self, index: int, lo: int, hi: int) -> None:
         self.index = index
@@ -78,17 +77,9 @@ class _Proc:
         self.link: Link | LocalLink | None = None
         self.pid: int | None = None
         self.addr: tuple[str, int] | None = None
-        self.next: float | None = 0.0  # every process starts with its ranks' first steps at 0
         self.unfinished = hi - lo
-        self.given: list[int] = []
         self.dead = asyncio.Event()
         self.errored = False  # it reported an error of its own before going away
-        # collective verification: first signatures (comm._record) for its next STEP, of calls
-        # other processes entered first, and payloads for calls it reported with placeholders
-        self.firsts: list[list[Any]] = []
-        self.payloads: list[list[Any]] = []
-        self.held = False  # it holds rendezvous transfers until their instant closes
-        self.open = 0  # its rendezvous and synchronous sends to other processes, unfinished
 
     @property
     def ranks(self) -> str:
@@ -119,14 +110,12 @@ class Coordinator:
         self.deadline = None if timeout is None else self.started + timeout
         self.now = 0.0
         self.finished = False
-        self.lookahead = float(config.latency.lookahead())
-        self.rounds = 0  # STEP rounds run, windows among them
+        self.rounds = 0  # the processes' rounds (from DONE), windows among them
         self.windows = 0
         pickled = config.serializer == "pickle"
         self.dumps = pickle.dumps if pickled else None
         self.loads = pickle.loads if pickled else None
         self._pumps: list[asyncio.Task[None]] = []
-        self._last_progress = 0.0
 
     # ---- connections ----
 
@@ -228,6 +217,11 @@ class Coordinator:
                     continue
                 raise self._lost(proc, item if isinstance(item, BaseException) else None)
             env: Envelope = item
+            if env.tag == C.TICK:
+                tick = C.read(env)
+                assert isinstance(tick, C.Tick)
+                self._tick(tick)
+                continue
             if env.tag != kind.op or index not in waiting:
                 if env.tag == C.ERROR:
                     error = C.read(env)
@@ -360,118 +354,34 @@ class Coordinator:
             self.send(proc, C.Start(table))
         deadline = _time.monotonic() + tp.connect_timeout
         await self.gather(C.Ready, {p.index for p in self.procs}, deadline, "connect to its peers")
+        for proc in self.procs:
+            self.send(proc, C.Go())
 
     async def step(self) -> None:
-        """Run rounds until no process has an event and nothing is in flight.
+        """Wait while the processes run their rounds (``_rounds``); raise the run's error, if any.
 
-        A round is a window (``_hosting`` Rule 3) when the model promises a
-        lookahead and no process has a rendezvous or synchronous send to
-        another one under way: every process then runs its events up to just
-        short of ``now + lookahead`` on its own. Otherwise it is one instant
-        (lockstep): once nothing is left at the current time and some process
-        holds rendezvous transfers, one more round at that time closes the
-        instant and those processes charge them.
+        Every process sends the same verdict (DONE); process 0's is taken. A
+        rank that failed first, by virtual time, ends the run with its
+        RankError; a deadlock, with every stuck process's blocked ranks.
         """
-        procs = self.procs
-        n = len(procs)
-        counts = [[0] * n for _ in range(n)]  # counts[q][p]: envelopes p sent to q so far
-        for proc in procs:
-            proc.given = [0] * n
-        now = 0.0
-        close = False
-        while True:
-            until = None
-            if self.lookahead > 0 and not close and not any(p.open for p in procs):
-                until = _window_end(now, self.lookahead)
-            limit = now if until is None else until
-            targets = [p for p in procs
-                       if counts[p.index] != p.given or (p.next is not None and p.next <= limit)
-                       or (close and p.held)]
-            for proc in targets:
-                proc.given = list(counts[proc.index])
-                self.send(proc, C.Step(now, proc.given, proc.firsts, proc.payloads, close, until))
-                proc.firsts, proc.payloads = [], []
-            self.rounds += 1
-            self.windows += until is not None
-            reports = await self.gather(C.Report, {p.index for p in targets}, self.deadline,
-                                        "answer")
-            earliest: float | None = None
-            failures: list[tuple[float, int, _Proc, BaseException | C.Failure]] = []
-            for index, report in reports.items():
-                proc = procs[index]
-                proc.next = report.next
-                proc.unfinished = report.unfinished
-                proc.held = report.held
-                proc.open = report.open
-                for q, count in enumerate(report.sent):
-                    counts[q][index] += count
-                if report.earliest is not None and (earliest is None or report.earliest < earliest):
-                    earliest = report.earliest
-                if report.failure is not None:  # the process stopped at the failure's time
-                    failures.append((report.time, report.failure.rank, proc, report.failure))
-            failures += self._verify(reports)
-            if failures:  # the first by virtual time, as one process would have stopped there
-                _, rank, proc, failure = min(failures, key=lambda f: (f[0], f[1]))
-                exc = failure if isinstance(failure, BaseException) else \
-                    _remote.decode_exception(failure.exc, proc.name())
-                if not isinstance(exc, Exception):
-                    raise exc
-                raise RankError(rank, exc) from exc
-            times = [p.next for p in procs if p.next is not None]
-            if earliest is not None:
-                times.append(earliest)
-            self._tick()
-            close = any(p.held for p in procs) and (not times or min(times) > now)
-            if close:  # the instant is over: the next round, at the same time, closes it
-                continue
-            if times:
-                now = min(times)
-                self.now = now
-                continue
-            if any(p.unfinished for p in procs):  # at the last event's time (in a window, past now)
-                raise await self._deadlock(self.now)
-            return
+        done = await self.gather(C.Done, {p.index for p in self.procs}, self.deadline, "answer")
+        verdict = done[0]
+        self.rounds, self.windows = verdict.rounds, verdict.windows
+        self.now = max(self.now, verdict.time)
+        for proc, unfinished in zip(self.procs, verdict.unfinished):
+            proc.unfinished = unfinished
+        if verdict.exc is not None:
+            exc = _remote.decode_exception(verdict.exc, self.procs[verdict.proc].name())
+            if not isinstance(exc, Exception) or verdict.rank is None:
+                raise exc
+            raise RankError(verdict.rank, exc) from exc
+        if verdict.deadlock:
+            raise await self._deadlock(self.now)
 
-    def _verify(self, reports: dict[int, C.Report]
-                ) -> list[tuple[float, int, _Proc, BaseException]]:
-        """Compare the first signatures of collective calls that several processes reported this round.
-
-        Members that entered a call in one round count as having entered it in
-        the order of the virtual time they entered at, then of their
-        processes. Each call's first signature goes to the processes that did
-        not report it (with their next STEP, before anything runs there), so
-        their members are compared at the call. Returns ``(time, world rank,
-        process, CollectiveMismatchError)`` for each member that differs.
-        """
-        calls: dict[tuple[int, int], list[tuple[float, int, list[Any]]]] = {}
-        for index in sorted(reports):
-            for record in reports[index].firsts:
-                calls.setdefault((record[0], record[1]), []).append((record[12], index, record))
-        found: list[tuple[float, int, _Proc, BaseException]] = []
-        for entered in calls.values():
-            entered.sort(key=lambda item: (item[0], item[1]))
-            seen = [(index, record) for _, index, record in entered]
-            merged, errors = merge_firsts([record for _, record in seen])
-            when = {record[7]: record[12] for _, record in seen}
-            found += [(when[rank], rank, self.procs[seen[0][0]], error) for rank, error in errors]
-            reported = {index: record for index, record in seen}
-            hosts = merged[11]  # the processes that host members of that comm (None: all)
-            for proc in self.procs if hosts is None else [self.procs[i] for i in hosts]:
-                mine = reported.get(proc.index)
-                if mine is None:
-                    proc.firsts.append(merged)
-                elif mine[4] is None and merged[4] is not None:
-                    proc.payloads.append(merged)
-        return found
-
-    def _tick(self) -> None:
-        if self.progress is None:
-            return
-        wall = _time.monotonic()
-        if wall - self._last_progress >= 0.1:
-            self._last_progress = wall
-            finished = self.config.world_size - sum(p.unfinished for p in self.procs)
-            self.progress(finished, self.config.world_size, self.now)
+    def _tick(self, tick: C.Tick) -> None:
+        self.now = max(self.now, tick.time)
+        if self.progress is not None:
+            self.progress(tick.finished, self.config.world_size, tick.time)
 
     async def _deadlock(self, now: float) -> SimclusterError:
         stuck = [p for p in self.procs if p.unfinished]
@@ -587,19 +497,6 @@ def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResul
     values = [_remote.raise_result(value) for value in parts.values]
     return RunResult(values, [float(t) for t in parts.times], stats, wall,
                      trace, list(parts.leaks), final.rounds)
-
-
-def _window_end(now: float, lookahead: float) -> float:
-    """The last time a window from ``now`` runs: a few roundings short of ``now + lookahead``.
-
-    Models keep ``arrive >= t + lookahead`` only up to the rounding of their
-    own sums and products, so the window stops a little early rather than
-    let a message land inside it.
-    """
-    end = now + lookahead * (1.0 - 1e-9)
-    for _ in range(4):
-        end = math.nextafter(end, -math.inf)
-    return max(end, now)
 
 
 def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:
@@ -885,7 +782,10 @@ def _node_failure(host: H.Host, node_rank: int, where: str) -> BaseException:
 
 
 def _fresh(tp: TcpTransport) -> TcpTransport:
-    fresh: TcpTransport = pickle.loads(pickle.dumps(tp))  # a copy of the settings, unbound
+    """A copy of the settings, unbound; on the mpi transport, on this job's hosting processes."""
+    fresh: TcpTransport = pickle.loads(pickle.dumps(tp))
+    if isinstance(fresh, MpiTransport):
+        fresh.use(_mpi_job.real_mpi(), _mpi_job.hosting_comm())
     return fresh
 
 

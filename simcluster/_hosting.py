@@ -94,11 +94,13 @@ import gc
 import os
 import pickle
 import signal
+import time as _time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from simcluster.transports import wire
-from simcluster.transports.base import Envelope, TransportError
+from simcluster.transports.base import EAGER, Envelope, TransportError
 from simcluster.transports.tcp import Link, TcpTransport, open_link
 
 from ._local_link import LocalLink
@@ -109,7 +111,10 @@ from . import arrays as _arrays
 from ._config import RunConfig, build_world
 from ._hosted_engine import HostedEngine
 from ._hosted_views import HostTrace as _HostTrace
+from ._rounds import Rounds
 from .engine import Task
+
+_TICK = 0.1  # wall seconds between progress ticks to the coordinator
 
 # ---- serving one block of ranks ----
 
@@ -138,6 +143,7 @@ class Host:
         self.lo = self.hi = 0
         self.ctrl: Link | LocalLink | None = None
         self.queue: asyncio.Queue[Envelope | None] = asyncio.Queue()
+        self.early: deque[Envelope | None] = deque()  # taken from ``queue`` during the rounds
         self.main: asyncio.Task[Any] | None = None
         self.inner: asyncio.Task[C.FinalResult | None] | None = None  # ``_serve``, cancellable
         self.engine: HostedEngine | None = None
@@ -161,15 +167,6 @@ class Host:
     def send(self, message: C.Message) -> None:
         if self.ctrl is not None and not self.ctrl.closing:
             self.ctrl.send(C.envelope(message, self.proc, self.dumps))
-
-    def link_failed(self, exc: BaseException) -> None:
-        """A peer link broke: tell the coordinator, then stop (after FINISH: nothing to do)."""
-        if self.finishing:  # every rank is done and nothing is in flight: the peer is done too
-            return
-        if self.failed is None:
-            self.failed = exc
-            self.send(C.Error(_remote.encode_exception(exc), transport=True))
-            self._interrupt()
 
     def _interrupt(self) -> None:
         """Stop the hosting work wherever it waits (``serve`` then says why)."""
@@ -207,7 +204,7 @@ class Host:
             self._interrupt()
 
     async def _next(self) -> C.Message:
-        env = await self.queue.get()
+        env = self.early.popleft() if self.early else await self.queue.get()
         if env is None:
             raise _Stopped()
         return C.read(env, self.loads)
@@ -257,8 +254,7 @@ class Host:
         try:
             config, fn = load()
             self._configure(config)
-            tp.bind(self.proc, config.per, config.nprocs, self.secret, self.run_id,
-                    self.link_failed)
+            tp.bind(self.proc, config.per, config.nprocs, self.secret, self.run_id)
             if listen_host is not None:
                 tp.host = listen_host
             host, port = await tp.listen()
@@ -272,6 +268,10 @@ class Host:
             try:
                 self._start(fn)
                 self.send(C.Ready())
+                go = await self._next()  # every process is connected: the rounds may start
+                if not isinstance(go, C.Go):
+                    raise _unexpected(go, C.GO)
+                await self._rounds()
                 return await self._loop()
             finally:
                 if collecting:
@@ -307,16 +307,52 @@ class Host:
         self.engine = world.engine
         self.tasks = world.tasks
 
+    async def _rounds(self) -> None:
+        """Run rounds with the other hosting processes until the run ends; tell the coordinator how
+        (``_rounds``: every process decides alike from every process's report)."""
+        engine, config, tp = self.engine, self.config, self.transport
+        assert engine is not None and config is not None
+        me = self.proc
+        blocks = [config.block(p) for p in range(config.nprocs)]
+        rounds = Rounds(me, [hi - lo for lo, hi in blocks], float(config.latency.lookahead()))
+        idle = Envelope(EAGER, 0, me, -1, 0, 0, 0, 0.0)
+        shown = _time.monotonic()
+        while True:
+            plan = rounds.plan()
+            report: C.Report | None = None
+            if plan.runs[me]:
+                firsts, payloads = rounds.take_collective()
+                report = await engine.phase(plan.now, rounds.counts[me], firsts, payloads,
+                                            plan.close, plan.until)
+            marks = await tp.exchange(idle if report is None else C.envelope(report, me),
+                                      self._answer_timeout)
+            reports = [report if p == me else _report_of(mark) for p, mark in enumerate(marks)]
+            outcome = rounds.absorb(reports)
+            if outcome is not None:
+                self.send(C.Done(outcome.time, rounds.rounds, rounds.windows, rounds.unfinished,
+                                 outcome.deadlock, outcome.rank, outcome.proc, outcome.exc))
+                return
+            if me == 0 and _time.monotonic() - shown >= _TICK:  # for a progress display
+                shown = _time.monotonic()
+                self.send(C.Tick(config.world_size - sum(rounds.unfinished), rounds.time))
+
+    def _answer_timeout(self) -> None:
+        """Between rounds: answer the coordinator's TIMEOUT (a rank elsewhere may loop)."""
+        while not self.queue.empty():
+            env = self.queue.get_nowait()
+            if env is None or env.tag != C.TIMEOUT:
+                self.early.append(env)
+                continue
+            engine = self.engine
+            assert engine is not None
+            self.send(C.Lines(engine.now, engine.timeout_lines()))
+
     async def _loop(self) -> C.FinalResult:
         engine = self.engine
         assert engine is not None
         while True:
             message = await self._next()
-            if isinstance(message, C.Step):
-                step = message
-                self.send(await engine.phase(step.time, step.counts, step.firsts, step.payloads,
-                                             step.close, step.until))
-            elif isinstance(message, C.Describe):
+            if isinstance(message, C.Describe):
                 self.send(engine.blocked_split())
             elif isinstance(message, C.Timeout):
                 self.send(C.Lines(engine.now, engine.timeout_lines()))
@@ -334,7 +370,7 @@ class Host:
                     pass  # the result is here; the coordinator's own wait is bounded too
                 return message
             else:
-                raise _unexpected(message, C.STEP)
+                raise _unexpected(message, C.FINISH)
 
     def _results(self) -> C.Results:
         engine = self.engine
@@ -365,6 +401,18 @@ class Host:
              engine.msgs_recv[lo:hi], engine.bytes_recv[lo:hi]],
             engine.leaks() if self.config is not None and self.config.strict else [],
             trace)
+
+
+def _report_of(mark: Envelope) -> C.Report | None:
+    """The report a process's round mark carries (None: it did not run in that round)."""
+    if mark.tag == 0:
+        return None
+    report = C.read(mark)
+    if not isinstance(report, C.Report):
+        raise TransportError(None, "run", f"process {mark.src} ended a round with {report.name}",
+                             "every process must run the same simcluster version",
+                             peer=f"process {mark.src}")
+    return report
 
 
 def _plain_args(args: dict[str, Any]) -> dict[str, Any]:

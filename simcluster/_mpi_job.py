@@ -46,6 +46,7 @@ class Placement:
 
 
 _REAL: Any = None  # the real mpi4py.MPI, once imported (simcluster mpirun imports it before its shim)
+_HOSTING: Any = None  # the processes that host ranks in the latest run (``place``)
 
 
 def real_mpi() -> Any:
@@ -96,6 +97,7 @@ def place(world_size: int, procs: object, nnodes: object, node_rank: object,
         raise UsageError(None, f"run(transport='mpi', {shown})", "the MPI job decides how many "
                          "processes host the ranks and where", "leave these out; mpiexec -n P "
                          "sets the processes")
+    global _HOSTING
     comm = real_mpi().COMM_WORLD
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
@@ -104,6 +106,10 @@ def place(world_size: int, procs: object, nnodes: object, node_rank: object,
     active = -(-world_size // per)  # processes that host ranks (4 ranks on 3: blocks 2, 2)
     shares = "" if active == size else "receive" if rank >= active else "send" if rank == 0 else "join"
     hosts = comm.allgather(socket.gethostname())[:active]
+    mpi = real_mpi()
+    if _HOSTING is not None and _HOSTING != mpi.COMM_NULL:
+        _HOSTING.Free()
+    _HOSTING = comm.Split(0 if rank < active else mpi.UNDEFINED, rank)  # the rounds' communicator
     shared = None
     if rank == 0:
         addr = "127.0.0.1" if len(set(hosts)) == 1 else _reachable_address()
@@ -164,6 +170,14 @@ def _free_port(addr: str) -> int:
         sock.bind((addr, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def hosting_comm() -> Any:
+    """The communicator of the processes that host ranks in this run (made by ``place``)."""
+    if _HOSTING is None or _HOSTING == real_mpi().COMM_NULL:
+        raise RuntimeError("_mpi_job.hosting_comm: place() has not placed this process on a "
+                           "hosting process")
+    return _HOSTING
 
 
 def first_process() -> bool:

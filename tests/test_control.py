@@ -21,9 +21,7 @@ _RESULTS = C.Results([{"sum": 3}, [1, 2], None], [0.0, 1e-6, 2e-6],
 
 MESSAGES: list[C.Message] = [
     C.Start([("127.0.0.1", 4000), ("10.0.0.2", 4001)]),
-    C.Step(1.5e-6, [0, 3, 1], [[2, 1, "all_reduce", None]], [[2, 1, "broadcast", 5]], True),
-    C.Step(1e-6, [2, 0], close=False, until=1.999999e-6),
-    C.Step(0.0, [0, 0]),
+    C.Go(),
     C.Describe(),
     C.Finish(),
     C.Stop(),
@@ -43,6 +41,10 @@ MESSAGES: list[C.Message] = [
     C.Error(_EXC, transport=True),
     C.Lines(3.0, ["  rank 0 awaiting a foreign future at x.py:9"]),
     C.Bye(),
+    C.Done(2e-6, 12, 5, [0, 0]),
+    C.Done(3e-6, 40, 0, [1, 2], deadlock=True),
+    C.Done(1e-6, 7, 2, [0, 1], rank=3, proc=1, exc=_EXC),
+    C.Tick(6, 4.5e-6),
 ]
 
 
@@ -74,9 +76,9 @@ def test_every_opcode_has_one_message_class() -> None:
 
 
 def test_arrays_travel_in_collective_records() -> None:
-    step = C.Step(0.0, [0], [[4, 1, "broadcast", np.arange(3.0)]])
-    got = C.read(C.envelope(step, 0))
-    assert isinstance(got, C.Step)
+    report = C.Report(0.0, [0], None, 1, None, None, [[4, 1, "broadcast", np.arange(3.0)]])
+    got = C.read(C.envelope(report, 0))
+    assert isinstance(got, C.Report)
     assert np.array_equal(got.firsts[0][3], np.arange(3.0))
 
 
@@ -94,7 +96,7 @@ def test_only_the_runs_values_use_the_runs_serializer() -> None:
     got = C.read(env, pickle.loads)
     assert isinstance(got, C.FinalResult) and got.results.values == [_Point(1)]
     with pytest.raises(wire.Unsendable):  # a control message never pickles, whatever the run's serializer
-        C.envelope(C.Step(0.0, [0], [[0, 1, _Point(2)]]), 0, pickle.dumps)
+        C.envelope(C.Report(0.0, [0], None, 1, None, None, [[0, 1, _Point(2)]]), 0, pickle.dumps)
 
 
 def _raw(op: int, payload: Any) -> Envelope:
@@ -103,8 +105,8 @@ def _raw(op: int, payload: Any) -> Envelope:
 
 
 @pytest.mark.parametrize(("op", "payload"), [
-    (C.STEP, {"counts": [0], "firsts": []}),  # the old dict payload
-    (C.STEP, [0.0, [0]]),
+    (C.REPORT, {"sent": [0], "firsts": []}),  # a dict payload
+    (C.DONE, [0.0, 1]),
     (C.REPORT, [0.0, "x", None, 0, None, None, [], False]),
     (C.HELLO, [1, "127.0.0.1", "digest"]),
     (C.RESULTS, [[1], [0.0], [[0]], "leaks", None, None]),

@@ -135,9 +135,8 @@ class ShmTransport(TcpTransport):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
 
-    def bind(self, proc: int, per: int, procs: int, secret: bytes, run_id: str,
-             on_error: Any) -> None:
-        super().bind(proc, per, procs, secret, run_id, on_error)
+    def bind(self, proc: int, per: int, procs: int, secret: bytes, run_id: str) -> None:
+        super().bind(proc, per, procs, secret, run_id)
         self._run_id = run_id
 
     def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
@@ -241,17 +240,14 @@ class ShmTransport(TcpTransport):
                 self._free.setdefault(shm.size, []).append(shm)
 
     async def flush(self) -> None:
-        """Give released segments back to their owners, then wait for the write buffers."""
+        """Give released segments back to their owners, with this round's exchange."""
         releases = self._releases
         for owner in sorted(releases):
             names = releases[owner]
-            link = self._links.get(owner)
-            if names and link is not None:
-                link.send(Envelope(ACK, _RELEASE_CTX, self._proc, owner, 0, 0, 0, 0.0,
-                                   wire.pack(names).header, (), False, _RELEASE))
-                self._dirty.add(owner)
+            if names and self._out:
+                self._post(owner, Envelope(ACK, _RELEASE_CTX, self._proc, owner, 0, 0, 0, 0.0,
+                                           wire.pack(names).header, (), False, _RELEASE))
             names.clear()
-        await super().flush()
 
     def close(self) -> None:
         """Close the links and unlink this process's segments (Rule 2; mappings die with their arrays)."""

@@ -23,8 +23,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import logging
+import os
 import secrets
+import select
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -34,6 +38,7 @@ from .base import Deliver, Envelope, Transport, TransportError
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "MARK_CTX",
     "STREAM_LIMIT",
     "Link",
     "TcpTransport",
@@ -51,6 +56,13 @@ _MAGIC: Final = b"SIMCLUS1"  # protocol name and version, first bytes on every s
 _NONCE: Final = 32
 _DIGEST: Final = 32
 _READ: Final = 1 << 20  # bytes asked of the stream per read
+_CHUNK: Final = 1 << 16  # bytes asked of a socket per read in the rounds (no mmap per read)
+_IOV_MAX: Final = 512  # frames written per system call, at most
+_SPIN: Final = float(os.environ.get("SIMCLUSTER_SPIN", "2e-4"))  # seconds an exchange polls without blocking
+_POLL_MS: Final = 5  # the longest an exchange blocks before letting the event loop run
+
+MARK_CTX: Final = -2
+"""The ``ctx`` of the frame that ends a process's part of a round (``TcpTransport.exchange``)."""
 STREAM_LIMIT: Final = 1 << 22
 """Bytes asyncio buffers from a stream before it stops reading (the StreamReader limit)."""
 
@@ -249,7 +261,6 @@ async def open_link(host: str, port: int, secret: bytes, *, peer: object, max_fr
 
 # ---- the transport ----
 
-OnError = Callable[[BaseException], None]
 
 
 class TcpTransport(Transport):
@@ -269,8 +280,8 @@ class TcpTransport(Transport):
 
     __slots__ = (
         "host", "max_frame", "connect_timeout", "_proc", "_per", "_secret", "_deliver",
-        "_links", "_inbox", "_taken", "_arrived", "_sent", "_min_sent", "_server", "_pumps",
-        "_on_error", "_dirty", "_world_size", "_closed",
+        "_links", "_inbox", "_marks", "_taken", "_sent", "_min_sent", "_server", "_out", "_fds",
+        "_procs_of", "_poller", "_world_size", "_closed",
     )
 
     name = "tcp"
@@ -293,15 +304,16 @@ class TcpTransport(Transport):
         self._secret = b""
         self._deliver: Deliver | None = None
         self._links: dict[int, Link] = {}
-        self._inbox: list[deque[Envelope]] = []
+        self._inbox: list[deque[Envelope]] = []  # per process: envelopes for ``receive``
+        self._marks: list[deque[Envelope]] = []  # per process: round marks (``exchange``)
         self._taken: list[int] = []
-        self._arrived: asyncio.Event | None = None
         self._sent: list[int] = []
         self._min_sent: float | None = None
         self._server: asyncio.AbstractServer | None = None
-        self._pumps: list[asyncio.Task[None]] = []
-        self._on_error: OnError | None = None
-        self._dirty: set[int] = set()
+        self._out: list[list[bytes]] = []  # per process: frames for the next exchange
+        self._fds: dict[int, int] = {}  # process -> its socket, once connected
+        self._procs_of: dict[int, int] = {}
+        self._poller: Any = None
         self._world_size = 0
         self._closed = False
 
@@ -332,14 +344,12 @@ class TcpTransport(Transport):
                                      "open it before sending", peer=envelope.dst)
             deliver(envelope)
             return
-        link = self._links.get(proc)
-        if link is None:
+        if self._closed or not self._out:
             raise TransportError(envelope.src, "send", f"no connection to process {proc} "
                                  f"(rank {envelope.dst})", "the run has ended or that process "
                                  "was lost", peer=proc)
-        link.send(self._outgoing(envelope, proc))
+        self._post(proc, self._outgoing(envelope, proc))
         self._sent[proc] += 1
-        self._dirty.add(proc)
         if self._min_sent is None or envelope.time < self._min_sent:
             self._min_sent = envelope.time
 
@@ -350,25 +360,21 @@ class TcpTransport(Transport):
         self._deliver = None
         for link in self._links.values():
             link.close()
-        for task in self._pumps:
-            task.cancel()
         if self._server is not None:
             self._server.close()
 
     # ---- the hosting loop's side ----
 
-    def bind(self, proc: int, per: int, procs: int, secret: bytes, run_id: str,
-             on_error: OnError) -> None:
+    def bind(self, proc: int, per: int, procs: int, secret: bytes, run_id: str) -> None:
         """Make this copy the transport of process ``proc`` of ``procs``.
 
-        Process ``p`` hosts world ranks ``[p*per, (p+1)*per)``. ``on_error``
-        is called with the TransportError of a link that fails.
+        Process ``p`` hosts world ranks ``[p*per, (p+1)*per)``.
         """
         self._proc = proc
         self._per = per
         self._secret = secret
-        self._on_error = on_error
         self._inbox = [deque() for _ in range(procs)]
+        self._marks = [deque() for _ in range(procs)]
         self._taken = [0] * procs
         self._sent = [0] * procs
 
@@ -380,7 +386,8 @@ class TcpTransport(Transport):
         return str(host), int(port)
 
     async def connect(self, table: list[tuple[str, int]]) -> None:
-        """Connect to every higher process in ``table`` and wait for every lower one.
+        """Connect to every higher process in ``table``, wait for every lower one, and get ready
+        for the rounds (``exchange``).
 
         Raises:
             TransportError: a peer did not connect or answer within ``connect_timeout``.
@@ -390,10 +397,11 @@ class TcpTransport(Transport):
             link = await open_link(host, port, self._secret, peer=f"process {proc}",
                                    max_frame=self.max_frame, timeout=self.connect_timeout)
             link.send(Envelope(0, 0, self._proc, proc, 0, 0, 0, 0.0))  # who I am
-            self._add_link(proc, link)
+            self._links[proc] = link
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
-        while len(self._links) < len(table) - 1:
+        while len(self._links) < len(table) - 1 or any(
+                link.writer.transport.get_write_buffer_size() for link in self._links.values()):
             if loop.time() > deadline:
                 missing = [p for p in range(self._proc) if p not in self._links]
                 raise TransportError(
@@ -401,6 +409,16 @@ class TcpTransport(Transport):
                     f"within {self.connect_timeout:g}s", "look for their own errors, or raise "
                     "connect_timeout", peer=missing[0] if missing else None)
             await asyncio.sleep(0.005)
+        self._out = [[] for _ in range(len(table))]
+        self._poller = select.poll()
+        for proc, link in sorted(self._links.items()):
+            # From here on the socket is ours: asyncio neither reads it nor writes to it again
+            # (nothing else is sent before every process is connected, which the caller waits for).
+            link.writer.transport.pause_reading()
+            fd = link.writer.get_extra_info("socket").fileno()
+            self._fds[proc] = fd
+            self._procs_of[fd] = proc
+            self._poller.register(fd, select.POLLIN)
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -413,52 +431,120 @@ class TcpTransport(Transport):
                 raise TransportError(None, "accept", f"connection from {peer} claims to be "
                                      f"process {proc}", SECRET_FIX, peer=peer)
             link.rename(f"process {proc}")
-            self._add_link(proc, link)
+            self._links[proc] = link
         except (TransportError, asyncio.TimeoutError, OSError) as exc:
             log.warning("simcluster: refused a connection from %s: %s", peer, exc)
             writer.close()
 
-    def _add_link(self, proc: int, link: Link) -> None:
-        self._links[proc] = link
-        inbox = self._inbox[proc]
+    async def exchange(self, mark: Envelope, idle: Callable[[], None] | None = None
+                       ) -> list[Envelope]:
+        """End a round: send every frame queued since the last one, then ``mark``, to each other
+        process; return each process's ``mark`` of this round, in process order (ours included).
 
-        def arrived(envelope: Envelope) -> None:
-            incoming = self._incoming(envelope)
-            if incoming is None:  # the transport's own frame, handled by _incoming
-                return
-            inbox.append(incoming)
-            if self._arrived is not None:
-                self._arrived.set()
+        The envelopes that came before a process's mark wait in its inbox for
+        ``receive``. Waits in ``poll`` a few milliseconds at a time, letting
+        the event loop run (and calling ``idle``) in between.
 
-        self._pumps.append(asyncio.ensure_future(self._pump(link, arrived)))
+        Raises:
+            TransportError: a peer hung up, or sent a malformed frame.
+        """
+        frame = b"".join(wire.encode_frame(mark._replace(ctx=MARK_CTX)))
+        writing: dict[int, deque[memoryview]] = {}
+        for proc, fd in self._fds.items():
+            chunks = self._out[proc]
+            chunks.append(frame)
+            self._out[proc] = []
+            writing[fd] = deque(memoryview(chunk) for chunk in chunks)
+        marks, poller = self._marks, self._poller
+        for fd in list(writing):
+            self._write(fd, writing)
+        spin_until = time.perf_counter() + _SPIN
+        while writing or any(not marks[proc] for proc in self._fds):
+            # a peer is often a few microseconds from its mark: asking again at once beats being
+            # woken by the kernel (tens of microseconds) while it is soon; then block, briefly
+            spinning = time.perf_counter() < spin_until
+            events = poller.poll(0 if spinning else _POLL_MS)
+            if not events:
+                if not spinning:
+                    await asyncio.sleep(0)
+                    if idle is not None:
+                        idle()
+                continue
+            for fd, event in events:
+                if event & select.POLLOUT:
+                    self._write(fd, writing)
+                if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    self._read(fd)
+        return [mark if proc == self._proc else marks[proc].popleft()
+                for proc in range(len(marks))]
 
-    async def _pump(self, link: Link, arrived: Callable[[Envelope], None]) -> None:
+    def _write(self, fd: int, writing: dict[int, deque[memoryview]]) -> None:
+        chunks = writing[fd]
         try:
-            await link.pump(arrived)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            if not self._closed and self._on_error is not None:
-                self._on_error(exc)
+            while chunks:  # one system call for many frames: one wake-up of the peer
+                done = os.writev(fd, list(itertools.islice(chunks, _IOV_MAX)))
+                while chunks and done >= len(chunks[0]):
+                    done -= len(chunks.popleft())
+                if done:
+                    chunks[0] = chunks[0][done:]
+                    break
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            raise self._lost(fd, exc) from None
+        if chunks:
+            self._poller.modify(fd, select.POLLIN | select.POLLOUT)
+        else:
+            del writing[fd]
+            self._poller.modify(fd, select.POLLIN)
+
+    def _read(self, fd: int) -> None:
+        proc = self._procs_of[fd]
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise self._lost(fd, exc) from None
+        link = self._links[proc]
+        if not data:
+            link.decoder.feed_eof()  # in the middle of a frame: says so
+            raise TransportError(None, "recv", f"peer {link.peer!r} closed its connection",
+                                 "look for that process's own error; it may have crashed",
+                                 peer=link.peer)
+        for envelope in link.decoder.feed(data):
+            self._arrived(proc, envelope)
+
+    def _arrived(self, proc: int, envelope: Envelope) -> None:
+        if envelope.ctx == MARK_CTX:
+            self._marks[proc].append(envelope)
+            return
+        incoming = self._incoming(envelope)
+        if incoming is not None:  # None: the transport's own frame, handled by _incoming
+            self._inbox[proc].append(incoming)
+
+    def _lost(self, fd: int, exc: OSError) -> TransportError:
+        peer = self._links[self._procs_of[fd]].peer
+        return TransportError(None, "recv", f"lost the connection to peer {peer!r} "
+                              f"({type(exc).__name__}: {exc})",
+                              "look for that process's own error; it may have crashed", peer=peer)
 
     async def receive(self, counts: list[int]) -> None:
         """Deliver, in a canonical order, the envelopes other processes sent us so far.
 
         ``counts[p]`` is how many envelopes process ``p`` has sent to this one
-        in total (the hosting loop learns it from the coordinator). Waits until
-        that many have arrived from each, then hands the new ones to the
-        engine sorted by source rank (each source's own order kept), so the
-        batch does not depend on which stream the OS served first.
+        in total (every process's reports say it); all of them came with the
+        rounds' exchanges. The new ones go to the engine sorted by source rank
+        (each source's own order kept), so the batch does not depend on
+        which process the OS served first.
         """
         inbox, taken = self._inbox, self._taken
-        while any(len(inbox[p]) < counts[p] - taken[p] for p in range(len(counts))):
-            self._arrived = event = asyncio.Event()  # set by the pumps
-            try:
-                await event.wait()
-            finally:
-                self._arrived = None
         batch: list[Envelope] = []
         for p, count in enumerate(counts):
+            if len(inbox[p]) < count - taken[p]:
+                raise TransportError(None, "recv", f"process {p} reported {count - taken[p]} new "
+                                     f"envelopes but {len(inbox[p])} came", "every process must "
+                                     "run the same simcluster version", peer=f"process {p}")
             for _ in range(count - taken[p]):
                 batch.append(inbox[p].popleft())
             taken[p] = count
@@ -477,20 +563,17 @@ class TcpTransport(Transport):
         return sent, earliest
 
     async def flush(self) -> None:
-        """Wait until asyncio's write buffers are below their limit again (back-pressure)."""
-        dirty, self._dirty = self._dirty, set()
-        for proc in sorted(dirty):
-            link = self._links.get(proc)
-            if link is not None:
-                try:
-                    await link.drain()
-                except (ConnectionError, OSError) as exc:
-                    raise TransportError(None, "send", f"lost the connection to peer "
-                                         f"{link.peer!r} ({type(exc).__name__}: {exc})",
-                                         "look for that process's own error; it may have crashed",
-                                         peer=link.peer) from None
+        """The end of a process's part of a round, before its report (shm gives segments back)."""
 
     # ---- hooks for subclasses (shm moves big buffers another way) ----
+
+    def _post(self, proc: int, envelope: Envelope) -> None:
+        """Queue ``envelope`` for process ``proc`` until the round's exchange.
+
+        The frame is joined into one bytes object (one copy), so the caller's
+        array buffers are free again when this returns.
+        """
+        self._out[proc].append(b"".join(wire.encode_frame(envelope)))
 
     def _outgoing(self, envelope: Envelope, proc: int) -> Envelope:
         return envelope

@@ -68,19 +68,20 @@ async def _peer_sends(raw: bytes, hang_up: bool = False) -> list[BaseException]:
     """Be process 0 towards a transport hosting rank 1, then write ``raw`` on the link."""
     errors: list[BaseException] = []
     tp = TcpTransport(max_frame=4096, connect_timeout=2.0)
-    tp.bind(1, 1, 2, SECRET, "test", errors.append)
+    tp.bind(1, 1, 2, SECRET, "test")
     tp.open(2, lambda env: None)
     host, port = await tp.listen()
     link = await open_link(host, port, SECRET, peer="process 1", max_frame=4096, timeout=2.0)
     link.send(Envelope(EAGER, 0, 0, 1, 0, 0, 0, 0.0))  # who I am: process 0
+    await tp.connect([(host, port), (host, port)])  # process 1 waits for process 0: us
     link.writer.write(raw)
     await link.drain()
     if hang_up:
         link.close()
-    for _ in range(200):
-        if errors:
-            break
-        await asyncio.sleep(0.01)
+    try:
+        await asyncio.wait_for(tp.exchange(Envelope(EAGER, 0, 1, -1, 0, 0, 0, 0.0)), 2.0)
+    except TransportError as exc:
+        errors.append(exc)
     link.close()
     tp.close()
     return errors
@@ -113,7 +114,7 @@ def test_truncated_frame_then_hang_up_is_a_transport_error_naming_the_peer() -> 
 def test_wrong_secret_at_the_other_end_is_refused_by_the_connector() -> None:
     async def go() -> None:
         tp = TcpTransport(connect_timeout=2.0)
-        tp.bind(1, 1, 2, b"another secret", "test", lambda exc: None)
+        tp.bind(1, 1, 2, b"another secret", "test")
         host, port = await tp.listen()
         try:
             with pytest.raises(TransportError, match="did not prove the run's secret|refused"):
