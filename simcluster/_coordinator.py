@@ -1,4 +1,4 @@
-"""The coordinator: starts the hosting processes, steps them in lockstep, gathers the result.
+"""The coordinator: starts the hosting processes, hears how their rounds ended, gathers the result.
 
 Runs in the caller's event loop (``launch``). For a local run it starts
 ``procs`` processes (``multiprocessing``, forkserver where the OS has it,
@@ -7,8 +7,10 @@ node process runs ``_hosting.Host`` itself and node 0 also runs this
 coordinator at ``master_addr:master_port``. Either way each hosting process
 connects back over an authenticated stream (the control link) and the
 protocol of ``_hosting`` takes over, in the typed messages of ``_control``:
-HELLO, START, READY, then rounds of STEP/REPORT until every rank has finished
-(FINISH/RESULTS), a rank fails, or the run deadlocks. A multi-node run ends with FINAL (the result, for every
+HELLO, START, READY, GO; the processes then run their rounds among
+themselves (``_rounds``) and each sends DONE, the same verdict from all: every
+rank has finished (then FINISH/RESULTS), a rank failed, or the run deadlocked
+(DESCRIBE/BLOCKED). A multi-node run ends with FINAL (the result, for every
 node) answered by BYE: node 0 closes the control links only after every BYE,
 so no node mistakes the close for a failure.
 

@@ -1,51 +1,60 @@
-"""Hosting a block of ranks in one OS process, stepped in rounds by the coordinator.
+"""Hosting a block of ranks in one OS process, in rounds with the other hosting processes.
 
-A run on the shm or tcp transport has one coordinator (the caller's process,
-``_coordinator``) and ``procs`` hosting processes. Process ``p`` hosts the
-world ranks ``[p*per, (p+1)*per)`` as coroutines of its own ``HostedEngine``
-(an ``Engine`` that knows which ranks are local); envelopes to other
-processes leave through the transport, and envelopes from them are handed to
-the engine only when the coordinator says so.
+A run on the shm, tcp or mpi transport has ``procs`` hosting processes and
+one coordinator (``_coordinator``: in the caller's process for a local run,
+beside process 0 for a multi-node or MPI run). Process ``p`` hosts the world
+ranks ``[p*per, (p+1)*per)`` as coroutines of its own ``HostedEngine`` (an
+``Engine`` that knows which ranks are local); envelopes to other processes
+wait in the transport until the round ends, and envelopes from them are
+handed to the engine only when the rounds' counts say so.
 
-Time advances in rounds (conservative synchronisation). The coordinator sends
-``STEP(T, counts, firsts, until)``: ``counts[q]`` is how many envelopes process
-``q`` has sent to this one so far. The process waits until exactly those have
-arrived, delivers the new ones sorted by source rank, runs every local event
-at time ``<= until`` (``T`` itself in lockstep), flushes its streams and
-reports ``REPORT(sent per process, earliest time among them, next local event
-time, unfinished ranks, failure, firsts, open)``. The coordinator's next ``T``
-is the earliest of every process's next event and every envelope still in
-flight; envelopes are stamped at or after their sender's ``until`` (Rule 3),
-so nothing arrives in a process's past. When no process has an event and
-nothing is in flight, the run is over, or deadlocked if a rank is unfinished.
+Time advances in rounds (conservative synchronisation), and the processes
+run them among themselves: the coordinator starts them (GO) and hears only
+how they ended (DONE). Each round every process works out the same plan
+from the same data (``_rounds.Rounds.plan``): the round's time ``T``, the
+last event time it runs (``until``: ``T`` itself in lockstep) and which
+processes run. A process that runs delivers the envelopes counted for it,
+sorted by source rank, runs every local event at time ``<= until``, and
+makes its ``Report(sent per process, earliest time among them, next local
+event time, unfinished ranks, failure, firsts, held, open)``. Then every
+process sends every other one the round's envelopes followed by a mark
+carrying its report (none where it did not run), all in one exchange
+(``TcpTransport.exchange``; MPI collectives on the mpi transport), and
+applies the reports (``Rounds.absorb``). The next ``T`` is the earliest of
+every process's next event and every envelope still in flight; envelopes
+are stamped at or after their sender's ``until`` (Rule 3), so nothing
+arrives in a process's past. When no process has an event and nothing is in
+flight, the run is over, or deadlocked if a rank is unfinished; a failure
+ends it at once. Each process then sends DONE, with the same verdict, and
+the coordinator takes it from there (RESULTS, the deadlock report, STOP).
 
 Collective verification across processes. A member entering a collective is
 compared at the call with the first member of its communicator that entered
 the same call (``comm.Comm._collective``), but only among members this process
-knows of. Each REPORT carries ``firsts``: the signatures of calls that a member
-here entered first (``comm._record``). The coordinator compares those of one
+knows of. Each report carries ``firsts``: the signatures of calls that a member
+here entered first (``comm._record``). Every process compares those of one
 round across processes (``comm.merge_firsts``: a difference ends the run with
 the same CollectiveMismatchError a member compared at its call raises) and
-hands each call's first signature to the other processes with their next STEP,
-before they deliver anything or run a step, so a member that enters later is
+hands each call's first signature to its own engine in its next run, before
+it delivers anything or runs a step, so a member that enters later is
 compared at its call. Envelopes sent in a round are delivered no earlier than
-the next STEP: no message of a call whose members differ meets another's.
+the next round: no message of a call whose members differ meets another's.
 
-Rule 1: a process delivers exactly the envelopes the coordinator counted, in
+Rule 1: a process delivers exactly the envelopes the reports counted, in
 source-rank order, so a run's schedule does not depend on which socket the
 OS served first: the same seed and ``procs`` give the same run.
 Rule 2: each process keeps only its own ranks' port timers. Once a round's
 events are done, the sender charges the send port (``Ports.send_side``) of
 every message its ranks posted in the round, in posting order, and stamps the
-envelope; at its next STEP the receiver charges its receive port
+envelope; in its next run the receiver charges its receive port
 (``Ports.recv_side``) for every message sent to it in earlier rounds, local
 ones included, in the memory transport's order (instant, wire time, source rank,
 posting order), and tells a rendezvous sender when the data landed (an ACK).
-Envelopes of the current instant wait for a STEP at a later time (unless they
+Envelopes of the current instant wait for a round at a later time (unless they
 arrive at once), so those of one instant are charged together even when a
 synchronous send's ACK woke their sender in a later round.
-Rendezvous transfers are charged only in a STEP that closes their instant
-(``close``: the coordinator sends one when nothing is left at that time and a
+Rendezvous transfers are charged only in a round that closes their instant
+(``close``: the plan makes one when nothing is left at that time and a
 process reported ``held`` transfers), so all of one instant's are charged
 together, in whichever round their CTS came. So times equal the memory
 transport's, whatever the seed, for programs that leave no order open.
@@ -68,15 +77,23 @@ ranked by virtual time, then rank, so the first one the memory transport
 would meet is the one reported.
 
 The control channel is a stream of frames like any link (``transports.tcp``):
-each control message is one of the typed messages of ``_control`` (``Step``,
-``Report``, ...), carried by an Envelope whose ``tag`` is its opcode and whose
+each control message is one of the typed messages of ``_control`` (``Go``,
+``Done``, ...), carried by an Envelope whose ``tag`` is its opcode and whose
 payload is its plain-list encoding, packed with ``transports.wire``; nothing
 on it is pickled. Both sides build and read the typed messages only. The
 run's configuration (``_config.RunConfig``) reaches a local hosting process
 with the rank function, over multiprocessing's launch pipe, and both sides
 build their ranks with ``_config.build_world``.
 
-The end of a run. After FINISH every rank has finished and nothing is in
+Rule 4: never a hang in a round. An exchange waits in short slices and lets
+the event loop run between them, so STOP ends it and TIMEOUT is answered
+(``Host._answer_timeout``); a peer that dies closes its stream, which ends
+the exchange with a TransportError that the coordinator turns into the
+lost process's own error. It polls without blocking for a fraction of a
+millisecond first: the other side is usually a few microseconds from its
+mark, and being woken by the kernel costs tens of microseconds.
+
+The end of a run. After DONE every rank has finished and nothing is in
 flight, so a peer link that closes from then on is no error: each process
 closes its links as soon as it is done. A local hosting process ends when
 the coordinator closes the control link after RESULTS. A node process (one

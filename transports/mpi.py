@@ -85,7 +85,7 @@ class MpiTransport(TcpTransport):
         at = np.concatenate(([0], np.cumsum(got)[:-1]))
         await _wait(comm.Ialltoallv([send, (sizes, offsets), mpi.BYTE],
                                     [recv, (got, at), mpi.BYTE]), idle)
-        view = memoryview(recv)
+        view = recv.data
         for proc in range(n):
             if proc != me:
                 decoder = wire.FrameDecoder(max_frame=self.max_frame, peer=f"process {proc}")

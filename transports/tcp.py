@@ -1,9 +1,12 @@
-"""The tcp transport: ranks in several OS processes, envelopes as frames over asyncio streams.
+"""The tcp transport: ranks in several OS processes, envelopes as frames over TCP streams.
 
 Owns the byte streams between hosting processes and nothing else: who talks
-to whom, the secret proven at connect, and the loop that feeds bytes to
-``wire.FrameDecoder``. It knows nothing of virtual time or matching; the
-hosting loop (``simcluster._hosting``) decides when envelopes are delivered.
+to whom, the secret proven at connect, and the exchange that ends each round
+(``exchange``: every frame queued since the last one, then a mark, to each
+other process, read back with ``wire.FrameDecoder``). It knows nothing of
+virtual time or matching; the hosting loop (``simcluster._hosting``) decides
+when envelopes are delivered. asyncio makes the connections; the rounds then
+read and write the sockets themselves, with ``poll``.
 
 Each pair of processes shares one stream (the lower process index connects
 to the higher one), so envelopes between two processes keep their order
@@ -414,7 +417,8 @@ class TcpTransport(Transport):
         for proc, link in sorted(self._links.items()):
             # From here on the socket is ours: asyncio neither reads it nor writes to it again
             # (nothing else is sent before every process is connected, which the caller waits for).
-            link.writer.transport.pause_reading()
+            stream: Any = link.writer.transport  # a read-write transport under the StreamWriter
+            stream.pause_reading()
             fd = link.writer.get_extra_info("socket").fileno()
             self._fds[proc] = fd
             self._procs_of[fd] = proc
