@@ -187,6 +187,8 @@ class ShmTransport(TcpTransport):
             return None
         if not buffers:
             raise self._bad(envelope, "the frame has no segment list")
+        if buffers[0] == _NO_SEGMENTS:  # most messages: everything inline
+            return rebuffered(envelope, buffers[1:])
         refs = wire.unpack(buffers[0])
         rest = list(buffers[1:])
         if type(refs) is not list:

@@ -463,7 +463,8 @@ class TcpTransport(Transport):
         for fd in list(writing):
             self._write(fd, writing)
         spin_until = time.perf_counter() + _SPIN
-        while writing or any(not marks[proc] for proc in self._fds):
+        missing = [proc for proc in self._fds if not marks[proc]]
+        while writing or missing:
             # a peer is often a few microseconds from its mark: asking again at once beats being
             # woken by the kernel (tens of microseconds) while it is soon; then block, briefly
             spinning = time.perf_counter() < spin_until
@@ -479,6 +480,7 @@ class TcpTransport(Transport):
                     self._write(fd, writing)
                 if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
                     self._read(fd)
+            missing = [proc for proc in missing if not marks[proc]]
         return [mark if proc == self._proc else marks[proc].popleft()
                 for proc in range(len(marks))]
 

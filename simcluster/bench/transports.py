@@ -427,9 +427,9 @@ def main(round_trips: int = ROUND_TRIPS, repeats: int = 3,
     print(f"numpy's copy of {big // MIB} MiB (np.copyto, the baseline): {copy / 1e9:.2f} GB/s; "
           + ", ".join(f"{name} {figures[name][f'bw{big}'] / copy:.2f}x" for name in transports))
     figures["floor"] = floor = socket_floor(round_trips)
-    print(f"asyncio's own round trip between 2 processes over loopback TCP: {floor * 1e6:.1f} us; "
-          f"a simcluster round trip across processes is 2 rounds, each a STEP and a REPORT: "
-          f"{2 * floor * 1e6:.0f} us before any work")
+    print(f"asyncio's own round trip between 2 processes over loopback TCP: {floor * 1e6:.1f} us "
+          f"(a simcluster round trip across processes is 2 rounds, each one exchange between the "
+          f"processes, which poll their sockets without blocking for a moment first)")
     if not isinstance(hosted, dict):
         print(f"mpi transport: skipped: {hosted}")
     if not isinstance(mpi, dict):
