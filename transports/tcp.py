@@ -61,7 +61,7 @@ _DIGEST: Final = 32
 _READ: Final = 1 << 20  # bytes asked of the stream per read
 _CHUNK: Final = 1 << 16  # bytes asked of a socket per read in the rounds (no mmap per read)
 _IOV_MAX: Final = 512  # frames written per system call, at most
-_SPIN: Final = float(os.environ.get("SIMCLUSTER_SPIN", "2e-4"))  # seconds an exchange polls without blocking
+_SPIN: Final = 2e-4  # seconds an exchange polls without blocking before it blocks in poll
 _POLL_MS: Final = 5  # the longest an exchange blocks before letting the event loop run
 
 MARK_CTX: Final = -2
