@@ -168,7 +168,6 @@ class Host:
         self.failed: BaseException | None = None
         self.interrupted = False  # the hosting work was cancelled by ``_interrupt``, not serve's
         self.stop_error: BaseException | None = None
-        self.finishing = False  # FINISH came: peers may close their links from now on
         self.ended: str | None = None
         """How the control link ended: "final" (the result came), "stop" (STOP came), or
         "lost" (it closed, or broke, before either)."""
@@ -374,7 +373,6 @@ class Host:
             elif isinstance(message, C.Timeout):
                 self.send(C.Lines(engine.now, engine.timeout_lines()))
             elif isinstance(message, C.Finish):
-                self.finishing = True
                 self.send(self._results())
                 assert self.ctrl is not None
                 await self.ctrl.drain()
