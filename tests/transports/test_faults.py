@@ -122,6 +122,8 @@ def test_rank_that_never_awaits_times_out_and_its_process_is_killed() -> None:
     message = str(info.value)
     assert message.startswith("run: timed out after 1.0s of wall time")
     assert "process 1 (rank 1, pid" in message and "did not answer" in message
+    # process 0 waits in a round's exchange, and answers from there
+    assert "  rank 0 waiting in recv(src=1, tag=ANY_TAG) at test_faults.py:55\n" in message
 
 
 def test_peer_that_never_connects_is_a_clear_error_after_the_connect_timeout() -> None:
