@@ -24,13 +24,14 @@ from typing import Any, Final
 import numpy as np
 
 from . import wire
-from .base import Envelope
+from .base import Envelope, TransportError
 from .tcp import MARK_CTX, TcpTransport
 
 __all__ = ["MpiTransport"]
 
 _SPIN: Final = 1e-3  # seconds a wait tests its request in a tight loop before it naps
 _NAP: Final = 2e-4  # seconds between tests after that
+_MAX_COUNT: Final = 2**31 - 1  # MPI counts are C ints
 
 
 class MpiTransport(TcpTransport):
@@ -77,6 +78,12 @@ class MpiTransport(TcpTransport):
             else:
                 parts.append(b"")
         sizes = np.array([len(part) for part in parts], np.int64)
+        if int(sizes.max()) > _MAX_COUNT:
+            proc = int(sizes.argmax())
+            raise TransportError(None, "send", f"process {me}: this round's envelopes to process "
+                                 f"{proc} come to {int(sizes[proc])} bytes, more than MPI's count "
+                                 f"limit of {_MAX_COUNT}", "send large arrays in pieces under 2 GiB",
+                                 peer=f"process {proc}")
         got = np.empty(n, np.int64)
         await _wait(comm.Ialltoall(sizes, got), idle)
         send = np.frombuffer(b"".join(parts), np.uint8)
