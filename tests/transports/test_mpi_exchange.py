@@ -88,13 +88,14 @@ def _mark(proc: int, tag: int) -> Envelope:
     return Envelope(EAGER, 0, proc, -1, tag, 0, 0, 0.0)
 
 
-def test_each_process_gets_every_mark_and_the_envelopes_sent_before_them() -> None:
+@pytest.mark.parametrize("length", [0, 5, 5000])
+def test_each_process_gets_every_mark_and_the_envelopes_sent_before_them(length: int) -> None:
     (t0, t1), (got0, got1) = _pair()
 
     async def go() -> tuple[list[Envelope], list[Envelope]]:
         for tp in (t0, t1):
             await tp.connect([("mpi", 0), ("mpi", 0)])
-        array = np.arange(5.0)
+        array = np.arange(float(length))
         t0.send(Envelope(EAGER, 3, 0, 1, 7, 1, array.nbytes, 1e-6, b"h", (array,)))
         t0.send(Envelope(EAGER, 3, 0, 1, 8, 2, 0, 2e-6))
         array[:] = -1  # the send copied it: the buffer is the caller's again
@@ -106,7 +107,7 @@ def test_each_process_gets_every_mark_and_the_envelopes_sent_before_them() -> No
     assert t0.take_counts() == ([0, 2], 1e-6)
     asyncio.run(t1.receive([2, 0]))
     assert [(e.tag, e.time) for e in got1] == [(7, 1e-6), (8, 2e-6)]
-    assert np.array_equal(np.frombuffer(got1[0].buffers[0], np.float64), np.arange(5.0))
+    assert np.array_equal(np.frombuffer(got1[0].buffers[0], np.float64), np.arange(float(length)))
     assert got0 == []
 
 
