@@ -161,32 +161,25 @@ class Request(Generic[T]):
         return coro
 
     def __await__(self) -> Generator[Any, None, T]:
-        # The request is its own await iterator (__next__ below): a generator per await
-        # would cost about 250 bytes per blocked rank, and its allocation per message.
+        # A generator, not an iterator whose __next__ raises StopIteration(value): compiled,
+        # it returns its value through am_send without an exception, whereas a compiled
+        # raise builds a traceback entry (a code object and a frame) every time.
         if self._state == PENDING:
             engine = self._engine
             if engine.current is not self._task or self._task is None:
                 engine.check_awaiter(self)  # raises: awaited outside its rank's coroutine
-            if self._nb and engine.trace is not None:
-                return self._traced_wait()
-        return self  # type: ignore[return-value]
-
-    def __next__(self) -> Request[T]:
-        """One step of ``await``: hand this request to the engine while pending, else finish."""
-        if self._state == PENDING:
-            return self  # yielded to the engine, which parks the rank until we complete
+            if self._nb and engine.trace is not None:  # a nonblocking request, traced run
+                start = engine.now
+                while self._state == PENDING:
+                    yield self  # to the engine, which parks the rank until we complete
+                assert self._task is not None
+                engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)
+            while self._state == PENDING:
+                yield self
         if self._guard is None and self._error is None:  # _take_result, inline
             self._retrieved = True
-            raise StopIteration(self._value)
-        raise StopIteration(self._take_result())
-
-    def _traced_wait(self) -> Generator[Any, None, T]:
-        """``await`` that records the wait in the trace (a nonblocking request, traced run)."""
-        engine = self._engine
-        start = engine.now
-        yield self
-        assert self._task is not None
-        engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)  # type: ignore[union-attr]
+            value: T = self._value
+            return value
         return self._take_result()
 
     def _take_result(self) -> T:
