@@ -530,6 +530,8 @@ def pack(obj: object, *, copy: bool = True,
     t = type(obj)
     if obj is None:
         return PACKED_NONE
+    if t is np.ndarray:  # one array: its header is remembered by dtype, shape and order
+        return _pack_array(obj, copy)  # type: ignore[arg-type]
     if t is float or t is str or t is bool or t is bytes or (
         t is int and _INT_MIN <= obj <= _INT_MAX  # type: ignore[operator]
     ):
@@ -555,6 +557,35 @@ def pack(obj: object, *, copy: bool = True,
         return _packed(header, (), len(header), False)
     single = isinstance(obj, np.ndarray) or encoder.last is obj
     return _packed(header, tuple(encoder.buffers), encoder.nbytes, single)
+
+
+_ArrayKey = tuple[np.dtype[Any], tuple[int, ...], bool]
+_ARRAY_HEADERS: Final[dict[_ArrayKey, bytes]] = {}
+"""The header of a payload that is one numpy array, by (dtype, shape, Fortran order)."""
+_ARRAY_REFS: Final[dict[bytes, _ArrayKey]] = {}
+"""The reverse: what such a header says, so ``unpack`` need not decode it again."""
+
+
+def _pack_array(arr: NDArray[Any], copy: bool) -> Packed:
+    """``pack`` of a payload that is exactly one numpy array (a reduction's flat value, a tensor's data)."""
+    flags = arr.flags
+    fortran = not flags.c_contiguous and flags.f_contiguous
+    dt = arr.dtype
+    key = (dt, arr.shape, fortran)
+    header = _ARRAY_HEADERS.get(key)
+    if header is None:  # first (raises Unsendable for a dtype that holds objects)
+        ref = _pack([0, _spec_of(dt, "numpy.ndarray"), list(arr.shape), fortran])
+        header = _pack(_new_ext(ExtType, (EXT_NDARRAY, ref)))
+        if len(_ARRAY_HEADERS) < _CACHE_LIMIT:
+            _ARRAY_HEADERS[key] = header
+            _ARRAY_REFS[header] = key
+    if fortran:
+        buf = _copy(arr, "F") if copy else arr
+    elif flags.c_contiguous:
+        buf = _copy(arr, "C") if copy else arr
+    else:  # a strided view needs one contiguous copy either way
+        buf = _copy(arr, "C")
+    return _packed(header, (buf,), arr.nbytes, True)
 
 
 def nbytes_of(obj: object) -> int:
@@ -747,6 +778,13 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         Unreadable: an array of another library cannot be held here (its
             library is missing, or its dtype has no type here).
     """
+    if len(buffers) == 1:
+        key = _ARRAY_REFS.get(bytes(header))
+        buf = buffers[0]
+        if key is not None and type(buf) is np.ndarray and buf.dtype == key[0] and buf.shape == key[1] and (
+            buf.flags.f_contiguous if key[2] else buf.flags.c_contiguous
+        ):  # one array, straight from Packed.buffers: what _Decoder.array would do
+            return _copy(buf, "F" if key[2] else "C") if copy else buf
     if not buffers and loads is None:  # no arrays to rebuild: the shared stateless decoder
         if header == _NONE_HEADER:
             return None
