@@ -4,9 +4,14 @@ No imports here: ``setup.py`` loads this file before the package exists.
 """
 
 COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request",
-            "transports.wire")
+            "transports.wire",
+            "collectives._chunks", "collectives._reduction", "collectives.barrier", "collectives.broadcast",
+            "collectives.reduce", "collectives.all_reduce", "collectives.reduce_scatter", "collectives.all_gather",
+            "collectives.gather", "collectives.scatter", "collectives.all_to_all", "collectives.scan")
 """The hot path, as modules of the ``simcluster`` package: the kernel, the point-to-point protocol,
-diagnostics, the engine (in-process and hosted), matching, requests and the payload codec."""
+diagnostics, the engine (in-process and hosted), matching, requests, the payload codec, and the
+collective algorithms with the steps they share (not ``collectives._methods``: ``Comm``'s methods,
+which users subclass)."""
 
 
 def source(name: str) -> str:

@@ -538,11 +538,11 @@ class _Ring(Order):
         return [piece[0] for piece in pieces]
 
 
-BALANCED: Final = Order(_balanced)
+BALANCED: Final[Order] = Order(_balanced)
 """Recursive doubling and halving, Rabenseifner."""
-BINOMIAL: Final = Order(_binomial)
+BINOMIAL: Final[Order] = Order(_binomial)
 """Binomial trees (rooted where ``value`` is told)."""
-LEFT: Final = Order(_left)
+LEFT: Final[Order] = Order(_left)
 """Linear and pairwise: in rank order, one operand at a time."""
 RING: Final[Order] = _Ring()
 """The ring reduce-scatter."""
