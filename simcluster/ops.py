@@ -207,6 +207,11 @@ class ReduceOp:
 
     def apply(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` as a new value (the inputs are never modified)."""
+        ufunc = self._ufunc
+        if type(a) is np.ndarray and type(b) is np.ndarray and ufunc is not None and self._fn is None \
+                and not self._logical:  # the common case of reductions over arrays, first
+            value = ufunc(a, b)
+            return value if type(value) is np.ndarray else np.asarray(value)  # keep 0-d arrays arrays
         if self._fn is None and type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
             return self._py(a, b)  # type: ignore[misc]
         if self._fn is not None:
@@ -214,7 +219,6 @@ class ReduceOp:
             if isinstance(a, np.ndarray) and isinstance(value, np.generic):
                 value = np.asarray(value)  # numpy turns 0-d results into scalars; keep the array
             return value
-        ufunc = self._ufunc
         assert ufunc is not None and self._py is not None
         if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):
             value = ufunc(a, b)
