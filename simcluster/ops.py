@@ -207,13 +207,13 @@ class ReduceOp:
 
     def apply(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` as a new value (the inputs are never modified)."""
-        ufunc = self._ufunc
-        if type(a) is np.ndarray and type(b) is np.ndarray and ufunc is not None and self._fn is None \
-                and not self._logical:  # the common case of reductions over arrays, first
-            value = ufunc(a, b)
-            return value if type(value) is np.ndarray else np.asarray(value)  # keep 0-d arrays arrays
         if self._fn is None and type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
             return self._py(a, b)  # type: ignore[misc]
+        ufunc = self._ufunc
+        if type(a) is np.ndarray and type(b) is np.ndarray and ufunc is not None and self._fn is None \
+                and not self._logical:  # the common case of reductions over arrays, early
+            value = ufunc(a, b)
+            return value if type(value) is np.ndarray else np.asarray(value)  # keep 0-d arrays arrays
         if self._fn is not None:
             value = self._fn(a, b)
             if isinstance(a, np.ndarray) and isinstance(value, np.generic):

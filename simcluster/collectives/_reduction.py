@@ -295,13 +295,17 @@ async def ring_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
     partial travels ``k+1, ..., p-1, 0, ..., k``; for a non-commutative op the
     part gathered after the wrap at rank 0 travels as a separate head (the
     message carries ``[tail, head]``, ``head`` None until then, 0 bytes), and
-    rank ``k`` returns ``head op tail``, keeping rank order.
+    rank ``k`` returns ``head op tail``, keeping rank order. An array tail
+    without a head travels alone, as one array (the common case, and the
+    codec's fastest); a list is always a ``[tail, head]`` pair.
     """
     p, r = c.size, c.rank
     right, left = (r + 1) % p, (r - 1) % p
-    msg: list[Any] = [segment(flat, bounds, (r - 1) % p), None]
+    tail: Flat = segment(flat, bounds, (r - 1) % p)
+    head: Flat = None
     for step in range(p - 1):
-        tail, head = await c.sendrecv(msg, right, left)
+        got = await c.sendrecv(tail if head is None and type(tail) is not list else [tail, head], right, left)
+        tail, head = got if type(got) is list else (got, None)
         mine = segment(flat, bounds, (r - step - 2) % p)
         if r == 0 and not op.commutative:
             head = mine
@@ -309,8 +313,6 @@ async def ring_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
             tail = await combine_flat(c, op, tail, mine)
         else:
             head = await combine_flat(c, op, head, mine)
-        msg = [tail, head]
-    tail, head = msg
     return tail if head is None else await combine_flat(c, op, head, tail)
 
 
