@@ -248,17 +248,12 @@ class Comm(CollectiveMethods):
         waits until ``dst`` posts a matching receive and the data has arrived,
         so two ranks that both send a large message first deadlock, as in MPI.
         """
-        engine = self._engine
-        start = engine.now
-        if type(dst) is int and type(tag) is int and 0 <= dst < self.size and 0 <= tag < TAG_UB:
-            req = engine.post_send(self, obj, dst, tag, sync=False, op=("send", dst, tag),
-                                   nonblocking=False)  # _send, inline: the arguments are fine
-        else:
-            req = self._send(obj, dst, tag, "send", False, False)
-        nbytes = engine.last_nbytes
+        start = self._engine.now
+        req = self._send(obj, dst, tag, "send", False, False)
+        nbytes = self._engine.last_nbytes
         if req is not None:  # None: an eager send, already complete
             await req
-        if engine.trace is not None:
+        if self._engine.trace is not None:
             self._span("send", start, dst=dst, tag=tag, nbytes=nbytes)
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
@@ -318,15 +313,10 @@ class Comm(CollectiveMethods):
         larger than ``buf`` raises ``TruncationError``, one of another dtype a
         ``TypeError``; a shorter one fills the front of ``buf``.
         """
-        engine = self._engine
-        start = engine.now
-        if buf is None and (type(src) is int and 0 <= src < self.size or src is ANY_SOURCE) and (
-                type(tag) is int and 0 <= tag < TAG_UB or tag is ANY_TAG):
-            req = engine.post_recv(self, None, src, tag, op="recv", nonblocking=False)  # _recv, inline
-        else:
-            req = self._recv(buf, src, tag, "recv", False)
+        start = self._engine.now
+        req = self._recv(buf, src, tag, "recv", False)
         value = req._take_result() if req._state else await req  # _state: matched already
-        if engine.trace is not None:
+        if self._engine.trace is not None:
             status = req.status
             self._span("recv", start, src=src, tag=tag, nbytes=status.nbytes if status else 0)
         return value
