@@ -8,6 +8,9 @@ collectives overlap). The cost of starting the ranks is measured with zero
 calls in the same repetition and subtracted. Then, for all_reduce of 16 MiB of float32 on 8 ranks,
 every algorithm's wall time next to the memory-bandwidth floor measured in
 the same run: numpy reading the 8 inputs (one sum) and writing the 8 outputs.
+Last, in each build (compiled and interpreted): a 4-rank all_reduce of a
+float and of a one-element array, per call, without checks and under the
+default strict ones, and a ring all_reduce of 1 MiB on 1,024 ranks.
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ from .. import latency as _latency
 from .. import runner
 from ..collectives import algorithms
 from ..comm import Comm
-from . import median_time, table
+from . import BUILDS, in_build, median_time, table
 
 MODEL = _latency.AlphaBeta(alpha=1e-6, beta=1e-10)  # 1 us, 10 GB/s
 SIZES = (8, 1024, 65536, 1 << 20)
 WORLDS = (8, 64)
 ITERS = 10
 REPEATS = 3
-QUICK = {"sizes": (8, 65536), "worlds": (8,), "iters": 3, "repeats": 2, "floor_mib": 4}
+QUICK = {"sizes": (8, 65536), "worlds": (8,), "iters": 3, "repeats": 2, "floor_mib": 4,
+         "small_calls": 200, "ring_ranks": 64}
+SMALL_CALLS = 2000
+"""all_reduce calls per run of the 4-rank figures."""
+RING_RANKS = 1024
+RING_BYTES = 1 << 20
 
 
 async def _loop(comm: Comm, name: str, nbytes: int, iters: int, algorithm: str | None) -> None:
@@ -71,8 +79,37 @@ def _floor(arrays: list[np.ndarray], outputs: list[np.ndarray]) -> float:
     return median_time(once, 5)
 
 
+async def _small(comm: Comm, array: bool, calls: int) -> None:
+    x = np.zeros(1) if array else 0.0
+    for _ in range(calls):
+        await comm.all_reduce(x)
+
+
+def small_all_reduce(calls: int, checks: str) -> dict[str, float]:
+    """Median microseconds per call of a 4-rank all_reduce of a float and of a one-element array."""
+    out = {}
+    for kind, array in (("float", False), ("array", True)):
+        walls = [runner.run(_small, 4, args=(array, calls), checks=checks).wall / calls for _ in range(5)]
+        out[kind] = statistics.median(walls) * 1e6
+    return out
+
+
+async def _ring(comm: Comm) -> float:
+    x = np.ones(RING_BYTES // 8)
+    await comm.all_reduce(x, algorithm="ring")
+    return float(x[0])
+
+
+def ring_all_reduce(ranks: int) -> float:
+    """Wall seconds of a message-level ring all_reduce of 1 MiB on ``ranks`` ranks (AlphaBeta)."""
+    result = runner.run(_ring, ranks, latency=MODEL, checks="off")
+    assert result[0] == ranks  # every rank's ones, summed
+    return result.wall
+
+
 def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters: int = ITERS,
-         repeats: int = REPEATS, floor_mib: int = 16) -> dict[str, Any]:
+         repeats: int = REPEATS, floor_mib: int = 16, small_calls: int = SMALL_CALLS,
+         ring_ranks: int = RING_RANKS) -> dict[str, Any]:
     """Measure and print the OSU-style table and the 16 MiB all_reduce floor ratio."""
     rows = []
     for name in ("all_reduce", "broadcast", "all_gather"):
@@ -99,4 +136,21 @@ def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters
           f"(numpy summing 8 inputs and writing 8 outputs: {floor * 1e3:.1f} ms)")
     print(table([[a, f"{t * 1e3:.1f}", f"{t / floor:.2f}x"] for a, t in sorted(best.items(), key=lambda kv: kv[1])],
                 ["algorithm", "wall ms", "vs floor"]))
-    return {"floor": floor, "algorithms": best, "rows": rows}
+
+    targets: dict[str, dict[str, Any]] = {}
+    target_rows = []
+    for build in BUILDS:
+        off = in_build(build, __name__, "small_all_reduce", small_calls, "off")
+        strict = in_build(build, __name__, "small_all_reduce", small_calls, "strict")
+        ring = in_build(build, __name__, "ring_all_reduce", ring_ranks)
+        targets[build] = {"off": off, "strict": strict, "ring": ring}
+        target_rows += [[build, "4-rank all_reduce of a float, per call", f"{off['float']:.1f} us",
+                  f"{strict['float']:.1f} us", "under 50 us"],
+                 [build, "4-rank all_reduce of a one-element array, per call", f"{off['array']:.1f} us",
+                  f"{strict['array']:.1f} us", "under 50 us"],
+                 [build, f"ring all_reduce of 1 MiB on {ring_ranks:,} ranks", f"{ring:.2f} s", "",
+                  "under 15 s" if ring_ranks == RING_RANKS else ""]]
+    print(f"\ncompiled-build targets ({small_calls} calls per run, medians of 5 runs; the ring under "
+          f"{MODEL!r})")
+    print(table(target_rows, ["build", "what", "checks='off'", "strict checks", "target"]))
+    return {"floor": floor, "algorithms": best, "rows": rows, "targets": targets}
