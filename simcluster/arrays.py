@@ -494,9 +494,18 @@ def _foreign(x: object, what: str = "x") -> _Library:
     return lib
 
 
+_NEVER_ARRAYS: Final = frozenset({float, int, bool, complex, str, bytes, type(None), list, tuple, dict})
+"""Exact types ``is_array`` answers at once: the payloads of most collectives."""
+
+
 def is_array(x: object) -> bool:
     """Return whether ``x`` is an array simcluster carries: numpy, CuPy, torch or array_api_strict."""
-    if type(x) is np.ndarray or isinstance(x, np.ndarray):
+    t = type(x)
+    if t is np.ndarray:
+        return True
+    if t in _NEVER_ARRAYS:
+        return False
+    if isinstance(x, np.ndarray):
         return True
     lib = _lib(x)
     return lib is not None and lib.supported
