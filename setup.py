@@ -1,8 +1,8 @@
 """Build script: compiles simcluster's hot path with mypyc where a C compiler is present.
 
 Everything else about the package is declared in pyproject.toml. The modules
-named in ``simcluster/_build.py`` (the kernel, the point-to-point protocol,
-matching and requests) are compiled to C extensions; ``simcluster/_build.py``
+named in ``simcluster/_build_manifest.py`` (the engine's hot path and the
+collective algorithms) are compiled to C extensions; ``simcluster/_build.py``
 decides at import time whether to use them. Where mypyc or a C compiler is
 missing, or the build fails, the install still succeeds with the same ``.py``
 files running interpreted, and ``import simcluster`` says so in a warning.
@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import setup
@@ -84,6 +85,10 @@ class BuildExt(build_ext):
         for target in targets:
             target.mkdir(parents=True, exist_ok=True)
             (target / manifest.RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        if self.inplace or self.editable_mode:
+            for path in manifest.stale_extensions(str(HERE / "simcluster"), sysconfig.get_config_var("EXT_SUFFIX")):
+                _say(f"removing {os.path.relpath(path, HERE)}: a module this build no longer compiles")
+                os.unlink(path)
 
 
 def _compiler_version() -> str:

@@ -1,7 +1,9 @@
 """Which modules the build compiles with mypyc; read by ``setup.py`` and by ``_build``.
 
-No imports here: ``setup.py`` loads this file before the package exists.
+No imports of the package here: ``setup.py`` loads this file before the package exists.
 """
+
+import os
 
 COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request",
             "transports.wire",
@@ -23,3 +25,21 @@ GROUP = "simcluster._native"
 
 RECORD = "_compiled.json"
 """Written beside the modules by a build that compiled every one: the compiler and each source's sha256."""
+
+
+def stale_extensions(package: str, suffix: str) -> list[str]:
+    """The compiled modules (``*suffix`` files) under ``package`` that ``COMPILED`` no longer names.
+
+    An editable build leaves its extensions in the source tree; one left from
+    an earlier, longer list would be imported instead of its ``.py`` file.
+    mypyc's shared library (``_native__mypyc*``) is never stale.
+    """
+    keep = {source(name)[:-len(".py")] for name in COMPILED}
+    stale = []
+    for folder, _, files in os.walk(package, followlinks=True):
+        for file in files:
+            path = os.path.join(folder, file)
+            module = os.path.relpath(path, package).replace(os.sep, "/")[:-len(suffix)]
+            if file.endswith(suffix) and module not in keep and not file.startswith("_native__mypyc"):
+                stale.append(path)
+    return sorted(stale)

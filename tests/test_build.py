@@ -213,3 +213,14 @@ def test_cprofile_sees_the_users_rank_function(pure: bool) -> None:
     run = _python(_PROFILED, pure=pure)  # a process of its own: no other profiler or thread around
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[6, 6, 6, 6] True"
+
+
+def test_a_rebuild_finds_the_extensions_of_modules_it_no_longer_compiles(tmp_path: Path) -> None:
+    suffix = ".cpython-311-x86_64-linux-gnu.so"
+    for module in ("_kernel", "transports/wire", "collectives/barrier", "collectives/_methods", "comm"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{module}{suffix}").write_bytes(b"")
+    (tmp_path / f"_native__mypyc{suffix}").write_bytes(b"")
+    (tmp_path / "comm.py").write_text("")
+    stale = _build_manifest.stale_extensions(str(tmp_path), suffix)
+    assert stale == [str(tmp_path / f"collectives/_methods{suffix}"), str(tmp_path / f"comm{suffix}")]
