@@ -7,12 +7,12 @@ import os
 
 COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request",
             "transports.wire",
-            "collectives._chunks", "collectives._reduction", "collectives.barrier", "collectives.broadcast",
+            "_coll_context", "collectives._chunks", "collectives._reduction", "collectives.barrier", "collectives.broadcast",
             "collectives.reduce", "collectives.all_reduce", "collectives.reduce_scatter", "collectives.all_gather",
             "collectives.gather", "collectives.scatter", "collectives.all_to_all", "collectives.scan")
 """The hot path, as modules of the ``simcluster`` package: the kernel, the point-to-point protocol,
 diagnostics, the engine (in-process and hosted), matching, requests, the payload codec, and the
-collective algorithms with the steps they share (not ``collectives._methods``: ``Comm``'s methods,
+collective algorithms with the steps they share and the context they talk through (not ``collectives._methods``: ``Comm``'s methods,
 which users subclass)."""
 
 
