@@ -125,6 +125,7 @@ class Kernel(ABC):
         self.timeout = timeout
         self.compute = 0.0  # run(compute="wall:F"): F, charged by synchronous ranks
         self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
+        self._last_fn: tuple[object, bool] = (None, False)  # (fn, is it async): every rank runs the same fn
         self.trace: Trace | None = None  # set by run(trace=...)
         self.now = 0.0
         # the event queue: what is due now, and later times' events by time (a calendar;
@@ -340,7 +341,11 @@ class Kernel(ABC):
         """
         task.comm = comm
         first = comm if handle is None else handle
-        if not _sync.is_async(fn):  # a plain function: a synchronous rank on a stack of its own
+        last_fn, is_async = self._last_fn
+        if fn is not last_fn:  # inspecting it costs a microsecond: once per run, not per rank
+            is_async = _sync.is_async(fn)
+            self._last_fn = (fn, is_async)
+        if not is_async:  # a plain function: a synchronous rank on a stack of its own
             if not self._sync_ranks:
                 self._sync_ranks = True
                 _sync.start_run(self.seed)
