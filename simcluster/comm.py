@@ -18,7 +18,6 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
-
 from . import _awaits
 from ._coll_context import TAG_UB as TAG_UB, CollContext as CollContext  # compiled (its own module)
 from .collectives._methods import CollectiveMethods
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 A = TypeVar("A")
 R = TypeVar("R")
-
 
 
 class Group:
