@@ -422,15 +422,8 @@ class _Encoder:
 
     def array(self, arr: NDArray[Any]) -> ExtType:
         spec = _spec_of(arr.dtype, "numpy.ndarray")
-        flags = arr.flags
-        fortran = False
-        if flags.c_contiguous:
-            buf = _copy(arr, "C") if self.copy else arr
-        elif flags.f_contiguous:
-            fortran = True
-            buf = _copy(arr, "F") if self.copy else arr
-        else:  # a strided view needs one contiguous copy either way
-            buf = _copy(arr, "C")
+        fortran = _fortran(arr)
+        buf = _contiguous(arr, fortran, self.copy)
         index = len(self.buffers)
         self.buffers.append(buf)
         self.nbytes += arr.nbytes
@@ -568,8 +561,7 @@ _ARRAY_REFS: Final[dict[bytes, _ArrayKey]] = {}
 
 def _pack_array(arr: NDArray[Any], copy: bool) -> Packed:
     """``pack`` of a payload that is exactly one numpy array (a reduction's flat value, a tensor's data)."""
-    flags = arr.flags
-    fortran = not flags.c_contiguous and flags.f_contiguous
+    fortran = _fortran(arr)
     dt = arr.dtype
     key = (dt, arr.shape, fortran)
     header = _ARRAY_HEADERS.get(key)
@@ -579,13 +571,7 @@ def _pack_array(arr: NDArray[Any], copy: bool) -> Packed:
         if len(_ARRAY_HEADERS) < _CACHE_LIMIT:
             _ARRAY_HEADERS[key] = header
             _ARRAY_REFS[header] = key
-    if fortran:
-        buf = _copy(arr, "F") if copy else arr
-    elif flags.c_contiguous:
-        buf = _copy(arr, "C") if copy else arr
-    else:  # a strided view needs one contiguous copy either way
-        buf = _copy(arr, "C")
-    return _packed(header, (buf,), arr.nbytes, True)
+    return _packed(header, (_contiguous(arr, fortran, copy),), arr.nbytes, True)
 
 
 def nbytes_of(obj: object) -> int:
@@ -713,6 +699,21 @@ class _Decoder:
                 f"unpack: the payload holds a {library} array ({dtype}{list(dims)}) and no array "
                 "codec was given; pass unpack(..., arrays=) an ArrayCodec")
         return self.arrays.rebuild(spec, _byte_view(buf), self.copy)
+
+
+def _fortran(arr: NDArray[Any]) -> bool:
+    """Whether ``arr`` travels in Fortran order: F-contiguous and not C-contiguous."""
+    flags = arr.flags
+    return not flags.c_contiguous and bool(flags.f_contiguous)
+
+
+def _contiguous(arr: NDArray[Any], fortran: bool, copy: bool) -> NDArray[Any]:
+    """The buffer that carries ``arr``: itself, or a copy when ``copy`` or when it is strided."""
+    if fortran:
+        return _copy(arr, "F") if copy else arr
+    if arr.flags.c_contiguous:
+        return _copy(arr, "C") if copy else arr
+    return _copy(arr, "C")  # a strided view needs one contiguous copy either way
 
 
 def _copy(arr: NDArray[Any], order: Literal["C", "F"]) -> NDArray[Any]:
