@@ -253,7 +253,7 @@ class HostedEngine(Engine):
             for env in envs:
                 Engine._arrived(self, env)
 
-    def post_recv(self, comm: Any, buf: Any, src: int, tag: int, *, op: str, nonblocking: bool) -> Any:
+    def post_recv(self, comm: Any, buf: Any, src: int, tag: int, op: str, nonblocking: bool) -> Any:
         if self._orphans:
             self._adopt(comm._ctx)
         return super().post_recv(comm, buf, src, tag, op=op, nonblocking=nonblocking)

@@ -71,18 +71,24 @@ FOREIGN: Final = 3  # awaiting an asyncio future (real I/O); virtual time waits 
 FINISHED: Final = 4
 _TASK_STATES = ("ready", "running", "blocked", "awaiting a foreign future", "finished")
 
+_heappush: Final = heapq.heappush  # Final: compiled, a static rather than a module lookup
+_heappop: Final = heapq.heappop
+
 _BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout checks)
 
-_BARE_YIELD = object()
+_BARE_YIELD: Final = object()
 """``Task.waiting`` after a bare yield: polling spins keep counting across it."""
 
-_running: Task | None = None
-"""The task being stepped right now, for ``simcluster.dist``; None between steps."""
+_running: Final[list[Task | None]] = [None]
+"""The task being stepped right now, for ``simcluster.dist``; None between steps.
+
+A list's one item rather than a global rebound at each step: compiled, that
+is a store into a list the module holds, not into the module's dict."""
 
 
 def current_task() -> Task | None:
     """Return the rank task being stepped right now, if any."""
-    return _running
+    return _running[0]
 
 
 class Task:
@@ -148,6 +154,7 @@ class Kernel(ABC):
         self._failure: tuple[Task, BaseException] | None = None
         self._unfinished = 0
         self._events = 0
+        self._resume_key = self._resume  # bound once: an event per resumed rank names it
         self._use_schedule(schedule, model)
 
     # ---- the calendar ----
@@ -173,7 +180,7 @@ class Kernel(ABC):
         bucket = self._later.get(t)
         if bucket is None:
             self._later[t] = [(fn, arg)]
-            heapq.heappush(self._times, t)
+            _heappush(self._times, t)
         else:
             bucket.append((fn, arg))
 
@@ -284,7 +291,7 @@ class Kernel(ABC):
             times = self._times
             if not times or times[0] > limit or self._foreign:
                 return None
-            t = heapq.heappop(times)
+            t = _heappop(times)
             self.now = t
             return self._later.pop(t)
 
@@ -366,7 +373,7 @@ class Kernel(ABC):
         """Add a rank and schedule its first step at time 0."""
         self.tasks.append(task)
         self._unfinished += 1
-        self.schedule(0.0, self._resume, task)
+        self.schedule(0.0, self._resume_key, task)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], op: str,
               collective: CollContext | None = None) -> Request[Any]:
@@ -390,7 +397,7 @@ class Kernel(ABC):
         self._helpers[id(helper)] = helper
         if self.strict:
             self._track(req)
-        self.schedule(self.now, self._resume, helper)
+        self.schedule(self.now, self._resume_key, helper)
         return req
 
     def resume_waiter(self, task: Task) -> None:
@@ -405,13 +412,13 @@ class Kernel(ABC):
                 self._step(task)
             else:
                 task.state = READY
-                self.schedule(self.now, self._resume, task)
+                self.schedule(self.now, self._resume_key, task)
 
     def wake(self, task: Task) -> None:
         """Schedule a parked task to resume at the current time (its request was cancelled)."""
         if task.state == BLOCKED:
             task.state = READY
-            self.schedule(self.now, self._resume, task)
+            self.schedule(self.now, self._resume_key, task)
 
     def _resume(self, task: Task) -> None:
         if task.state == READY:
@@ -419,13 +426,12 @@ class Kernel(ABC):
 
     def _step(self, task: Task) -> None:
         """Run one rank until it parks, finishes or fails."""
-        global _running
         task.state = RUNNING
         if self._touched is not None:  # exploring with footprints (_use_schedule)
             self._touched.add(task.rank)
         if task.waiting is not _BARE_YIELD:
             task.spins = 0
-        self.current = _running = task
+        self.current = _running[0] = task
         try:
             yielded = task.coro.send(None)
         except StopIteration as stop:
@@ -454,7 +460,7 @@ class Kernel(ABC):
             self._failure = (task, exc)
             return
         finally:
-            self.current = _running = None
+            self.current = _running[0] = None
             if self._calls:  # strict runs only: was every simcluster call awaited?
                 _awaits.check(self)
         if isinstance(yielded, Request):  # the common case, inline
@@ -477,7 +483,7 @@ class Kernel(ABC):
                 return
             task.state = READY
             task.waiting = _BARE_YIELD
-            self.schedule(self.now, self._resume, task)
+            self.schedule(self.now, self._resume_key, task)
         elif isinstance(yielded, _WaitAny):
             task.state = BLOCKED
             task.waiting = yielded
@@ -503,7 +509,7 @@ class Kernel(ABC):
         self._foreign -= 1
         task.state = READY
         task.waiting = None
-        self.schedule(self.now, self._resume, task)
+        self.schedule(self.now, self._resume_key, task)
         fut = self._wake_future
         if fut is not None and not fut.done():
             fut.set_result(None)

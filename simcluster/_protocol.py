@@ -32,19 +32,18 @@ never goes through a ``Comm``.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from simcluster.transports import wire
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, make_envelope, retimed
-from simcluster.transports.wire import PACKED_NONE
+from simcluster.transports.wire import INLINE, PACKED_NONE
 
 from . import _frames
 from . import _schedule
@@ -58,6 +57,12 @@ from .request import Request, Status, _format_op, make_status
 if TYPE_CHECKING:
     from .comm import Comm, Group
     from .latency import LatencyModel, Ports
+
+# Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
+_new_envelope: Final = make_envelope
+_Deque: Final = deque
+_NDARRAY: Final = np.ndarray
+
 
 class _RecvRequest(Request[Any]):
     """A receive: also remembers what it asked for.
@@ -132,7 +137,8 @@ class P2P(Kernel):
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
-        self._msg_ids = itertools.count(1)
+        self._inline_scalars = transport.in_process  # floats and ints travel as themselves (wire.INLINE)
+        self._msg_id = 0  # the last message's id (ids count from 1)
         self.groups: dict[int, Group] = {}  # the communicators, by context (comm.Group registers)
         self.endpoints = Endpoints()
         self._rows = self.endpoints.rows
@@ -185,7 +191,7 @@ class P2P(Kernel):
 
     # ---- posting ----
 
-    def post_send(self, comm: Comm, obj: object, dst: int, tag: int, *, sync: bool,
+    def post_send(self, comm: Comm, obj: object, dst: int, tag: int, sync: bool,
                   op: str | tuple[Any, ...], nonblocking: bool,
                   need_request: bool = False) -> Request[None] | None:
         """Start a send from ``comm``'s rank.
@@ -194,45 +200,50 @@ class P2P(Kernel):
         completed at once (eager), which needs no request at all, unless
         ``need_request``.
         """
-        if self.current is None or self.current.rank != comm._world_rank:
+        task = self.current
+        src_w: int = comm._world_rank
+        if task is None or task.rank != src_w:
             raise self.outside(comm.rank, op)
         try:
-            packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays)
+            packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays,
+                                                               inline=self._inline_scalars)
         except wire.Unsendable as exc:
             packed = self._pack_opaque(comm, obj, op, exc)
         nbytes = packed.nbytes
-        src_w = comm._world_rank
         dst_w = comm._group.world_ranks[dst]
-        msg_id = next(self._msg_ids)
+        ctx: int = comm._ctx
+        self._msg_id += 1
+        msg_id = self._msg_id
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
         self.last_nbytes = nbytes  # for the caller's trace span
         if self.trace is not None:
-            name = comm._group.name if comm._ctx % 2 == 0 else _collective_name(comm, self.current)
+            name = comm._group.name if ctx % 2 == 0 else _collective_name(comm, task)
             self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
         buffers = packed.buffers
+        arrays = bool(buffers) and packed.header is not INLINE  # an inline scalar: immutable, no copy
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
         if nonblocking or sync or not eager or need_request:
-            req = Request(self, self.current, op, dst_w)
+            req = Request(self, task, op, dst_w)
             req._nb = nonblocking
             if self.strict and nonblocking:
-                if buffers:
-                    arrays = [obj] if packed.single_array else list(buffers)
-                    req._guard = (arrays, [checksum(a) for a in arrays], _frames.user_line())
+                if arrays:
+                    held = [obj] if packed.single_array else list(buffers)
+                    req._guard = (held, [checksum(a) for a in held], _frames.user_line())
                 self._track(req)
         if eager:
-            if buffers:
-                buffers = tuple(np.array(b, copy=True, order="K") if type(b) is np.ndarray
+            if arrays:
+                buffers = tuple(np.array(b, copy=True, order="K") if type(b) is _NDARRAY
                                 else b.copy() for b in buffers)  # ObjectBuffer: its own library
             now = self.now
             if self._book_later:  # charged with the rest of this instant (Rule 4)
-                self._bookings.append([EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, now,
-                                       packed.header, buffers, sync, b"", self.current.serial])
+                self._bookings.append([EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                                       packed.header, buffers, sync, b"", task.serial])
                 env = None
             else:
                 arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
-                env = make_envelope((EAGER, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                env = _new_envelope((EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
                                             packed.header, buffers, sync, b""))
             if sync:
                 self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
@@ -242,11 +253,11 @@ class P2P(Kernel):
             assert req is not None
             reaches = self.now + self._rts_delay  # Rule 5
             if self._book_later:  # on its channel behind this instant's eager messages
-                self._bookings.append([RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
-                                       b"", (), sync, b"", self.current.serial])
+                self._bookings.append([RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
+                                       b"", (), sync, b"", task.serial])
                 env = None
             else:
-                env = Envelope(RTS, comm._ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
+                env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
             self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header, self.now)
         if env is not None:
@@ -264,7 +275,7 @@ class P2P(Kernel):
         name = op if isinstance(op, str) else op[0]
         raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
 
-    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, *, op: str,
+    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, op: str,
                   nonblocking: bool) -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         task = self.current
@@ -323,13 +334,13 @@ class P2P(Kernel):
                 fields.pop()  # the task's serial
                 if fields[0] != RTS:
                     fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
-                self._send_envelope(make_envelope(fields))
+                self._send_envelope(_new_envelope(fields))
                 return True
             self._charge(items, _by_source)
             send = self._send_envelope
             for fields in items:
                 fields.pop()  # the task's serial
-                send(make_envelope(fields))
+                send(_new_envelope(fields))
             return True
         items = self._rdv_bookings
         if not items:
@@ -342,7 +353,7 @@ class P2P(Kernel):
             fields.pop()
             if fields[7] < now:  # charged from before the match: never lands before it (Rule 5)
                 fields[7] = now
-            send(make_envelope(fields))
+            send(_new_envelope(fields))
         return True
 
     def _charge(self, items: list[list[Any]], posting: Callable[[list[Any]], Any]) -> None:
@@ -398,7 +409,7 @@ class P2P(Kernel):
                     self._arrived(env)
                     return
                 channels[key] = env
-            elif isinstance(chan, deque):
+            elif isinstance(chan, _Deque):
                 if chan[-1].time > t:
                     t = chan[-1].time
                     env = retimed(env, t)
@@ -407,7 +418,7 @@ class P2P(Kernel):
                 if chan.time > t:
                     t = chan.time
                     env = retimed(env, t)
-                channels[key] = deque((chan, env))
+                channels[key] = _Deque((chan, env))
             self.schedule(t, self._arrive_key, key)
         elif kind == CTS:
             self._clear_to_send(env)
@@ -420,7 +431,7 @@ class P2P(Kernel):
     def _arrive(self, key: int) -> None:
         channels = self._channels
         chan = channels[key]
-        if not isinstance(chan, deque):
+        if not isinstance(chan, _Deque):
             del channels[key]
             self._arrived(chan)
             return
@@ -441,7 +452,7 @@ class P2P(Kernel):
         req = mq.take_posted(src, env.tag)
         if req is not None:
             if env.kind == EAGER and not env.sync:  # _matched, inline
-                self._complete_recv(req, env, copy=False)
+                self._complete_recv(req, env, copy=False, source=src)
             else:
                 self._matched(req, env)
             return
@@ -487,9 +498,11 @@ class P2P(Kernel):
         self._complete_recv(self._rdv_recvs.pop(key), env, copy=True)
         self._rdv_landing.pop(key)._finish()
 
-    def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool) -> None:
-        local = req.comm._group._local
-        source = env.src if local is None else local[env.src]
+    def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool, source: int = -1) -> None:
+        """Hand a matched receive its message; ``source``: the sender's rank in the receive's comm, if known."""
+        if source < 0:
+            local = req.comm._group._local
+            source = env.src if local is None else local[env.src]
         req.status = make_status((source, env.tag, env.nbytes))
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes

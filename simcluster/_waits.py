@@ -12,7 +12,7 @@ functions.
 from __future__ import annotations
 
 from collections.abc import Coroutine, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from . import _awaits
 
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-PENDING = 0
-DONE = 1
-CANCELLED = 2
+PENDING: Final = 0  # Final: the compiled modules that import these inline them
+DONE: Final = 1
+CANCELLED: Final = 2
 
 
 class WaitAny:

@@ -206,8 +206,8 @@ class Comm(CollectiveMethods):
             if not _is_index(tag) or not 0 <= tag < TAG_UB:
                 raise _bad_tag(self, self._op_error((name, dst, tag)), False)
             tag = operator.index(tag)
-        return self._engine.post_send(self, obj, dst, tag, sync=sync, op=(name, dst, tag),
-                                      nonblocking=nonblocking)
+        # positional: a compiled engine parses keywords for each call
+        return self._engine.post_send(self, obj, dst, tag, sync, (name, dst, tag), nonblocking)
 
     def isend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start sending ``obj`` to ``dst`` and return at once.
@@ -273,8 +273,7 @@ class Comm(CollectiveMethods):
             tag = operator.index(tag)
         if buf is not None:
             check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
-        return self._engine.post_recv(self, buf, src, tag, op=name,
-                                      nonblocking=nonblocking)
+        return self._engine.post_recv(self, buf, src, tag, name, nonblocking)
 
     @overload
     def irecv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]: ...

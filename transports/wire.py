@@ -108,6 +108,7 @@ DEFAULT_MAX_FRAME: Final = 1 << 30
 """Default cap on the declared length of one frame, in bytes."""
 
 
+_NDARRAY: Final = np.ndarray  # Final: compiled, a static rather than an attribute of numpy per call
 _INT_MIN: Final = -(1 << 63)
 _INT_MAX: Final = (1 << 64) - 1
 _COMPLEX: Final = struct.Struct("<dd")
@@ -142,7 +143,8 @@ class Packed(NamedTuple):
         header: msgpack bytes of the object tree, every array replaced by an
             EXT_NDARRAY ref.
         buffers: one contiguous ndarray per array in the payload, in ref order
-            (an ``ObjectBuffer`` for an array of another library kept as itself).
+            (an ``ObjectBuffer`` for an array of another library kept as itself);
+            under the ``INLINE`` header, the scalar itself (``pack(inline=True)``).
         nbytes: size the latency model counts: 0 for ``None``, the sum of the
             arrays' ``nbytes`` when the payload holds arrays (headers are free),
             otherwise ``len(header)``.
@@ -166,12 +168,19 @@ PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
 """The packed form of None (what a barrier sends)."""
 _NONE_HEADER: Final = PACKED_NONE.header
 
-_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
+INLINE: Final = b"\xc1"
+"""The header of a scalar that travels as itself, its one buffer (``pack(inline=True)``).
+
+0xc1 is the one byte msgpack never uses, so no encoded payload starts with it.
+"""
+
+_new_tuple: Final = tuple.__new__  # builds a NamedTuple without its Python-level __new__
+_Packed: Final = Packed  # Final: compiled, a static rather than a lookup in the module's dict
 
 
 def _packed(header: bytes, buffers: tuple[NDArray[Any] | ObjectBuffer, ...], nbytes: int,
             single: bool) -> Packed:
-    packed: Packed = _new_tuple(Packed, (header, buffers, nbytes, single))
+    packed: Packed = _new_tuple(_Packed, (header, buffers, nbytes, single))
     return packed
 
 
@@ -376,7 +385,7 @@ class _Encoder:
             return self.mapping(obj)
         if t is tuple:
             return _new_ext(ExtType, (EXT_TUPLE, _pack(self.items(obj))))
-        if t is np.ndarray:
+        if t is _NDARRAY:
             return self.array(obj)
         if t is complex:
             return _new_ext(ExtType, (EXT_COMPLEX, _COMPLEX.pack(obj.real, obj.imag)))
@@ -492,7 +501,7 @@ def _bigint(n: int) -> ExtType:
 
 def pack(obj: object, *, copy: bool = True,
          dumps: Callable[[object], bytes] | None = None,
-         arrays: ArrayCodec | None = None) -> Packed:
+         arrays: ArrayCodec | None = None, inline: bool = False) -> Packed:
     """Encode a payload as a msgpack header plus one contiguous buffer per array.
 
     Args:
@@ -510,6 +519,11 @@ def pack(obj: object, *, copy: bool = True,
         arrays: lowers arrays of other libraries (torch, CuPy, ...) to EXT_ARRAY
             refs; without it they are not sendable. ``simcluster.arrays``
             provides the codecs.
+        inline: for transports that hand envelopes over within one process.
+            A float, a bool or an int msgpack holds natively (64 bits) is not
+            encoded: the header is ``INLINE`` and the value itself is the one
+            buffer (immutable, so nothing need be copied). ``nbytes`` is what
+            its encoding would count.
 
     Returns:
         The header, the buffers, the counted size and whether the payload is
@@ -523,8 +537,15 @@ def pack(obj: object, *, copy: bool = True,
     t = type(obj)
     if obj is None:
         return PACKED_NONE
-    if t is np.ndarray:  # one array: its header is remembered by dtype, shape and order
+    if t is _NDARRAY:  # one array: its header is remembered by dtype, shape and order
         return _pack_array(obj, copy)  # type: ignore[arg-type]
+    if inline:
+        if t is float:
+            return _as_itself(obj, 9)
+        if t is int and _INT_MIN <= obj <= _INT_MAX:  # type: ignore[operator]
+            return _as_itself(obj, _int_nbytes(obj))  # type: ignore[arg-type]
+        if t is bool:
+            return _as_itself(obj, 1)
     if t is float or t is str or t is bool or t is bytes or (
         t is int and _INT_MIN <= obj <= _INT_MAX  # type: ignore[operator]
     ):
@@ -550,6 +571,18 @@ def pack(obj: object, *, copy: bool = True,
         return _packed(header, (), len(header), False)
     single = isinstance(obj, np.ndarray) or encoder.last is obj
     return _packed(header, tuple(encoder.buffers), encoder.nbytes, single)
+
+
+def _as_itself(obj: object, nbytes: int) -> Packed:
+    packed: Packed = _new_tuple(_Packed, (INLINE, (obj,), nbytes, False))
+    return packed
+
+
+def _int_nbytes(n: int) -> int:
+    """Return the length of msgpack's encoding of an int in 64 bits, without encoding it."""
+    if n >= 0:
+        return 1 if n < 0x80 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
+    return 1 if n >= -0x20 else 2 if n >= -0x80 else 3 if n >= -0x8000 else 5 if n >= -0x80000000 else 9
 
 
 _ArrayKey = tuple[np.dtype[Any], tuple[int, ...], bool]
@@ -662,7 +695,7 @@ class _Decoder:
         order: Literal["C", "F"] = "F" if fortran else "C"
         buf = self.buffers[index]
         self.used += 1
-        if type(buf) is np.ndarray and buf.shape == dims and buf.dtype == dt and (
+        if type(buf) is _NDARRAY and buf.shape == dims and buf.dtype == dt and (
             buf.flags.f_contiguous if fortran else buf.flags.c_contiguous
         ):  # straight from Packed.buffers
             return _copy(buf, order) if self.copy else buf
@@ -759,7 +792,8 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
     With ``copy=True`` every array is a fresh, writeable copy the caller owns.
 
     Args:
-        header: ``Packed.header`` or ``Envelope.header``.
+        header: ``Packed.header`` or ``Envelope.header`` (``INLINE``: the
+            payload is ``buffers[0]``, returned as it is).
         buffers: the ndarrays from ``Packed.buffers``, or raw bytes, bytearray
             or memoryview objects as they come off a stream.
         copy: return arrays that own their data.
@@ -780,9 +814,11 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
             library is missing, or its dtype has no type here).
     """
     if len(buffers) == 1:
+        if header == INLINE:  # pack(inline=True): the scalar itself
+            return buffers[0]
         key = _ARRAY_REFS.get(bytes(header))
         buf = buffers[0]
-        if key is not None and type(buf) is np.ndarray and buf.dtype == key[0] and buf.shape == key[1] and (
+        if key is not None and type(buf) is _NDARRAY and buf.dtype == key[0] and buf.shape == key[1] and (
             buf.flags.f_contiguous if key[2] else buf.flags.c_contiguous
         ):  # one array, straight from Packed.buffers: what _Decoder.array would do
             return _copy(buf, "F" if key[2] else "C") if copy else buf

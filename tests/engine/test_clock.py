@@ -192,6 +192,11 @@ def test_stats_count_array_nbytes_object_encoded_length_and_zero_for_none() -> N
     ("hello", 6),
     ([1, 2, 3], 4),
     (None, 0),
+    (1.5, 9),  # scalars travel as themselves within a process but count their encoding
+    (7, 1),
+    (300, 3),
+    (-(2**40), 9),
+    (True, 1),
 ])
 def test_stats_bytes_per_payload(payload: object, nbytes: int) -> None:
     async def main(comm: sc.Comm) -> None:
@@ -204,6 +209,28 @@ def test_stats_bytes_per_payload(payload: object, nbytes: int) -> None:
     assert stats.bytes_sent == (nbytes, 0)
     assert stats.bytes_received == (0, nbytes)
     assert (stats.total_messages, stats.total_bytes) == (1, nbytes)
+
+
+@pytest.mark.parametrize("checks", ["strict", "off"])
+@pytest.mark.parametrize("eager_limit", [0, 65536])
+def test_scalars_arrive_as_sent_eager_or_rendezvous(eager_limit: int, checks: str) -> None:
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            await comm.isend(2.5, dst=1)
+            await comm.send(7, dst=1)
+            await comm.send(True, dst=1)
+            return None
+        return [await comm.recv(src=0) for _ in range(3)]
+
+    result = sc.run(main, world_size=2, eager_limit=eager_limit, checks=checks,
+                    latency=sc.latency.AlphaBeta(1e-6, 1e-9))
+    assert result[1] == [2.5, 7, True]
+    assert [type(x) for x in result[1]] == [float, int, bool]
+    assert result.stats.bytes_sent == (9 + 1 + 1, 0)
+    # the bytes they count are what they cost: eager, the three share the sender's port
+    # (the last lands at 1 us + 11 ns); rendezvous, each waits for its receive, a
+    # 1 us handshake apart (3 us + the same 11 ns)
+    assert result.times[1] == pytest.approx(3.011e-6 if eager_limit == 0 else 1.011e-6, abs=1e-15)
 
 
 def test_foreign_await_works_and_does_not_advance_virtual_time() -> None:

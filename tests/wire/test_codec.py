@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from simcluster.transports.base import TransportError
 from simcluster.transports.wire import (
     EXT_NDARRAY,
+    INLINE,
     MAX_DEPTH,
     Unsendable,
     nbytes_of,
@@ -287,6 +288,37 @@ def test_unpack_view_over_bytes_is_read_only_and_over_bytearray_writeable() -> N
 def test_nbytes_counts_arrays_or_else_the_header(smsg: object, nbytes: int) -> None:
     assert pack(smsg).nbytes == nbytes
     assert nbytes_of(smsg) == nbytes
+
+
+_EDGES = [0, 1, 31, 32, 33, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63, 2**64 - 1]
+INLINE_SCALARS = (
+    [pytest.param(n, id=f"int{n}") for n in _EDGES]
+    + [pytest.param(-n, id=f"int-{n}") for n in (1, 32, 33, 128, 129, 32768, 32769, 2**31, 2**31 + 1, 2**63)]
+    + [pytest.param(x, id=f"float{x}") for x in (0.0, -1.5, 1e300, math.inf)]
+    + [pytest.param(True, id="true"), pytest.param(False, id="false")]
+)
+
+
+@pytest.mark.parametrize("smsg", INLINE_SCALARS)
+def test_inline_scalar_travels_as_itself_and_counts_its_encoding(smsg: object) -> None:
+    packed = pack(smsg, copy=False, inline=True)
+    assert packed.header == INLINE
+    assert packed.buffers[0] is smsg
+    assert packed.nbytes == len(pack(smsg).header)  # what a byte transport counts
+    back = unpack(packed.header, packed.buffers)
+    assert back is smsg
+
+
+@pytest.mark.parametrize("smsg", [2**64, -(2**63) - 1, "abc", [1.0], np.float64(1.0), None])
+def test_inline_leaves_other_payloads_encoded(smsg: object) -> None:
+    packed = pack(smsg, copy=False, inline=True)
+    assert packed == pack(smsg, copy=False)
+    assert packed.header != INLINE
+
+
+def test_no_encoded_payload_starts_with_the_inline_byte() -> None:
+    for smsg in (None, True, 0, -1, 1.5, "", b"", [], {}, np.zeros(2), 2**70):
+        assert pack(smsg).header[:1] != INLINE
 
 
 def test_single_array_only_for_exactly_one_top_level_array() -> None:
