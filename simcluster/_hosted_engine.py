@@ -19,7 +19,7 @@ from .comm import take_first
 from ._diagnostics import _info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
-from ._protocol import _by_source, _by_source_and_id, _serial, pack_time, transfer_start, unpack_time
+from ._protocol import _by_source_and_id, _serial, sort_by_source, pack_time, transfer_start, unpack_time
 from .engine import Engine
 from ._hosted_views import SplitPorts as _SplitPorts
 from .latency import LatencyModel, Ports
@@ -136,7 +136,7 @@ class HostedEngine(Engine):
         if items:
             self._bookings = []
             if len(items) > 1:
-                items.sort(key=_by_source)  # stable: each source's messages in posting order
+                sort_by_source(items, self.world_size)  # stable: each source's messages in posting order
         else:
             items = self._rdv_bookings
             if not items or not self._closing:

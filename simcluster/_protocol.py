@@ -49,6 +49,7 @@ from . import _frames
 from . import _schedule
 from . import arrays as _arrays
 from ._kernel import Kernel, Task, _finish_request
+from ._ports import NativePorts
 from .errors import TruncationError
 from .matching import ANY_SOURCE, ANY_TAG, Endpoints
 from .payload import describe
@@ -121,6 +122,8 @@ class P2P(Kernel):
     ) -> None:
         self.transport = transport
         self.ports = ports
+        # a built-in model's compiled ports: called natively, not as a Python object
+        self._native_ports: NativePorts | None = ports if isinstance(ports, NativePorts) else None
         self._zero_latency = bool(getattr(ports, "zero", False))
         # Rule 4: a model with port state charges each instant's messages together (_book)
         self._book_later = not self._zero_latency and bool(getattr(ports, "ordered", True))
@@ -242,7 +245,7 @@ class P2P(Kernel):
                                        packed.header, buffers, sync, b"", task.serial])
                 env = None
             else:
-                arrive = now if self._zero_latency else self.ports.transfer(src_w, dst_w, nbytes, now)[1]
+                arrive = now if self._zero_latency else self._arrival(src_w, dst_w, nbytes, now)
                 env = _new_envelope((EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
                                             packed.header, buffers, sync, b""))
             if sync:
@@ -333,7 +336,7 @@ class P2P(Kernel):
                 fields = items[0]
                 fields.pop()  # the task's serial
                 if fields[0] != RTS:
-                    fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+                    fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
                 self._send_envelope(_new_envelope(fields))
                 return True
             self._charge(items, _by_source)
@@ -356,6 +359,14 @@ class P2P(Kernel):
             send(_new_envelope(fields))
         return True
 
+    def _arrival(self, src: int, dst: int, nbytes: int, t: float) -> float:
+        """Charge one message to the ports; return when it arrives (``ports.transfer(...)[1]``)."""
+        native = self._native_ports
+        if native is not None:
+            return native.transfer(src, dst, nbytes, t)[1]
+        arrive: float = self.ports.transfer(src, dst, nbytes, t)[1]
+        return arrive
+
     def _charge(self, items: list[list[Any]], posting: Callable[[list[Any]], Any]) -> None:
         """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
 
@@ -368,14 +379,16 @@ class P2P(Kernel):
         if len(items) == 1:
             fields = items[0]
             if fields[0] != RTS:
-                fields[7] = self.ports.transfer(fields[2], fields[3], fields[6], fields[7])[1]
+                fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
             return
-        items.sort(key=posting)
+        if posting is _by_source:
+            sort_by_source(items, self.world_size)
+        else:
+            items.sort(key=posting)
         if len({fields[3] for fields in items}) == len(items):  # one message per receive port
-            transfer = self.ports.transfer
             for fields in items:
                 if fields[0] != RTS:
-                    fields[7] = transfer(fields[2], fields[3], fields[6], fields[7])[1]
+                    fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
             return
         send_side = self.ports.send_side
         for fields in items:
@@ -488,8 +501,8 @@ class P2P(Kernel):
             self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id, nbytes,
                                        match_time, header, buffers, False, b"", _serial(req)])
             return
-        arrive = env.time if self._zero_latency else max(env.time, self.ports.transfer(
-            sender, receiver, nbytes, match_time)[1])
+        arrive = env.time if self._zero_latency else max(env.time, self._arrival(
+            sender, receiver, nbytes, match_time))
         self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                      nbytes, arrive, header, buffers))
 
@@ -569,6 +582,27 @@ def _collective_name(comm: Comm, task: Task) -> str:
 _by_source = operator.itemgetter(2, 12)
 _by_source_and_id = operator.itemgetter(2, 12, 5)
 _by_arrival = operator.itemgetter(7, 2, 12, 5)
+
+
+def sort_by_source(items: list[list[Any]], world_size: int) -> None:
+    """``items.sort(key=_by_source)``, without a key per message when the instant is a round.
+
+    In a round of a collective most ranks send one message each, booked in the
+    order the seed ran them. Each booking then goes to its source's slot in a
+    list of ``world_size``, read back in order: no key tuples, no comparisons.
+    A source that booked twice (or a small instant) takes the stable sort.
+    """
+    if len(items) * 4 >= world_size:
+        slots: list[list[Any] | None] = [None] * world_size
+        for fields in items:
+            src: int = fields[2]
+            if slots[src] is not None:
+                break
+            slots[src] = fields
+        else:
+            items[:] = [fields for fields in slots if fields is not None]
+            return
+    items.sort(key=_by_source)
 
 
 def _serial(req: Request[Any]) -> int:

@@ -41,7 +41,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from types import MappingProxyType
-from typing import ClassVar, Final, NoReturn
+from typing import ClassVar, Final, NoReturn, cast
+
+from ._ports import NativePorts, _AlphaBetaPorts, _ConstantPorts, _LogGPPorts, _ZeroPorts
 
 __all__ = [
     "BANDWIDTH_UNITS",
@@ -62,8 +64,6 @@ __all__ = [
 def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
-_IDLE: Final = -math.inf
-"""Timer value of a port that has carried nothing yet."""
 
 # ---- interfaces ----
 
@@ -271,16 +271,18 @@ class _BoundPorts(Ports):
         return f"<ports of {self._model.describe()} world_size={self._world_size}>"
 
 
+# Zero, Constant, AlphaBeta and LogGP bind compiled ports (_ports), which the engine
+# calls natively; they are Ports to everyone else.
+for _ports_class in (_ZeroPorts, _ConstantPorts, _AlphaBetaPorts, _LogGPPorts):
+    Ports.register(_ports_class)
+del _ports_class
+
+
+def _native(ports: NativePorts) -> Ports:
+    return cast(Ports, ports)  # a virtual subclass (Ports.register), which mypy cannot see
+
+
 # ---- Zero and Constant ----
-
-
-class _ZeroPorts(_BoundPorts):
-    __slots__ = ()
-    zero = True
-    ordered = False
-
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        return t, t
 
 
 class Zero(_Model):
@@ -293,19 +295,7 @@ class Zero(_Model):
 
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Return ports whose ``transfer`` is ``(t, t)`` and whose ``zero`` is True."""
-        return _ZeroPorts(self, _check_world_size(self, world_size))
-
-
-class _ConstantPorts(_BoundPorts):
-    __slots__ = ("_seconds",)
-    ordered = False  # no port state: each message is charged as it is posted
-
-    def __init__(self, model: Constant, world_size: int) -> None:
-        super().__init__(model, world_size)
-        self._seconds = model.seconds
-
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        return t, t + self._seconds
+        return _native(_ZeroPorts(self, _check_world_size(self, world_size)))
 
 
 class Constant(_Model):
@@ -331,7 +321,7 @@ class Constant(_Model):
 
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Return ports that delay every message by ``seconds``."""
-        return _ConstantPorts(self, _check_world_size(self, world_size))
+        return _native(_ConstantPorts(self, _check_world_size(self, world_size)))
 
     def lookahead(self) -> float:
         """``seconds``: every message takes exactly that."""
@@ -339,49 +329,6 @@ class Constant(_Model):
 
 
 # ---- AlphaBeta ----
-
-
-class _AlphaBetaPorts(_BoundPorts):
-    __slots__ = ("_alpha", "_beta", "_send_free", "_recv_free")
-
-    def __init__(self, model: AlphaBeta, world_size: int) -> None:
-        super().__init__(model, world_size)
-        self._alpha = model.alpha
-        self._beta = model.beta
-        self._send_free = [_IDLE] * world_size
-        self._recv_free = [_IDLE] * world_size
-
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        # send_side and recv_side in one body: this runs once per message of a run
-        send_free = self._send_free
-        start = send_free[src]
-        if t > start:
-            start = t
-        busy = nbytes * self._beta
-        depart = send_free[src] = start + busy
-        arrive = start + self._alpha + busy
-        queued = self._recv_free[dst] + busy
-        if queued > arrive:
-            arrive = queued
-        self._recv_free[dst] = arrive
-        return depart, arrive
-
-    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        send_free = self._send_free
-        start = send_free[src]
-        if t > start:
-            start = t
-        busy = nbytes * self._beta
-        depart = send_free[src] = start + busy
-        return depart, start + self._alpha + busy
-
-    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
-        arrive = wire
-        queued = self._recv_free[dst] + nbytes * self._beta
-        if queued > arrive:
-            arrive = queued
-        self._recv_free[dst] = arrive
-        return arrive
 
 
 class AlphaBeta(_Model):
@@ -428,7 +375,7 @@ class AlphaBeta(_Model):
 
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Return ports with every send and receive port idle."""
-        return _AlphaBetaPorts(self, _check_world_size(self, world_size))
+        return _native(_AlphaBetaPorts(self, _check_world_size(self, world_size)))
 
     def reduce_time(self, nbytes: int) -> float:
         """Return ``gamma * nbytes``, the seconds it takes to reduce ``nbytes`` bytes."""
@@ -450,43 +397,6 @@ class AlphaBeta(_Model):
 
 
 # ---- LogGP ----
-
-
-class _LogGPPorts(_BoundPorts):
-    __slots__ = ("_L", "_o", "_g", "_G", "_send_free", "_recv_free")
-
-    def __init__(self, model: LogGP, world_size: int) -> None:
-        super().__init__(model, world_size)
-        self._L, self._o, self._g, self._G = model.L, model.o, model.g, model.G
-        self._send_free = [_IDLE] * world_size
-        self._recv_free = [_IDLE] * world_size
-
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        depart, wire = self.send_side(src, dst, nbytes, t)
-        return depart, self.recv_side(src, dst, nbytes, wire)
-
-    def _busy(self, nbytes: int) -> float:
-        inject = self._o + (nbytes - 1) * self._G if nbytes > 1 else self._o
-        return inject if inject > self._g else self._g
-
-    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        o = self._o
-        send_free = self._send_free
-        start = send_free[src]
-        if t > start:
-            start = t
-        inject = o + (nbytes - 1) * self._G if nbytes > 1 else o
-        send_free[src] = start + (inject if inject > self._g else self._g)
-        depart = start + inject
-        return depart, depart + self._L + o
-
-    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
-        arrive = wire
-        queued = self._recv_free[dst] + self._busy(nbytes)
-        if queued > arrive:
-            arrive = queued
-        self._recv_free[dst] = arrive
-        return arrive
 
 
 class LogGP(_Model):
@@ -536,7 +446,7 @@ class LogGP(_Model):
 
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Return ports with every send and receive port idle."""
-        return _LogGPPorts(self, _check_world_size(self, world_size))
+        return _native(_LogGPPorts(self, _check_world_size(self, world_size)))
 
     def lookahead(self) -> float:
         """``L + 2*o``: the delay of the smallest message."""

@@ -286,3 +286,28 @@ def test_inlined_barrier_and_all_reduce_equal_the_generic_path(world_size: int, 
     spans = [[(s.rank, s.name, s.start, s.end) for s in r.trace.spans] for r in runs]
     assert spans[0] == spans[1] and spans[0]
     assert runs[0].stats == runs[1].stats
+
+
+# ---- an instant's bookings in posting order ----
+
+
+def _booking(src: int, serial: int, msg_id: int) -> list[Any]:
+    return [0, 0, src, 0, 0, msg_id, 0, 0.0, b"", (), False, b"", serial]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.permutations(range(24)), st.integers(1, 24), st.integers(24, 200))
+def test_sort_by_source_puts_a_round_in_source_order(order: list[int], n: int, world_size: int) -> None:
+    items = [_booking(src, 0, i) for i, src in enumerate(order[:n])]
+    expected = sorted(items, key=_protocol._by_source)
+    _protocol.sort_by_source(items, world_size)
+    assert items == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=30))
+def test_sort_by_source_is_the_stable_sort_by_source_and_serial(keys: list[tuple[int, int]]) -> None:
+    items = [_booking(src, serial, i) for i, (src, serial) in enumerate(keys)]
+    expected = sorted(items, key=_protocol._by_source)
+    _protocol.sort_by_source(items, 5)
+    assert items == expected

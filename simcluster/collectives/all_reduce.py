@@ -40,6 +40,7 @@ from . import reduce as _reduce
 from ._chunks import split_bounds
 from ._reduction import (
     Fold,
+    apply,
     charge,
     doubling_gather,
     elementwise,
@@ -88,7 +89,7 @@ async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
             partner = fold.rank(peer)
             got = await c.sendrecv(value, partner, partner)
             if whole:
-                value = op.apply(got, value) if peer < vrank else op.apply(value, got)
+                value = apply(op, got, value) if peer < vrank else apply(op, value, got)
             else:
                 value = ordered(op, value, got, peer < vrank)
             await charge(c, value)

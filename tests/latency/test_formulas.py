@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+import simcluster as sc
 from simcluster import latency
 from simcluster.latency import (
     AlphaBeta,
@@ -658,3 +659,48 @@ def test_models_are_immutable() -> None:
 def test_ports_repr_names_model_and_world_size() -> None:
     ports = bind(AlphaBeta(alpha=1e-06, beta=1e-10), world_size=3)
     assert repr(ports) == "<ports of AlphaBeta(alpha=1e-06, beta=1e-10) world_size=3>"
+
+
+# ---- the built-in ports and subclasses of Ports ----
+
+
+@pytest.mark.parametrize("model", [latency.Zero(), latency.Constant(1e-6), latency.AlphaBeta(1e-6, 1e-9),
+                                   latency.LogGP(1e-6, 1e-7, 2e-7, 1e-9)], ids=repr)
+def test_built_in_ports_are_ports(model: latency.LatencyModel) -> None:
+    ports = model.bind(4, random.Random(0))
+    assert isinstance(ports, latency.Ports)
+    assert repr(ports) == f"<ports of {model.describe()} world_size=4>"
+    halves = model.bind(4, random.Random(0))
+    for t, nbytes in ((0.0, 8), (0.0, 1000), (3e-6, 0), (1e-6, 2.5)):  # the analytic model charges fractions
+        whole = ports.transfer(0, 1, nbytes, t)
+        depart, wire = halves.send_side(0, 1, nbytes, t)
+        assert (depart, halves.recv_side(0, 1, nbytes, wire)) == whole
+
+
+def test_a_python_subclass_of_ports_charges_a_run() -> None:
+    class Doubling(latency.Ports):
+        ordered = False
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, int, int]] = []
+
+        def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+            self.calls.append((src, dst, nbytes))
+            return t, t + 2e-6
+
+    made: list[Doubling] = []
+
+    class Model(latency.LatencyModel):
+        def bind(self, world_size: int, rng: random.Random) -> latency.Ports:
+            made.append(Doubling())
+            return made[-1]
+
+    async def main(comm: sc.Comm) -> float:
+        if comm.rank == 0:
+            await comm.send(7, dst=1)
+        else:
+            await comm.recv(src=0)
+        return comm.now
+
+    assert list(sc.run(main, world_size=2, latency=Model())) == [0.0, 2e-6]
+    assert made[0].calls == [(0, 1, 1)]
