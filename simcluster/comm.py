@@ -244,12 +244,13 @@ class Comm(CollectiveMethods):
         waits until ``dst`` posts a matching receive and the data has arrived,
         so two ranks that both send a large message first deadlock, as in MPI.
         """
-        start = self._engine.now
+        traced = self._engine.trace is not None  # else nothing to read for a span: a hot path
+        start = self._engine.now if traced else 0.0
         req = self._send(obj, dst, tag, "send", False, False)
-        nbytes = self._engine.last_nbytes
+        nbytes = self._engine.last_nbytes if traced else 0
         if req is not None:  # None: an eager send, already complete
             await req
-        if self._engine.trace is not None:
+        if traced:
             self._span("send", start, dst=dst, tag=tag, nbytes=nbytes)
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
@@ -308,10 +309,11 @@ class Comm(CollectiveMethods):
         larger than ``buf`` raises ``TruncationError``, one of another dtype a
         ``TypeError``; a shorter one fills the front of ``buf``.
         """
-        start = self._engine.now
+        traced = self._engine.trace is not None
+        start = self._engine.now if traced else 0.0
         req = self._recv(buf, src, tag, "recv", False)
         value = req._take_result() if req._state else await req  # _state: matched already
-        if self._engine.trace is not None:
+        if traced:
             status = req.status
             self._span("recv", start, src=src, tag=tag, nbytes=status.nbytes if status else 0)
         return value

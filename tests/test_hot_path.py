@@ -37,10 +37,10 @@ ENVELOPE_FIELDS = ("kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time
 def test_make_envelope_takes_the_twelve_fields_in_declared_order() -> None:
     assert Envelope._fields == ENVELOPE_FIELDS
     values = (1, 2, 3, 4, 5, 6, 7, 8.5, b"h", (np.zeros(1),), True, b"m")
-    fast = make_envelope(values)
-    assert type(fast) is Envelope
-    assert fast == Envelope(*values)
-    assert fast._asdict() == dict(zip(ENVELOPE_FIELDS, values))
+    for fast in (make_envelope(values), _protocol._new_envelope(values), _protocol._new_envelope(list(values))):
+        assert type(fast) is Envelope
+        assert fast == Envelope(*values)
+        assert fast._asdict() == dict(zip(ENVELOPE_FIELDS, values))
 
 
 def test_booked_items_are_the_envelope_fields_then_the_posting_serial() -> None:
