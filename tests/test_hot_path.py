@@ -55,8 +55,8 @@ def test_booked_items_are_the_envelope_fields_then_the_posting_serial() -> None:
 
 def test_make_status_takes_source_tag_nbytes() -> None:
     assert Status._fields == ("source", "tag", "nbytes")
-    fast = make_status((3, 7, 24))
-    assert type(fast) is Status and fast == Status(source=3, tag=7, nbytes=24)
+    for fast in (make_status((3, 7, 24)), _protocol._new_status((3, 7, 24))):
+        assert type(fast) is Status and fast == Status(source=3, tag=7, nbytes=24)
 
 
 def _engine(world_size: int = 2) -> Engine:
