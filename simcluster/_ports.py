@@ -6,8 +6,9 @@ model makes one of these per run instead, and the engine calls its
 ``transfer`` once per message. This module is compiled with the engine
 (``_build_manifest``), so when the run's ports are ``NativePorts`` that call
 is a native one (``P2P._native_ports``); other ports are called as Python
-objects. ``latency`` registers ``NativePorts`` as a virtual subclass of
-``Ports``, so they are ``Ports`` to everyone else.
+objects. ``latency`` registers each of these classes as a virtual
+subclass of ``Ports`` (``Ports.register``), so they are ``Ports`` to
+everyone else.
 
 A separate hierarchy rather than subclasses of ``Ports``: a compiled class
 may not change the argument types of a method it overrides, nor could the
