@@ -156,7 +156,9 @@ class P2P(Kernel):
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
-        self._inline_scalars = transport.in_process  # floats and ints travel as themselves (wire.INLINE)
+        # envelopes are handed over as objects: floats and ints travel as themselves (wire.INLINE),
+        # and the engine delivers envelopes itself (_send_envelope)
+        self._in_process = transport.in_process
         self._msg_id = 0  # the last message's id (ids count from 1)
         self.groups: dict[int, Group] = {}  # the communicators, by context (comm.Group registers)
         self.endpoints = Endpoints()
@@ -177,7 +179,6 @@ class P2P(Kernel):
         super().__init__(world_size, seed=seed, strict=strict, timeout=timeout, schedule=schedule,
                          model=model)
         transport.open(world_size, self._deliver)
-        self._in_process = transport.in_process  # its envelopes go straight to _deliver (_send_envelope)
 
     def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
         super()._use_schedule(schedule, model)
@@ -225,7 +226,7 @@ class P2P(Kernel):
             raise self.outside(comm.rank, op)
         try:
             packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays,
-                                                               inline=self._inline_scalars)
+                                                               inline=self._in_process)
         except wire.Unsendable as exc:
             packed = self._pack_opaque(comm, obj, op, exc)
         nbytes = packed.nbytes
