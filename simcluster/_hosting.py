@@ -107,7 +107,6 @@ says so (``Host.ended``); it never blames an error that does not exist.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import pickle
 import signal
@@ -123,7 +122,7 @@ from simcluster.transports.tcp import Link, TcpTransport, open_link
 from ._local_link import LocalLink
 
 from . import _control as C
-from . import _remote
+from . import _gc, _remote
 from . import arrays as _arrays
 from ._config import RunConfig, build_world
 from ._hosted_engine import HostedEngine
@@ -279,9 +278,7 @@ class Host:
             if not isinstance(start, C.Start):
                 raise _unexpected(start, C.START)
             await tp.connect(start.table)
-            collecting = gc.isenabled()
-            gc.disable()  # as Engine.run does: a block of ranks is millions of live objects
-            try:
+            with _gc.paused():  # as Engine.run does: a block of ranks is millions of live objects
                 self._start(fn)
                 self.send(C.Ready())
                 go = await self._next()  # every process is connected: the rounds may start
@@ -289,9 +286,6 @@ class Host:
                     raise _unexpected(go, C.GO)
                 await self._rounds()
                 return await self._loop()
-            finally:
-                if collecting:
-                    gc.enable()
         except (asyncio.CancelledError, _Stopped):
             raise
         except Exception as exc:

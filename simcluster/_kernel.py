@@ -40,7 +40,6 @@ that is a deadlock, reported by ``_deadlock``.
 from __future__ import annotations
 
 import asyncio
-import gc
 import heapq
 import inspect
 import random
@@ -50,7 +49,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _awaits, _schedule, _sync, _watchdog
+from . import _awaits, _gc, _schedule, _sync, _watchdog
 from .errors import RunTimeoutError, SimclusterError, UsageTypeError
 from ._waits import PENDING, WaitAny as _WaitAny
 from .request import SPIN_LIMIT, Request, _format_op
@@ -555,18 +554,11 @@ class Kernel(ABC):
     async def run(self) -> None:
         """Run every rank to completion, or raise what stopped the run.
 
-        Python's cyclic garbage collector is paused while the simulation runs:
-        a large world keeps millions of live objects (frames, requests), and
-        each full collection walks all of them, which made big runs grow worse
-        than linearly. It is restored at the end.
+        Python's cyclic garbage collector is paused while the simulation runs
+        (``_gc.paused``): a large world keeps millions of live objects.
         """
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with _gc.paused():
             await self._run()
-        finally:
-            if was_enabled:
-                gc.enable()
 
     async def _run(self) -> None:
         if self.timeout is None:

@@ -14,14 +14,13 @@ run into one clear exception: ``RankError`` (a rank raised),
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import time as _time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _mpi_job
+from . import _gc, _mpi_job
 from ._config import Checks as Checks
 from ._config import Fidelity as Fidelity
 from ._config import Serializer as Serializer
@@ -86,28 +85,26 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
         return await _coordinator.launch(fn, config, _progress)
     trace = config.trace
     world: World | None = None
-    collecting = gc.isenabled()
-    gc.disable()  # like Engine.run: a large world is millions of young objects; collecting them
-    try:          # while building it cost half the time of a 2^18-rank run
-        world = build_world(config, fn)
-        engine = world.engine
-        if _progress is None:
-            await engine.run()
-        else:
-            await _with_progress(engine, _progress)
-        failure = engine.failure
-        if failure is not None:
-            task, exc = failure
-            if not isinstance(exc, Exception):
-                raise exc
-            raise RankError(task.rank, exc) from exc
-    finally:
-        if collecting:
-            gc.enable()
-        if world is not None:
-            world.engine.close()
-            if world.engine.trace is not None and isinstance(trace, (str, os.PathLike)):
-                world.engine.trace.save(trace)  # also after a failure, when a trace helps most
+    # like Engine.run: collecting while a large world is built cost half the time of a 2^18-rank run
+    with _gc.paused():
+        try:
+            world = build_world(config, fn)
+            engine = world.engine
+            if _progress is None:
+                await engine.run()
+            else:
+                await _with_progress(engine, _progress)
+            failure = engine.failure
+            if failure is not None:
+                task, exc = failure
+                if not isinstance(exc, Exception):
+                    raise exc
+                raise RankError(task.rank, exc) from exc
+        finally:
+            if world is not None:
+                world.engine.close()
+                if world.engine.trace is not None and isinstance(trace, (str, os.PathLike)):
+                    world.engine.trace.save(trace)  # also after a failure, when a trace helps most
     tasks = world.tasks
     leaks = engine.leaks() if config.strict else []
     stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
