@@ -88,12 +88,14 @@ def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
     calls.append((coro, task, frame, frame.f_lasti, name, args))
 
 
-def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]],
+           shown: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """Wrap a ``Comm`` coroutine method so that calls from user code are noted.
 
     A call from simcluster's own code (``split`` calling ``all_gather``, the
     ``dist`` facade, ``simcluster.MPI``) is not noted: the caller awaits it, or
-    notes its own awaitable.
+    notes its own awaitable. ``shown``: the method whose name and docstring the
+    wrapper takes (default ``method``).
     """
     def call(self: Any, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         coro = method(self, *args, **kwargs)
@@ -109,9 +111,10 @@ def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callab
                 engine._calls.append((coro, task, frame, frame.f_lasti, name, None))
         return coro
 
-    call.__name__ = method.__name__
-    call.__qualname__ = method.__qualname__
-    call.__doc__ = method.__doc__
+    shown = shown or method
+    call.__name__ = shown.__name__
+    call.__qualname__ = shown.__qualname__
+    call.__doc__ = shown.__doc__
     call.__wrapped__ = method  # type: ignore[attr-defined]
     return call
 

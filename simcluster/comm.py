@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
-from . import _awaits
+from . import _awaits, _p2p_calls
 from ._coll_context import TAG_UB as TAG_UB, CollContext as CollContext  # compiled (its own module)
 from .collectives._methods import CollectiveMethods
 from .errors import CollectiveMismatchError
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 A = TypeVar("A")
 R = TypeVar("R")
+
+_send_call: Final = _p2p_calls.send  # (one global lookup per message rather than two)
+_recv_call: Final = _p2p_calls.recv
 
 
 class Group:
@@ -237,13 +240,18 @@ class Comm(CollectiveMethods):
             self._span("issend", self._engine.now, dst=dst, tag=tag, nbytes=self._engine.last_nbytes)
         return req
 
-    async def send(self, obj: object, dst: int, tag: int = 0) -> None:
-        """Send ``obj`` to ``dst`` (standard mode).
+    def send(self, obj: object, dst: int, tag: int = 0) -> Awaitable[None]:
+        """Send ``obj`` to ``dst`` (standard mode); await the result.
 
         Returns at once for payloads up to ``eager_limit`` bytes; above it,
         waits until ``dst`` posts a matching receive and the data has arrived,
         so two ranks that both send a large message first deadlock, as in MPI.
+        The send starts when the result is awaited.
         """
+        return _send_call(self, obj, dst, tag)
+
+    async def _send_coroutine(self, obj: object, dst: int, tag: int = 0) -> None:
+        """``send`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
         traced = self._engine.trace is not None  # else nothing to read for a span: a hot path
         start = self._engine.now if traced else 0.0
         req = self._send(obj, dst, tag, "send", False, False)
@@ -298,17 +306,22 @@ class Comm(CollectiveMethods):
         return req
 
     @overload
-    async def recv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any: ...
+    def recv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Awaitable[Any]: ...
     @overload
-    async def recv(self, buf: A, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> A: ...
+    def recv(self, buf: A, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Awaitable[A]: ...
 
-    async def recv(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
-        """Receive a message and return its payload (or ``buf``, filled in place).
+    def recv(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Awaitable[Any]:
+        """Receive a message; await the result: its payload (or ``buf``, filled in place).
 
         Completes at the later of the call and the message's arrival. A message
         larger than ``buf`` raises ``TruncationError``, one of another dtype a
-        ``TypeError``; a shorter one fills the front of ``buf``.
+        ``TypeError``; a shorter one fills the front of ``buf``. The receive is
+        posted when the result is awaited.
         """
+        return _recv_call(self, buf, src, tag)
+
+    async def _recv_coroutine(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
+        """``recv`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
         traced = self._engine.trace is not None
         start = self._engine.now if traced else 0.0
         req = self._recv(buf, src, tag, "recv", False)
@@ -686,10 +699,15 @@ _BLOCKING: Final = (
     "barrier", "broadcast", "scatter", "gather", "reduce", "all_reduce", "reduce_scatter",
     "scan", "exscan", "all_gather", "all_to_all",
 )
-"""The ``Comm`` methods that return a coroutine."""
+"""The ``Comm`` methods that return a coroutine (under ``checks="strict"``: ``Comm`` itself returns
+compiled awaitables from ``send`` and ``recv``)."""
+
+_COROUTINES: Final = {"send": Comm._send_coroutine, "recv": Comm._recv_coroutine}
+"""The blocking calls that ``Comm`` runs as compiled awaitables (``_p2p_calls``): their coroutines."""
 
 for _name in _BLOCKING:
-    setattr(_StrictComm, _name, _awaits.noting(_name, getattr(Comm, _name)))
+    setattr(_StrictComm, _name, _awaits.noting(_name, _COROUTINES.get(_name, getattr(Comm, _name)),
+                                               getattr(Comm, _name)))
 
 
 async def _as_coro(awaitable: Awaitable[R]) -> R:

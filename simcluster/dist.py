@@ -610,7 +610,8 @@ def send(tensor: object, dst: int, group: Comm | None = None, tag: int = 0) -> C
     posted a matching receive and the data has arrived (rendezvous).
     """
     comm = _comm("send", group)
-    return _noted(comm, comm.send(tensor, _local(comm, "send", "dst", dst), tag), "send", dst=dst, tag=tag)
+    return _noted(comm, comm._send_coroutine(tensor, _local(comm, "send", "dst", dst), tag), "send", dst=dst,
+                  tag=tag)
 
 
 def isend(tensor: object, dst: int, group: Comm | None = None, tag: int = 0) -> Request[None]:
