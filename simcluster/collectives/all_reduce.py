@@ -92,7 +92,8 @@ async def recursive_doubling(c: CollContext, obj: Any, op: ReduceOp) -> Any:
                 value = apply(op, got, value) if peer < vrank else apply(op, value, got)
             else:
                 value = ordered(op, value, got, peer < vrank)
-            await charge(c, value)
+            if not c.free_reductions:  # (awaiting the complete charge costs an iterator a round)
+                await charge(c, value)
             mask <<= 1
     if fold.rem:
         value = await fold_out(c, fold, value)
