@@ -699,8 +699,8 @@ _BLOCKING: Final = (
     "barrier", "broadcast", "scatter", "gather", "reduce", "all_reduce", "reduce_scatter",
     "scan", "exscan", "all_gather", "all_to_all",
 )
-"""The ``Comm`` methods that return a coroutine (under ``checks="strict"``: ``Comm`` itself returns
-compiled awaitables from ``send`` and ``recv``)."""
+"""The blocking ``Comm`` methods: ``_StrictComm``'s return coroutines, which strict runs note
+(``Comm``'s own ``send`` and ``recv`` return compiled awaitables instead: ``_p2p_calls``)."""
 
 _COROUTINES: Final = {"send": Comm._send_coroutine, "recv": Comm._recv_coroutine}
 """The blocking calls that ``Comm`` runs as compiled awaitables (``_p2p_calls``): their coroutines."""
