@@ -79,6 +79,7 @@ def _new_status(fields: tuple[int, int, int]) -> Status:
     return status
 _Deque: Final = deque
 _NDARRAY: Final = np.ndarray
+_inline_nbytes: Final = wire.inline_nbytes
 
 
 class _RecvRequest(Request[Any]):
@@ -165,7 +166,7 @@ class P2P(Kernel):
         self._rows = self.endpoints.rows
         self._channels: dict[int, Envelope | deque[Envelope]] = {}
         # rendezvous sends waiting for their clear to send: request, buffers, header, posting time
-        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], tuple[Any, ...], bytes, float]] = {}
+        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], Any, bytes, float]] = {}
         self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
         self._rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
         self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
@@ -224,12 +225,23 @@ class P2P(Kernel):
         src_w: int = comm._world_rank
         if task is None or task.rank != src_w:
             raise self.outside(comm.rank, op)
-        try:
-            packed = PACKED_NONE if obj is None else wire.pack(obj, copy=False, arrays=self._arrays,
-                                                               inline=self._in_process)
-        except wire.Unsendable as exc:
-            packed = self._pack_opaque(comm, obj, op, exc)
-        nbytes = packed.nbytes
+        # in process, a float, a bool or a 64-bit int travels as itself: no Packed, no tuple
+        nbytes = _inline_nbytes(obj) if self._in_process else -1
+        packed = PACKED_NONE
+        if nbytes < 0:
+            if obj is not None:
+                try:
+                    packed = wire.pack(obj, copy=False, arrays=self._arrays)
+                except wire.Unsendable as exc:
+                    packed = self._pack_opaque(comm, obj, op, exc)
+            header: bytes = packed.header
+            buffers: Any = packed.buffers
+            nbytes = packed.nbytes
+            arrays = bool(buffers)
+        else:
+            header = INLINE
+            buffers = obj  # immutable: nothing to copy
+            arrays = False
         dst_w = comm._group.world_ranks[dst]
         ctx: int = comm._ctx
         self._msg_id += 1
@@ -240,8 +252,6 @@ class P2P(Kernel):
         if self.trace is not None:
             name = comm._group.name if ctx % 2 == 0 else _collective_name(comm, task)
             self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
-        buffers = packed.buffers
-        arrays = bool(buffers) and packed.header is not INLINE  # an inline scalar: immutable, no copy
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
         if nonblocking or sync or not eager or need_request:
@@ -259,12 +269,12 @@ class P2P(Kernel):
             now = self.now
             if self._book_later:  # charged with the rest of this instant (Rule 4)
                 self._bookings.append([EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
-                                       packed.header, buffers, sync, b"", task.serial])
+                                       header, buffers, sync, b"", task.serial])
                 env = None
             else:
                 arrive = now if self._zero_latency else self._arrival(src_w, dst_w, nbytes, now)
                 env = _new_envelope((EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
-                                            packed.header, buffers, sync, b""))
+                                     header, buffers, sync, b""))
             if sync:
                 self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
             elif req is not None:
@@ -279,7 +289,7 @@ class P2P(Kernel):
             else:
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
-            self._rdv_sends[(src_w, msg_id)] = (req, buffers, packed.header, self.now)
+            self._rdv_sends[(src_w, msg_id)] = (req, buffers, header, self.now)
         if env is not None:
             self._send_envelope(env)
         return req

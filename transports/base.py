@@ -100,7 +100,9 @@ class Envelope(NamedTuple):
             the match time for CTS/ACK.
         header: msgpack payload header from ``transports.wire`` (``b""`` for
             control envelopes).
-        buffers: raw array buffers that belong to the header, in order.
+        buffers: raw array buffers that belong to the header, in order. In
+            process only (``Transport.in_process``), under the header
+            ``wire.INLINE``, a float, bool or int itself (``wire.inline_nbytes``).
         sync: the sender wants an ACK when the message is matched (ssend).
         meta: opaque bytes of the layer above, carried as they are; simcluster
             sends ``b""`` (collectives are verified at the call, not per
@@ -116,7 +118,7 @@ class Envelope(NamedTuple):
     nbytes: int
     time: float
     header: bytes = b""
-    buffers: tuple[Any, ...] = ()
+    buffers: Any = ()  # a tuple of buffers; in process, under wire.INLINE, the scalar itself
     sync: bool = False
     meta: bytes = b""
 
@@ -166,8 +168,10 @@ class Transport(ABC):
     in_process: bool = False
     """True for a transport whose ``send`` only calls ``deliver`` with the same
     envelope, in this process. The engine then delivers its envelopes itself
-    (one call less per message), and arrays of other libraries travel as
-    objects (a CuPy array stays on its device) instead of staged bytes."""
+    (one call less per message), arrays of other libraries travel as objects
+    (a CuPy array stays on its device) instead of staged bytes, and numbers
+    travel as themselves (``wire.INLINE``: the envelope's ``buffers`` is the
+    value, not a tuple)."""
 
     @abstractmethod
     def open(self, world_size: int, deliver: Deliver) -> None:

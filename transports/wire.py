@@ -143,8 +143,7 @@ class Packed(NamedTuple):
         header: msgpack bytes of the object tree, every array replaced by an
             EXT_NDARRAY ref.
         buffers: one contiguous ndarray per array in the payload, in ref order
-            (an ``ObjectBuffer`` for an array of another library kept as itself);
-            under the ``INLINE`` header, the scalar itself (``pack(inline=True)``).
+            (an ``ObjectBuffer`` for an array of another library kept as itself).
         nbytes: size the latency model counts: 0 for ``None``, the sum of the
             arrays' ``nbytes`` when the payload holds arrays (headers are free),
             otherwise ``len(header)``.
@@ -168,8 +167,13 @@ PACKED_NONE: Final = Packed(_pack(None), (), 0, False)
 """The packed form of None (what a barrier sends)."""
 _NONE_HEADER: Final = PACKED_NONE.header
 
-INLINE: Final = b"\xc1"
-"""The header of a scalar that travels as itself, its one buffer (``pack(inline=True)``).
+INLINE: Final = bytes((0xC1,))
+"""The header of a scalar that travels as itself: the envelope's ``buffers`` is the value (``inline_nbytes``).
+
+Known by identity, never by value: only this object means it, so a header
+of the same byte read off a wire is still refused as malformed. (Built at
+import, not a literal, so that every compiled module refers to this one
+object.)
 
 0xc1 is the one byte msgpack never uses, so no encoded payload starts with it.
 """
@@ -501,7 +505,7 @@ def _bigint(n: int) -> ExtType:
 
 def pack(obj: object, *, copy: bool = True,
          dumps: Callable[[object], bytes] | None = None,
-         arrays: ArrayCodec | None = None, inline: bool = False) -> Packed:
+         arrays: ArrayCodec | None = None) -> Packed:
     """Encode a payload as a msgpack header plus one contiguous buffer per array.
 
     Args:
@@ -519,11 +523,6 @@ def pack(obj: object, *, copy: bool = True,
         arrays: lowers arrays of other libraries (torch, CuPy, ...) to EXT_ARRAY
             refs; without it they are not sendable. ``simcluster.arrays``
             provides the codecs.
-        inline: for transports that hand envelopes over within one process.
-            A float, a bool or an int msgpack holds natively (64 bits) is not
-            encoded: the header is ``INLINE`` and the value itself is the one
-            buffer (immutable, so nothing need be copied). ``nbytes`` is what
-            its encoding would count.
 
     Returns:
         The header, the buffers, the counted size and whether the payload is
@@ -539,13 +538,6 @@ def pack(obj: object, *, copy: bool = True,
         return PACKED_NONE
     if t is _NDARRAY:  # one array: its header is remembered by dtype, shape and order
         return _pack_array(obj, copy)  # type: ignore[arg-type]
-    if inline:
-        if t is float:
-            return _as_itself(obj, 9)
-        if t is int and _INT_MIN <= obj <= _INT_MAX:  # type: ignore[operator]
-            return _as_itself(obj, _int_nbytes(obj))  # type: ignore[arg-type]
-        if t is bool:
-            return _as_itself(obj, 1)
     if t is float or t is str or t is bool or t is bytes or (
         t is int and _INT_MIN <= obj <= _INT_MAX  # type: ignore[operator]
     ):
@@ -573,9 +565,24 @@ def pack(obj: object, *, copy: bool = True,
     return _packed(header, tuple(encoder.buffers), encoder.nbytes, single)
 
 
-def _as_itself(obj: object, nbytes: int) -> Packed:
-    packed: Packed = _new_tuple(_Packed, (INLINE, (obj,), nbytes, False))
-    return packed
+def inline_nbytes(obj: object) -> int:
+    """The bytes an in-process scalar counts, or -1 when ``obj`` is not one.
+
+    Transports that hand envelopes over within one process (``in_process``)
+    send a float, a bool or an int msgpack holds natively (64 bits) without
+    encoding it. Its envelope's header is ``INLINE`` and its ``buffers`` field
+    is the value itself, immutable, so nothing is copied. It counts what its
+    msgpack encoding would (9 bytes for a float, 1 to 9 for an int), so
+    virtual times and stats are those of a byte transport.
+    """
+    t = type(obj)
+    if t is float:
+        return 9
+    if t is int and _INT_MIN <= obj <= _INT_MAX:  # type: ignore[operator]
+        return _int_nbytes(obj)  # type: ignore[arg-type]
+    if t is bool:
+        return 1
+    return -1
 
 
 def _int_nbytes(n: int) -> int:
@@ -793,7 +800,7 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
 
     Args:
         header: ``Packed.header`` or ``Envelope.header`` (``INLINE``: the
-            payload is ``buffers[0]``, returned as it is).
+            payload is ``buffers`` itself, returned as it is).
         buffers: the ndarrays from ``Packed.buffers``, or raw bytes, bytearray
             or memoryview objects as they come off a stream.
         copy: return arrays that own their data.
@@ -813,9 +820,9 @@ def unpack(header: bytes | bytearray | memoryview, buffers: Sequence[object] = (
         Unreadable: an array of another library cannot be held here (its
             library is missing, or its dtype has no type here).
     """
+    if header is INLINE:  # an in-process scalar (inline_nbytes): ``buffers`` is the value itself
+        return buffers
     if len(buffers) == 1:
-        if header == INLINE:  # pack(inline=True): the scalar itself
-            return buffers[0]
         key = _ARRAY_REFS.get(bytes(header))
         buf = buffers[0]
         if key is not None and type(buf) is _NDARRAY and buf.dtype == key[0] and buf.shape == key[1] and (
