@@ -164,7 +164,8 @@ class P2P(Kernel):
         self.groups: dict[int, Group] = {}  # the communicators, by context (comm.Group registers)
         self.endpoints = Endpoints()
         self._rows = self.endpoints.rows
-        self._channels: dict[int, Envelope | deque[Envelope]] = {}
+        # messages in flight, by source: None, one Envelope, or {dst: Envelope | deque[Envelope]}
+        self._inflight: list[Any] = [None] * world_size
         # rendezvous sends waiting for their clear to send: request, buffers, header, posting time
         self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], Any, bytes, float]] = {}
         self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
@@ -189,7 +190,7 @@ class P2P(Kernel):
 
     def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         if fn == self._arrive:
-            return {arg % self.world_size}  # the key of channel (src, dst): src*world_size + dst
+            return {arg.dst}
         if fn == self._data_arrived:
             return {arg.src, arg.dst}
         return super()._owner(fn, arg)
@@ -445,27 +446,40 @@ class P2P(Kernel):
         kind = env.kind
         if kind == EAGER or kind == RTS:
             # one channel per (src, dst): arrival times never decrease along it, so its
-            # messages are matched in send order (a lone one is kept as is, not in a deque)
-            key = env.src * self.world_size + env.dst
-            channels = self._channels
-            chan = channels.get(key)
+            # messages are matched in send order. What a source has in flight sits in its
+            # slot: the envelope itself while it is the only one (a collective's round),
+            # else a dict by destination of envelopes, or deques once a channel holds two
+            src = env.src
             t = env.time
-            if chan is None:
+            inflight = self._inflight
+            slot = inflight[src]
+            if slot is None:
                 if t <= self.now:  # arrives now, nothing ahead of it: match it at once
                     self._arrived(env)
                     return
-                channels[key] = env
+                inflight[src] = env
+                self.schedule(t, self._arrive_key, env)
+                return
+            if type(slot) is not dict:  # a second message in flight from src
+                slot = inflight[src] = {slot.dst: slot}
+            dst = env.dst
+            chan = slot.get(dst)
+            if chan is None:
+                if t <= self.now:
+                    self._arrived(env)
+                    return
+                slot[dst] = env
             elif isinstance(chan, _Deque):
                 if chan[-1].time > t:
                     t = chan[-1].time
                     env = retimed(env, t)
                 chan.append(env)
-            else:  # a second message while one is in flight: now a queue
+            else:  # a second message on this channel: now a queue
                 if chan.time > t:
                     t = chan.time
                     env = retimed(env, t)
-                channels[key] = _Deque((chan, env))
-            self.schedule(t, self._arrive_key, key)
+                slot[dst] = _Deque((chan, env))
+            self.schedule(t, self._arrive_key, env)
         elif kind == CTS:
             self._clear_to_send(env)
         elif kind == DATA:
@@ -474,17 +488,27 @@ class P2P(Kernel):
             req = self._sync_sends.pop((env.dst, env.msg_id))
             self.schedule(env.time, _finish_request, req)
 
-    def _arrive(self, key: int) -> None:
-        channels = self._channels
-        chan = channels[key]
-        if not isinstance(chan, _Deque):
-            del channels[key]
-            self._arrived(chan)
+    def _arrive(self, env: Envelope) -> None:
+        """A message's arrival time came: match the head of its channel (``env``, or one sent before it)."""
+        src = env.src
+        inflight = self._inflight
+        slot = inflight[src]
+        if type(slot) is not dict:  # the only message in flight from src: env itself
+            inflight[src] = None
+            self._arrived(slot)
             return
-        env = chan.popleft()
-        if len(chan) == 1:
-            channels[key] = chan[0]
-        self._arrived(env)
+        dst = env.dst
+        chan = slot[dst]
+        if isinstance(chan, _Deque):
+            head = chan.popleft()
+            if len(chan) == 1:
+                slot[dst] = chan[0]
+        else:
+            head = chan
+            del slot[dst]
+            if not slot:
+                inflight[src] = None
+        self._arrived(head)
 
     def _arrived(self, env: Envelope) -> None:
         """Match an envelope that has reached its receiver, or queue it as unexpected."""

@@ -95,6 +95,33 @@ def test_messages_from_one_sender_do_not_overtake(transport: str) -> None:
         assert sc.run(main, world_size=2, transport=transport, seed=seed)[1] == list(range(50))
 
 
+@pytest.mark.parametrize("latency", [sc.latency.Zero(), sc.latency.Constant(1e-6),
+                                     sc.latency.AlphaBeta(1e-6, 1e-9)], ids=["zero", "constant", "alphabeta"])
+def test_one_sender_to_several_destinations_keeps_each_channel_in_order(transport: str,
+                                                                        latency: sc.latency.LatencyModel) -> None:
+    """Messages to several destinations in flight at once, some at one virtual time: each in order."""
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            for i in range(24):  # sizes vary, so arrival times interleave across destinations
+                payload = np.full(1 + 37 * (i % 5), i) if i % 3 else i
+                await comm.send(payload, dst=1 + i % 3, tag=i % 2)
+            return None
+        if comm.rank == 3:
+            await comm.sleep(1e-3)  # everything is unexpected by then
+        got = []
+        for _ in range(8):
+            value = await comm.recv(src=0)
+            got.append(int(value) if not isinstance(value, np.ndarray) else int(value[0]))
+        return got
+
+    expected = [None, list(range(0, 24, 3)), list(range(1, 24, 3)), list(range(2, 24, 3))]
+    for seed in range(4):
+        for schedule in ("batch", "shuffle"):
+            result = sc.run(main, world_size=4, transport=transport, seed=seed, latency=latency,
+                            schedule=schedule)
+            assert list(result) == expected
+
+
 def test_small_message_after_large_does_not_overtake(transport: str) -> None:
     async def main(comm: sc.Comm) -> object:
         if comm.rank == 0:
