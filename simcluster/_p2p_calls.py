@@ -29,30 +29,36 @@ if TYPE_CHECKING:
 _TAG_UB: Final = TAG_UB
 
 
-def _reused(comm: Comm, call: str) -> RuntimeError:
-    return RuntimeError(f"rank {comm.rank}: {call} was awaited twice; a call runs once, when first "
-                        "awaited: call it again for another message")
+class _Call:
+    """A blocking call made but not started: its comm, payload (``obj`` or ``buf``), peer and tag."""
 
+    __slots__ = ("_comm", "_payload", "_peer", "_tag", "_awaited")
 
-class Send:
-    """``await comm.send(obj, dst, tag)`` under ``checks="off"``."""
-
-    __slots__ = ("_comm", "_obj", "_dst", "_tag", "_awaited")
-
-    def __init__(self, comm: Comm, obj: object, dst: Any, tag: Any) -> None:
+    def __init__(self, comm: Comm, payload: Any, peer: Any, tag: Any) -> None:
         self._comm = comm
-        self._obj = obj
-        self._dst = dst
+        self._payload = payload
+        self._peer = peer
         self._tag = tag
         self._awaited = False
 
-    def __await__(self) -> Generator[Any, None, None]:
-        comm = self._comm
+    def _start(self, call: str) -> None:
+        """Mark the call started; a second await raises, as a reused coroutine does."""
         if self._awaited:
-            raise _reused(comm, "comm.send(...)")
+            raise RuntimeError(f"rank {self._comm.rank}: {call} was awaited twice; a call runs once, "
+                               "when first awaited: call it again for another message")
         self._awaited = True
-        obj, self._obj = self._obj, None
-        dst, tag = self._dst, self._tag
+
+
+class Send(_Call):
+    """``await comm.send(obj, dst, tag)`` under ``checks="off"``."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        self._start("comm.send(...)")
+        comm = self._comm
+        obj, self._payload = self._payload, None
+        dst, tag = self._peer, self._tag
         engine = comm._engine
         if (engine.trace is None and type(dst) is int and 0 <= dst < comm.size
                 and type(tag) is int and 0 <= tag < _TAG_UB):
@@ -61,32 +67,23 @@ class Send:
         return comm._send_coroutine(obj, dst, tag).__await__()
 
 
-class Recv:
+class Recv(_Call):
     """``await comm.recv(buf, src, tag)`` under ``checks="off"``."""
 
-    __slots__ = ("_comm", "_buf", "_src", "_tag", "_awaited")
-
-    def __init__(self, comm: Comm, buf: Any, src: Any, tag: Any) -> None:
-        self._comm = comm
-        self._buf = buf
-        self._src = src
-        self._tag = tag
-        self._awaited = False
+    __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, Any]:
+        self._start("comm.recv(...)")
         comm = self._comm
-        if self._awaited:
-            raise _reused(comm, "comm.recv(...)")
-        self._awaited = True
-        src, tag = self._src, self._tag
+        buf, src, tag = self._payload, self._peer, self._tag
         engine = comm._engine
         # -1 is the wildcard (ANY_SOURCE, ANY_TAG: an int subclass, hence isinstance); bools go
         # the long way, to be refused there
-        if (self._buf is None and engine.trace is None
+        if (buf is None and engine.trace is None
                 and isinstance(src, int) and type(src) is not bool and -1 <= src < comm.size
                 and isinstance(tag, int) and type(tag) is not bool and -1 <= tag < _TAG_UB):
             return engine.post_recv(comm, None, src, tag, "recv", False).__await__()
-        return comm._recv_coroutine(self._buf, src, tag).__await__()
+        return comm._recv_coroutine(buf, src, tag).__await__()
 
 
 # Comm calls these rather than the classes: a compiled function takes its arguments from the
