@@ -45,6 +45,10 @@ class NativePorts(ABC):
     def transfer(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         """Charge one message; return ``(depart, arrive)``."""
 
+    def arrival(self, src: int, dst: int, nbytes: float, t: float) -> float:
+        """``transfer(...)[1]``, which the engine asks of every message: no tuple to build."""
+        return self.transfer(src, dst, nbytes, t)[1]
+
     def send_side(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         """The sender's half of ``transfer``: ``(depart, wire)``."""
         return self.transfer(src, dst, nbytes, t)
@@ -75,6 +79,9 @@ class _ConstantPorts(NativePorts):
     def transfer(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         return t, t + self._seconds
 
+    def arrival(self, src: int, dst: int, nbytes: float, t: float) -> float:
+        return t + self._seconds
+
 
 class _AlphaBetaPorts(NativePorts):
     def __init__(self, model: AlphaBeta, world_size: int) -> None:
@@ -85,19 +92,23 @@ class _AlphaBetaPorts(NativePorts):
         self._recv_free = [_IDLE] * world_size
 
     def transfer(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
+        arrive = self.arrival(src, dst, nbytes, t)
+        return self._send_free[src], arrive
+
+    def arrival(self, src: int, dst: int, nbytes: float, t: float) -> float:
         # send_side and recv_side in one body: this runs once per message of a run
         send_free = self._send_free
         start = send_free[src]
         if t > start:
             start = t
         busy = nbytes * self._beta
-        depart = send_free[src] = start + busy
+        send_free[src] = start + busy
         arrive = start + self._alpha + busy
         queued = self._recv_free[dst] + busy
         if queued > arrive:
             arrive = queued
         self._recv_free[dst] = arrive
-        return depart, arrive
+        return arrive
 
     def send_side(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         send_free = self._send_free

@@ -22,7 +22,8 @@ import simcluster as sc
 from simcluster import _protocol
 from simcluster._kernel import READY, Task
 from simcluster.engine import Engine
-from simcluster.latency import AlphaBeta, Hierarchical, Jitter, LatencyModel, LogGP, Ports
+from simcluster._ports import NativePorts
+from simcluster.latency import AlphaBeta, Constant, Hierarchical, Jitter, LatencyModel, LogGP, Ports
 from simcluster.matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from simcluster.request import PENDING, Request, Status, make_status
 from simcluster.transports.base import Envelope, make_envelope
@@ -86,6 +87,7 @@ def test_a_task_starts_ready_at_time_zero_with_nothing_pending() -> None:
 
 MODELS: dict[str, Callable[[], LatencyModel]] = {
     "alphabeta": lambda: AlphaBeta(alpha=1e-6, beta=1e-9),
+    "constant": lambda: Constant(2e-6),
     "loggp": lambda: LogGP(L=2e-6, o=5e-7, g=1e-6, G=1e-9),
     "hierarchical": lambda: Hierarchical(intra=AlphaBeta(1e-7, 1e-10), inter=AlphaBeta(2e-6, 1e-9), ranks_per_node=2),
     "jitter": lambda: Jitter(AlphaBeta(alpha=1e-6, beta=1e-9), rel=0.2),
@@ -101,10 +103,14 @@ messages = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(
 def test_transfer_equals_send_side_then_recv_side(name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     model = MODELS[name]()
     whole, split = model.bind(4, random.Random(3)), model.bind(4, random.Random(3))
+    alone = model.bind(4, random.Random(3))
     for src, dst, nbytes, step in sorted(msgs, key=lambda m: m[3]):
         t = step * 1e-6
         depart, wire = split.send_side(src, dst, nbytes, t)
-        assert whole.transfer(src, dst, nbytes, t) == (depart, split.recv_side(src, dst, nbytes, wire))
+        arrive = split.recv_side(src, dst, nbytes, wire)
+        assert whole.transfer(src, dst, nbytes, t) == (depart, arrive)
+        if isinstance(alone, NativePorts):  # what the engine calls per message
+            assert alone.arrival(src, dst, nbytes, t) == arrive
 
 
 # ---- twins: _charge's one-message-per-port shortcut equals the two-halves path ----
@@ -138,6 +144,40 @@ def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
     engine._charge(charged, _protocol._by_source)
     engine.close()
     assert [f[7] for f in charged] == expected
+
+
+class _Recording(MemoryTransport):
+    """A transport that keeps what it is sent, as a byte transport would carry it away."""
+
+    in_process = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Envelope] = []
+
+    def send(self, envelope: Envelope) -> None:
+        self.sent.append(envelope)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
+                               st.integers(0, 2)), min_size=2, max_size=12))
+def test_book_sends_an_instant_in_posting_order_at_the_times_of_the_two_halves(
+        name: str, msgs: list[tuple[int, int, int, int]]) -> None:
+    # instants of one message per sender and per receiver take _book_round's one pass
+    model = MODELS[name]()
+    items = _items(msgs)
+    in_order = sorted(items, key=_protocol._by_source)
+    expected = _two_halves(model.bind(4, random.Random(1)), [list(f) for f in items])
+    transport = _Recording()
+    engine = Engine(4, transport, model.bind(4, random.Random(1)))
+    engine._bookings = [list(f) for f in items]
+    assert engine._book()
+    engine.close()
+    assert [env.msg_id for env in transport.sent] == [f[5] for f in in_order]
+    assert [env.time for env in transport.sent] == expected
+    assert all(type(env) is Envelope and len(env) == 12 for env in transport.sent)
 
 
 # ---- twins: the match queue's lone-entry and table forms follow MPI's matching rules ----

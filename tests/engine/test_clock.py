@@ -111,6 +111,26 @@ def test_incast_of_three_messages_serialises_on_the_receive_port() -> None:
     assert result.elapsed == ALPHA + 3 * N * BETA
 
 
+def test_same_instant_messages_take_the_receive_port_in_the_order_they_reach_it() -> None:
+    # one message per sender, two for rank 0: the small one reaches rank 0's port first
+    # although its sender's rank is higher, so the big one queues behind it
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            got = []
+            for _ in range(2):
+                req = comm.irecv(src=sc.ANY_SOURCE)
+                await req
+                got.append((req.status.source, comm.now))
+            return got
+        if comm.rank in (1, 2):
+            await comm.send(np.zeros(N // 8 if comm.rank == 1 else 1), dst=0)
+        return comm.now
+
+    for world_size in (3, 4, 8):  # one message per receiver or not, in a round or not
+        result = sc.run(main, world_size=world_size, latency=sc.latency.AlphaBeta(ALPHA, BETA))
+        assert result[0] == [(2, ALPHA + 8 * BETA), (1, ALPHA + (N + 8) * BETA)]
+
+
 def test_fan_out_serialises_on_the_send_port() -> None:
     async def main(comm: sc.Comm) -> float:
         if comm.rank == 0:
