@@ -77,11 +77,17 @@ def _entries(slot: Slot) -> list[Entry]:
 class MatchQueue:
     """Posted receives and unexpected messages for one rank on one communicator."""
 
-    __slots__ = ("_posted", "_unexpected", "_post_seq", "_arrive_seq", "_wild", "probes")
+    __slots__ = ("_one", "_one_src", "_one_tag", "_one_seq", "_posted", "_unexpected", "_post_seq",
+                 "_arrive_seq", "_wild", "probes")
 
     def __init__(self) -> None:
-        # None, one (src, tag, seq, receive) tuple, or a table once two receives wait at once
-        self._posted: Any = None
+        # the common case, one receive waiting, is kept in fields (no tuple to build and free per
+        # message); a table holds the posted receives once two wait at once
+        self._one: Any = None
+        self._one_src = 0
+        self._one_tag = 0
+        self._one_seq = 0
+        self._posted: dict[tuple[int, int], Slot] | None = None
         self._unexpected: dict[tuple[int, int], Slot] | None = None
         self._post_seq = 0
         self._arrive_seq = 0
@@ -92,20 +98,26 @@ class MatchQueue:
 
     def take_posted(self, src: int, tag: int) -> Any | None:
         """Remove and return the earliest posted receive that fits (src, tag), or None."""
-        posted = self._posted
-        if posted is None:
-            return None
-        if type(posted) is tuple:  # exactly one posted receive: (src, tag, seq, receive)
-            psrc, ptag, _, receive = posted
+        receive = self._one
+        if receive is not None:  # exactly one posted receive
+            psrc, ptag = self._one_src, self._one_tag
             if (psrc == src or psrc == _ANY) and (ptag == tag or ptag == _ANY):
-                self._posted = None
+                self._one = None
                 if psrc == _ANY or ptag == _ANY:
                     self._wild -= 1
                 return receive
             return None
+        posted = self._posted
+        if posted is None:
+            return None
         if not self._wild:
             key = (src, tag)
-            return _pop(posted, key)[1] if key in posted else None
+            if key not in posted:
+                return None
+            receive = _pop(posted, key)[1]
+            if not posted:  # back to the lone-receive fields for the next one
+                self._posted = None
+            return receive
         best_key = None
         best_seq = -1
         for key in ((src, tag), (_ANY, tag), (src, _ANY), (_ANY, _ANY)):
@@ -116,7 +128,10 @@ class MatchQueue:
             return None
         if best_key[0] == _ANY or best_key[1] == _ANY:
             self._wild -= 1
-        return _pop(posted, best_key)[1]
+        receive = _pop(posted, best_key)[1]
+        if not posted:
+            self._posted = None
+        return receive
 
     def add_unexpected(self, src: int, tag: int, message: Any) -> None:
         """Queue a message that no posted receive wanted."""
@@ -166,22 +181,23 @@ class MatchQueue:
         if src == _ANY or tag == _ANY:
             self._wild += 1
         posted = self._posted
-        if posted is None:  # the common case: one receive waiting, kept in one small tuple
-            self._posted = (src, tag, self._post_seq, receive)
-            return
-        if type(posted) is tuple:
-            table: dict[tuple[int, int], Slot] = {}
-            _append(table, (posted[0], posted[1]), (posted[2], posted[3]))
-            self._posted = posted = table
+        if posted is None:
+            if self._one is None:  # the common case: the only receive waiting
+                self._one, self._one_src, self._one_tag, self._one_seq = receive, src, tag, self._post_seq
+                return
+            self._posted = posted = self._posted_table()
         _append(posted, (src, tag), (self._post_seq, receive))
 
     def _posted_table(self) -> dict[tuple[int, int], Slot]:
+        """The posted receives as a table, the lone one moved into it (the table is kept)."""
         posted = self._posted
         if posted is None:
-            return {}
-        if type(posted) is tuple:
-            return {(posted[0], posted[1]): (posted[2], posted[3])}
-        return posted  # type: ignore[no-any-return]
+            posted = self._posted = {}
+        one = self._one
+        if one is not None:
+            posted[(self._one_src, self._one_tag)] = (self._one_seq, one)
+            self._one = None
+        return posted
 
     def unpost(self, src: int, tag: int, receive: Any) -> bool:
         """Remove a posted receive (cancel); return whether it was still posted."""
