@@ -165,6 +165,26 @@ def test_recv_any_source_reports_status(transport: str) -> None:
     assert sc.run(main, world_size=4, transport=transport)[0] == [(1, 1, 10), (2, 2, 20), (3, 3, 30)]
 
 
+def test_a_split_comms_receive_reports_status_in_its_own_ranks(transport: str) -> None:
+    # a collective ran first on both comms, whose own receives keep no status
+    async def main(comm: sc.Comm) -> object:
+        await comm.barrier()
+        odd = await comm.split(comm.rank % 2)
+        assert odd is not None
+        await odd.all_reduce(1.0)
+        if odd.rank == 0:
+            req = odd.irecv(src=sc.ANY_SOURCE, tag=sc.ANY_TAG)
+            value = await req
+            assert req.status is not None
+            return (req.status.source, req.status.tag, req.status.nbytes, value)
+        if odd.rank == 1:
+            await odd.send(comm.rank * 10, dst=0, tag=7)
+        return None
+
+    result = sc.run(main, world_size=4, transport=transport)
+    assert (result[0], result[1]) == ((1, 7, 1, 20), (1, 7, 1, 30))
+
+
 def test_isend_irecv_wait_all_exchange_in_a_ring(transport: str) -> None:
     async def main(comm: sc.Comm) -> object:
         right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
