@@ -41,7 +41,7 @@ class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
     __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "endpoints", "name", "tasks", "coll", "key",
-                 "entered", "here", "procs", "firsts")
+                 "entered", "here", "procs", "firsts", "setups")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
                  tasks: list[Task], *, private: bool = False) -> None:
@@ -62,6 +62,9 @@ class Group:
         # entered here, forced, member whose payload the signature holds], kept until every
         # member hosted here has entered that call
         self.entered: dict[int, list[Any]] = {}
+        # what a repeated collective call works out before it starts, shared by the members
+        # (collectives._methods: _all_reduce_call): key -> the call's setup
+        self.setups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         hosted: tuple[int, int, int] | None = getattr(engine, "hosted", None)  # _hosted_engine.HostedEngine
         self.here = len(world_ranks)  # members hosted in this process
         self.procs: list[int] | None = None  # several processes: those hosting members (None: all)

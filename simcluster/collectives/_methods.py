@@ -101,6 +101,22 @@ def _held(owner: object, depth: int) -> str:
     return f"{type(owner).__qualname__}({', '.join(inner)})"
 
 
+_SETUPS_LIMIT = 256
+"""Setups a communicator remembers (``_all_reduce_call``); calls past it work theirs out each time."""
+
+
+def _setup_key(obj: object, op: object, algorithm: str | None) -> tuple[Any, ...] | None:
+    """What a collective's setup depends on, for the payloads and ops whose setup is remembered."""
+    if op is not None and not (type(op) is ReduceOp and op._fn is None):
+        return None
+    t = type(obj)
+    if t is float:
+        return (op, algorithm, t)
+    if t is np.ndarray:
+        return (op, algorithm, t, obj.dtype, obj.shape)  # type: ignore[attr-defined]
+    return None
+
+
 def _is_array(obj: object) -> bool:
     return arrays.is_array(obj)
 
@@ -373,6 +389,28 @@ class CollectiveMethods:
         algo = self._choose("all_reduce", algorithm, _nbytes(obj), rop.commutative, _is_array(obj))
         return call, algo, self._algorithm("all_reduce", algo), rop
 
+    def _all_reduce_call(self, obj: Any, op: Any, algorithm: str | None) -> tuple[
+            str, str, Callable[..., Awaitable[Any]], ReduceOp, str, str, bool]:
+        """``_all_reduce_setup`` with what the call is verified by (payload, op, forced).
+
+        Remembered on the communicator for a float or a numpy array under a
+        built-in op: the next call with the same op, algorithm, dtype and
+        shape looks it up instead of checking and choosing again. A call that
+        fails its checks is never remembered.
+        """
+        key = _setup_key(obj, op, algorithm)
+        setups = self._group.setups
+        if key is not None:
+            found = setups.get(key)
+            if found is not None:
+                return found
+        call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
+        setup = (call, algo, fn, rop, _payload(obj), "" if rop._fn is None else _op_key(rop),
+                 self._forced("all_reduce", algorithm))
+        if key is not None and len(setups) < _SETUPS_LIMIT:
+            setups[key] = setup
+        return setup
+
     def _all_reduce(self, obj: Any, op: Any, algorithm: str | None, nonblocking: bool) -> Any:
         call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
 
@@ -387,10 +425,8 @@ class CollectiveMethods:
         Arrays are updated in place and returned; Python values come back new.
         With the ring algorithm under AlphaBeta it costs ``2(p-1)(alpha + n/p*beta)``.
         """
-        call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
-        ctx, outer, start = self._enter_collective(  # _run_collective, inline
-            call, algo, describe(obj) if _is_array(obj) else "", "" if rop._fn is None else _op_key(rop),
-            algorithm is not None or "all_reduce" in self._group.engine.algorithms)
+        call, algo, fn, rop, payload, op_key, forced = self._all_reduce_call(obj, op, algorithm)
+        ctx, outer, start = self._enter_collective(call, algo, payload, op_key, forced)  # _run_collective, inline
         try:
             result = await fn(ctx, obj, rop)
         finally:

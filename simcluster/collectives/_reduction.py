@@ -55,7 +55,8 @@ def elementwise(obj: Any, op: ReduceOp) -> bool:
 def flatten(obj: Any, op: ReduceOp) -> Flat:
     """Return ``obj`` as a flat value: a 1-D copy of an array when ``op`` is elementwise, else ``[obj]``."""
     if isinstance(obj, np.ndarray) and op.elementwise:
-        return np.array(obj, order="C").reshape(-1)
+        flat = np.array(obj, order="C")
+        return flat if flat.ndim == 1 else flat.reshape(-1)
     if op.elementwise and arrays.is_array(obj):
         return arrays.flat_copy(obj)  # torch, CuPy, ...: copied by its own library
     return [obj]
@@ -64,7 +65,8 @@ def flatten(obj: Any, op: ReduceOp) -> Flat:
 def unflatten(flat: Flat, like: Any) -> Any:
     """Undo :func:`flatten` for a payload shaped like ``like``."""
     if isinstance(flat, np.ndarray):
-        return flat.reshape(like.shape)
+        shape = like.shape
+        return flat if flat.shape == shape else flat.reshape(shape)
     if type(flat) is list:
         return flat[0]
     return arrays.reshape(flat, tuple(like.shape))
@@ -117,6 +119,7 @@ def charge(c: CollContext, value: object) -> Awaitable[None]:
 
 
 _ADD: Final = operator.add
+_NDARRAY: Final = np.ndarray
 
 
 def apply(op: ReduceOp, left: Any, right: Any) -> Any:
@@ -140,6 +143,12 @@ async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:
 
 def apply_flat(op: ReduceOp, left: Flat, right: Flat) -> Flat:
     """Return ``left op right`` item by item for two segments (no charge)."""
+    if type(left) is _NDARRAY and type(right) is _NDARRAY:
+        ufunc = op._ufunc
+        if ufunc is not None and op._fn is None and not op._logical:
+            # ReduceOp.apply's own first branch for arrays, without the interpreted call
+            value = ufunc(left, right)
+            return value if type(value) is _NDARRAY else np.asarray(value)
     if type(left) is not list:  # a 1-D array, of numpy or another library
         return op.apply(left, right)
     return [apply(op, a, b) for a, b in zip(left, right, strict=True)]

@@ -178,6 +178,35 @@ def test_two_iall_reduces_outstanding_at_once(transport: str) -> None:
 # ---- errors ----
 
 
+def test_repeated_calls_keep_their_op_algorithm_and_checks(transport: str) -> None:
+    # what a call works out first (op, checks, algorithm) is remembered per op, algorithm,
+    # dtype and shape; each of these calls must still get its own
+    async def main(comm: sc.Comm) -> object:
+        got = []
+        for _ in range(2):
+            got.append(float((await comm.all_reduce(np.full(3, comm.rank + 1.0)))[0]))
+            got.append(float((await comm.all_reduce(np.full(3, comm.rank + 1.0), op=sc.ReduceOp.MAX))[0]))
+            got.append(int((await comm.all_reduce(np.full(3, comm.rank + 1), op="prod"))[0]))
+            got.append(await comm.all_reduce(comm.rank + 1.0))
+            got.append(float((await comm.all_reduce(np.full(2, comm.rank + 1.0), algorithm="ring"))[0]))
+            for _ in range(2):  # refused every time, never remembered
+                try:
+                    await comm.all_reduce(np.ones(3), op=sc.ReduceOp.BAND)
+                except TypeError as exc:
+                    got.append(str(exc))
+        return got
+
+    errors = ("rank {}: all_reduce(op=BAND): BAND is not defined for dtype float64; use an integer or "
+              "bool dtype, or another op")
+    result = sc.run(main, world_size=3, transport=transport, trace=True)
+    for rank in range(3):
+        assert result[rank] == [6.0, 3.0, 6, 6.0, 6.0, errors.format(rank), errors.format(rank)] * 2
+    algorithms = [span.args["algorithm"] for span in result.trace.spans
+                  if span.name == "all_reduce" and span.rank == 0]
+    assert algorithms == ["recursive_doubling", "recursive_doubling", "recursive_doubling",
+                          "recursive_doubling", "ring"] * 2
+
+
 def test_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
     message = ("all_reduce(algorithm='rng'): unknown algorithm; valid: linear, rabenseifner, "
                "recursive_doubling, reduce_broadcast, ring")

@@ -332,6 +332,34 @@ def test_an_all_reduce_of_another_length_raises(transport: str) -> None:
                           "float64[4]; every rank must pass arrays of one shape and dtype")
 
 
+async def all_reduce_of_another_length_after_agreeing_calls(comm: sc.Comm) -> Any:
+    # the first calls' setup is remembered on the comm; the last call is still compared
+    for _ in range(2):
+        await comm.all_reduce(np.ones(3))
+        await comm.all_reduce(1.0)
+    await _in_rank_order(comm)
+    return await comm.all_reduce(np.ones(3 + comm.rank))
+
+
+def test_an_all_reduce_of_another_length_raises_after_agreeing_calls(transport: str) -> None:
+    error = _mismatch(all_reduce_of_another_length_after_agreeing_calls, 2, transport)
+    assert str(error) == ("rank 1: all_reduce(op=SUM): rank 0 passed float64[3] but this rank passed "
+                          "float64[4]; every rank must pass arrays of one shape and dtype")
+
+
+async def forced_algorithm_after_the_default(comm: sc.Comm) -> Any:
+    await comm.all_reduce(np.ones(4))
+    await _in_rank_order(comm)
+    return await comm.all_reduce(np.ones(4), algorithm="ring" if comm.rank == 1 else None)
+
+
+def test_a_forced_algorithm_after_a_remembered_default_raises(transport: str) -> None:
+    error = _mismatch(forced_algorithm_after_the_default, 2, transport)
+    assert str(error) == ("rank 1: all_reduce(op=SUM): rank 0 runs collective #2 with algorithm "
+                          "'recursive_doubling' but this rank chose 'ring'; pass the same algorithm= on "
+                          "every rank")
+
+
 async def all_reduce_of_two_dtypes(comm: sc.Comm) -> Any:
     await _in_rank_order(comm)
     return await comm.all_reduce(np.ones(3, dtype=np.float32 if comm.rank else np.float64))
