@@ -602,7 +602,7 @@ class P2P(Kernel):
         if source < 0:
             local = req.comm._group._local
             source = env.src if local is None else local[env.src]
-        if env.ctx & 1 == 0:  # a collective's own receives (odd contexts): nobody reads a status
+        if env.ctx & 1 == 0:  # a user's comm; a collective's own receives (odd contexts) have no reader
             req.status = _new_status((source, env.tag, env.nbytes))
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes

@@ -185,11 +185,11 @@ class MatchQueue:
             if self._one is None:  # the common case: the only receive waiting
                 self._one, self._one_src, self._one_tag, self._one_seq = receive, src, tag, self._post_seq
                 return
-            self._posted = posted = self._posted_table()
+            posted = self._posted_table()
         _append(posted, (src, tag), (self._post_seq, receive))
 
     def _posted_table(self) -> dict[tuple[int, int], Slot]:
-        """The posted receives as a table, the lone one moved into it (the table is kept)."""
+        """The posted receives as a table, kept as ``_posted``, with the lone one moved into it."""
         posted = self._posted
         if posted is None:
             posted = self._posted = {}
