@@ -116,6 +116,12 @@ def test_transfer_equals_send_side_then_recv_side(name: str, msgs: list[tuple[in
 # ---- twins: _charge's one-message-per-port shortcut equals the two-halves path ----
 
 
+def _instant(min_size: int) -> st.SearchStrategy[list[tuple[int, int, int, int]]]:
+    """An instant's messages on 4 ranks: (src, dst, nbytes, the posting task's serial)."""
+    return st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
+                              st.integers(0, 2)), min_size=min_size, max_size=12)
+
+
 def _items(msgs: list[tuple[int, int, int, int]]) -> list[list[Any]]:
     return [[0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial]
             for i, (src, dst, nbytes, serial) in enumerate(msgs)]
@@ -132,8 +138,7 @@ def _two_halves(ports: Ports, items: list[list[Any]]) -> list[float]:
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 @settings(max_examples=60, deadline=None)
-@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
-                               st.integers(0, 2)), min_size=1, max_size=12))
+@given(msgs=_instant(min_size=1))
 def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
         name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     model = MODELS[name]()
@@ -161,8 +166,7 @@ class _Recording(MemoryTransport):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 @settings(max_examples=60, deadline=None)
-@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1 << 20),
-                               st.integers(0, 2)), min_size=2, max_size=12))
+@given(msgs=_instant(min_size=2))
 def test_book_sends_an_instant_in_posting_order_at_the_times_of_the_two_halves(
         name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     # instants of one message per sender and per receiver take _book_round's one pass
