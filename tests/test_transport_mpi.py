@@ -172,11 +172,17 @@ def test_a_process_that_dies_ends_the_job_promptly_not_a_hang(tmp_path: Path) ->
             sc.run(main, 4, transport="mpi")
     """))
     done = _run_job(["-n", "2", sys.executable, str(script)], timeout=60)  # mpiexec ends the job
-    # MPICH ends the job with the dead process's status; under load, process 0 may notice the
-    # loss first and end with the TransportError that names it (status 1): never a hang
-    assert done.returncode in (7, 1), done.stdout + done.stderr
+    # Never a hang, never a success. Which status the job ends with is a race MPICH decides:
+    # - the dead process's own status (7);
+    # - process 0 noticed the loss first and ended with the TransportError that names it (1);
+    # - mpiexec killed process 0 while cleaning up and reports that kill (signal 9), with its
+    #   banner naming the bad termination.
+    output = done.stdout + done.stderr
+    assert done.returncode in (7, 1, 9), output
     if done.returncode == 1:
-        assert "TransportError" in done.stderr and "process 1" in done.stderr, done.stderr
+        assert "TransportError" in done.stderr and "process 1" in done.stderr, output
+    if done.returncode == 9:
+        assert "BAD TERMINATION" in output, output
 
 
 @needs_mpi
