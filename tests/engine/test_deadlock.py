@@ -13,6 +13,8 @@ import pytest
 import simcluster as sc
 
 MIB = 1 << 20
+# A hang never ends; a report comes at once. The bound leaves room for a loaded CI machine.
+PROMPT = 5.0  # seconds
 
 
 def _line() -> int:
@@ -34,7 +36,7 @@ def test_head_to_head_rendezvous_sends_deadlock_with_cycle() -> None:
     start = time.perf_counter()
     with pytest.raises(sc.DeadlockError) as info:
         sc.run(main, world_size=2)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < PROMPT
     err = info.value
     assert isinstance(err, sc.SimclusterError)
     assert err.cycle == [0, 1, 0]
@@ -108,7 +110,7 @@ def test_three_rank_cycle_of_receives() -> None:
     start = time.perf_counter()
     with pytest.raises(sc.DeadlockError) as info:
         sc.run(main, world_size=3)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < PROMPT
     err = info.value
     assert err.cycle == [0, 1, 2, 0]
     assert str(err).splitlines()[-1] == "wait-for cycle: 0 -> 1 -> 2 -> 0"
@@ -143,7 +145,7 @@ def test_timeout_stops_a_rank_stuck_in_a_foreign_await() -> None:
     with pytest.raises(sc.RunTimeoutError) as info:
         sc.run(main, world_size=2, timeout=0.2)
     wall = time.perf_counter() - start
-    assert 0.2 <= wall < 1.5
+    assert 0.2 <= wall < PROMPT
     err = info.value
     assert isinstance(err, sc.SimclusterError)
     message = str(err)
@@ -163,7 +165,7 @@ def test_timeout_stops_a_rank_that_never_awaits_the_simulator() -> None:
     start = time.perf_counter()
     with pytest.raises(sc.RunTimeoutError):
         sc.run(main, world_size=2, timeout=0.2)
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - start < PROMPT
 
 
 def test_timeout_must_be_positive() -> None:
