@@ -1,0 +1,86 @@
+"""Run one module of mpi4py's own test suite on this rank and record each case's outcome.
+
+Run once per rank, by ``simcluster mpirun -n N`` or by the real ``mpiexec -n N python``:
+
+    case_runner.py SUITE_DIR MODULE OUT_DIR
+
+The module's code is executed in a namespace of this rank's own (as a script's
+``__main__`` would be), its ``unittest`` cases are run in order, and each outcome
+is appended to ``OUT_DIR/MODULE.rank<R>.jsonl`` as soon as it is known, so a run
+that stops part-way still leaves the outcomes of the cases it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+import types
+import unittest
+
+
+class _Recorder(unittest.TestResult):
+    """Writes one JSON line per finished case: {"case", "outcome", "detail", "wall"}."""
+
+    def __init__(self, out: str) -> None:
+        super().__init__()
+        self._out = open(out, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self._started = 0.0
+
+    def close(self) -> None:
+        self._out.close()
+
+    def _write(self, test: unittest.TestCase, outcome: str, detail: str = "") -> None:
+        name = test.id().split(".", 1)[-1]  # Class.method: the module's name is the file's
+        line = {"case": name, "outcome": outcome, "detail": detail[-2000:],
+                "wall": round(time.perf_counter() - self._started, 4)}
+        self._out.write(json.dumps(line) + "\n")
+        self._out.flush()
+
+    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+        super().startTest(test)
+        self._started = time.perf_counter()
+
+    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+        self._write(test, "pass")
+
+    def addFailure(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
+        self._write(test, "fail", "".join(traceback.format_exception(*err)))  # type: ignore[misc]
+
+    def addError(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
+        self._write(test, "error", "".join(traceback.format_exception(*err)))  # type: ignore[misc]
+
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+        self._write(test, "skip", reason)
+
+    def addExpectedFailure(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
+        self._write(test, "pass", "expected failure")
+
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+        self._write(test, "fail", "unexpected success")
+
+
+def main(suite_dir: str, module: str, out_dir: str) -> None:
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    if suite_dir not in sys.path:
+        sys.path.insert(0, suite_dir)
+    path = os.path.join(suite_dir, module + ".py")
+    namespace = types.ModuleType(module)  # this rank's own copy of the module's globals
+    namespace.__file__ = path
+    with open(path, encoding="utf-8") as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, namespace.__dict__)
+    suite = unittest.defaultTestLoader.loadTestsFromModule(namespace)
+    recorder = _Recorder(os.path.join(out_dir, f"{module}.rank{rank}.jsonl"))
+    try:
+        suite.run(recorder)
+    finally:
+        recorder.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
