@@ -93,6 +93,7 @@ class RunConfig:
     per: int = 0  # ranks per process (0: every rank)
     secret: str | None = None  # multi-node: the per-run secret an MPI job handed out ($SIMCLUSTER_SECRET else)
     shares: str = ""  # transport="mpi" with processes hosting no rank: this one's part (_mpi_job.shared)
+    poll_cost: float = 1e-6  # virtual seconds a synchronous rank's fruitless Test/Iprobe costs
 
     @property
     def strict(self) -> bool:
@@ -160,6 +161,7 @@ def configure(
     node_rank: int = 0,
     master_addr: str | None = None,
     master_port: int | None = None,
+    poll_cost: float = 1e-6,
 ) -> RunConfig:
     """Check ``fn`` and every keyword of ``run``; return the run's configuration.
 
@@ -176,6 +178,10 @@ def configure(
         raise UsageTypeError(None, f"run(trace={trace!r})", "trace must be True, False, or a path "
                              "to write Chrome-trace JSON to")
     check_fidelity(fidelity)
+    if isinstance(poll_cost, bool) or not isinstance(poll_cost, (int, float)) or not 0 < poll_cost < float("inf"):
+        raise UsageError(None, f"run(poll_cost={poll_cost!r})", "poll_cost must be a positive number "
+                         "of virtual seconds (what a fruitless Test or Iprobe of a synchronous rank costs)",
+                         "leave it out for 1e-6, or pass e.g. 1e-7")
     try:
         forced = check_algorithms(algorithms or {})
     except ValueError as exc:
@@ -222,7 +228,8 @@ def configure(
     return RunConfig(
         world_size, tp, model, tuple(args), dict(kwargs or {}), seed, schedule, eager_limit,
         trace, checks, forced, timeout, compute_factor, fidelity, serializer, nnodes, node_rank,
-        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret, shares)
+        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret, shares,
+        poll_cost=float(poll_cost))
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
@@ -454,6 +461,7 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         trace = _HostTrace(w) if config.tracing else None
     engine.algorithms = dict(config.algorithms)
     engine.compute = config.compute
+    engine.poll_cost = config.poll_cost
     engine.fidelity = config.fidelity
     if config.serializer == "pickle":
         engine._dumps = pickle.dumps

@@ -32,6 +32,10 @@ from the run's seeded RNG (``_order``), so the same seed gives the same
 schedule and another seed may give another one. A request completed by an
 event resumes its rank right there (one event per message, not two); one
 completed while a rank runs wakes its waiter in the next batch.
+Rule 3: a rank that fails ends the run at the virtual time it failed: the
+other ranks still run what is due at that instant (their lines printed then
+are not lost, as under mpiexec, where the other processes run on until the
+job is killed), and time does not move on.
 
 No event left, no rank runnable, no foreign await, and some rank unfinished:
 that is a deadlock, reported by ``_deadlock``.
@@ -151,6 +155,11 @@ class Kernel(ABC):
         self._foreign = 0
         self._wake_future: asyncio.Future[None] | None = None
         self._failure: tuple[Task, BaseException] | None = None
+        # a rank that failed while others may still run at this instant (Rule 3)
+        self._failing: tuple[Task, BaseException] | None = None
+        self.poll_cost = 1e-6  # run(poll_cost=...): virtual seconds a synchronous rank's fruitless poll costs
+        self.pollers = 0  # synchronous ranks sleeping off a fruitless poll right now
+        self.stalled_polls = 0  # fruitless polls in a row while nothing but polls was pending
         self._unfinished = 0
         self._events = 0
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
@@ -255,10 +264,14 @@ class Kernel(ABC):
         self._looping = True
         try:
             if self._chooser is not None:
-                return self._run_loop_chosen(limit, budget)
-            return self._run_loop(limit, budget)
+                budget = self._run_loop_chosen(limit, budget)
+            else:
+                budget = self._run_loop(limit, budget)
         finally:
             self._looping = False
+        if budget and self._failing is not None and self._failure is None:
+            self._failure = self._failing  # nothing is left at the failure's instant: the run ends
+        return budget
 
     def _run_loop(self, limit: float, budget: int) -> int:
         ready = self._ready
@@ -289,6 +302,8 @@ class Kernel(ABC):
                 continue  # what the instant left behind was settled and made more to do
             times = self._times
             if not times or times[0] > limit or self._foreign:
+                return None
+            if self._failing is not None:  # a rank failed: the run ends with this instant
                 return None
             t = _heappop(times)
             self.now = t
@@ -451,8 +466,8 @@ class Kernel(ABC):
                 task.done_request._finish(None, exc)
                 return
             self._unfinished -= 1
-            if self._failure is None:  # the rank failed: the run stops
-                self._failure = (task, exc)
+            if self._failing is None:  # the rank failed: the run ends with this instant (Rule 3)
+                self._failing = (task, exc)
             return
         except BaseException as exc:
             task.state = FINISHED
@@ -666,6 +681,25 @@ class Kernel(ABC):
             # analytic collective), in this run's seeded order
             self.schedule(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
         return req
+
+    def only_polls_pending(self) -> bool:
+        """Whether nothing but polling ranks' wake-ups is scheduled (no message, timer or rank to run).
+
+        Then only a polling rank can change anything. Costs up to ``pollers``
+        steps: it is asked by synchronous ranks' fruitless polls only. A process
+        hosting some of the ranks (shm, tcp) sees only its own calendar.
+        """
+        if self._foreign or self._instant_open():
+            return False
+        pending = self.pollers
+        n = len(self._ready) + len(self._due)
+        if n > pending:
+            return False
+        for bucket in self._later.values():
+            n += len(bucket)
+            if n > pending:
+                return False
+        return True
 
     def spin(self, req: Request[Any]) -> None:
         task = self.current

@@ -287,8 +287,7 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
                 "the plain function passed to sc.run (or a script under simcluster mpirun)")
     if rank.closing:
         _close(awaitable)
-        raise RuntimeError(f"rank {rank.rank}: a blocking simcluster call was made while the run "
-                           "was being cancelled; nothing can complete any more")
+        abandon(rank)
     if rank.factor:
         _charge(rank)
     it = awaitable.__await__()
@@ -305,6 +304,74 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     except BaseException:
         _close(it)
         raise
+
+
+STALL_LIMIT = 10_000
+"""Fruitless polls in a row, with nothing but polls pending, before a poll waits for what it polls."""
+
+
+def poll_wait(rank: SyncRank, wait: Callable[[], Awaitable[Any]], op: str) -> None:
+    """A synchronous rank's poll found nothing: charge it ``engine.poll_cost`` of virtual time.
+
+    So ``while not req.Test(): ...`` and ``Iprobe`` loops make progress on the
+    virtual clock, as SMPI charges each ``MPI_Test``. While nothing but polls is
+    pending (no message, timer or runnable rank anywhere), only a polling rank
+    can change anything; after ``STALL_LIMIT`` such polls in a row, a poll
+    waits for what it polls instead (``wait()``), so a run where every live
+    rank polls for something that never comes ends in the engine's deadlock
+    report rather than spinning forever in virtual time.
+    """
+    engine = rank.comm._engine
+    if engine.only_polls_pending():
+        engine.stalled_polls += 1
+        if engine.stalled_polls > STALL_LIMIT:
+            block(wait(), rank)
+            return
+    else:
+        engine.stalled_polls = 0
+    engine.pollers += 1
+    try:
+        block(engine.post_sleep(engine.poll_cost, op), rank)
+    finally:
+        engine.pollers -= 1
+
+
+class Until:
+    """Awaitable: wait until ``req`` completes, leaving its result to be taken (by a test)."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req: Any) -> None:
+        self.req = req
+
+    def __await__(self) -> Any:
+        req = self.req
+        while not req.done():
+            yield req
+
+
+_abandoned: list[Any] = []
+"""Stacks of ranks stopped for good by ``abandon``: held so that nothing ever resumes them."""
+
+
+def abandon(rank: SyncRank) -> None:
+    """Stop a rank of a run that has ended, for good; never returns.
+
+    A run that ended unwinds its other ranks with ``GreenletExit``; code that
+    catches every exception (``unittest`` does) would go on running the user's
+    code. Its next simcluster call comes here: the rank's stack is parked
+    where it is and never resumed (nor unwound by the garbage collector).
+    """
+    if isinstance(rank, ThreadRank):
+        rank._finished = True
+        rank._out = (True, None)
+        rank._back.release()
+        threading.Event().wait()  # a daemon thread, parked until the process exits
+    _abandoned.append(rank._glet)
+    hub = rank._hub
+    assert hub is not None
+    hub.switch(None)
+    raise AssertionError("an abandoned rank was resumed")  # pragma: no cover
 
 
 def _close(obj: object) -> None:

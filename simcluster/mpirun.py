@@ -11,7 +11,8 @@ status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
 - ``import mpi4py`` / ``from mpi4py import MPI`` give ``simcluster.MPI`` for
   the run (``sys.modules`` entries and a meta-path finder installed for the
   run and removed after), whether or not the real mpi4py is installed;
-  nothing of the real one is imported.
+  nothing of the real one is imported. ``mpi4py.util`` (``pkl5``, ``dtlib``,
+  ``sync``) is ``simcluster.MPI.util``; other submodules fail saying why.
 - Output: ``sys.stdout`` and ``sys.stderr`` are replaced for the run by
   streams that file each completed line under (virtual time, rank, order of
   writing). Lines are written to the real streams in that order, so the
@@ -60,7 +61,8 @@ ERR: Final = 2
 #: mpi4py submodules that simcluster does not provide, with what to do instead
 _MISSING: Final = {
     "futures": "use MPI.COMM_WORLD's methods, or simcluster.run for task parallelism",
-    "util": "its helpers (pkl5, dtlib, pool, sync) are not simulated",
+    "util.pool": "it needs a pool of worker processes; use the ranks themselves "
+                 "(comm.scatter/comm.gather), or simcluster.run for task parallelism",
     "run": "use simcluster mpirun -m MODULE",
     "bench": "see examples/mpi4py/ for benchmark programs",
 }
@@ -355,6 +357,8 @@ class _RankState:
         session.flush_final(self.now())
 
     def write(self, stream: int, text: str) -> None:
+        if self.task.closing:  # the run has ended: under mpiexec, the job is being killed
+            return
         lines = (self.partial[stream] + text).split("\n")
         self.partial[stream] = lines.pop()
         for line in lines:
@@ -666,6 +670,8 @@ class _Session:
         package = _mpi4py_package(MPI)
         sys.modules["mpi4py"] = package
         sys.modules["mpi4py.MPI"] = MPI
+        sys.modules.update(_mpi4py_util())
+        package.util = sys.modules["mpi4py.util"]  # type: ignore[attr-defined]
         finder = _Finder()
         sys.meta_path.insert(0, finder)
         out, err = sys.stdout, sys.stderr
@@ -763,45 +769,39 @@ class _Bytes(io.RawIOBase):
 # ---- the mpi4py that scripts import ----
 
 
-class _Rc:
-    """``mpi4py.rc``: accepted and kept; simcluster's MPI has nothing to initialize."""
-
-    initialize = True
-    threads = True
-    thread_level = "multiple"
-    finalize: bool | None = None
-    fast_reduce = True
-    recv_mprobe = True
-    irecv_bufsz = 32768
-    errors = "exception"
-
-    def __call__(self, **kwargs: Any) -> None:
-        for key, value in kwargs.items():
-            if not hasattr(self, key):
-                raise TypeError(f"mpi4py.rc: unexpected argument {key!r}")
-            setattr(self, key, value)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__module__}.rc (simcluster mpirun)>"
-
-
 def _mpi4py_package(mpi: types.ModuleType) -> types.ModuleType:
     package = types.ModuleType("mpi4py", "mpi4py's API on simcluster (set up by simcluster mpirun).")
     package.__path__ = []  # a package: submodule imports reach _Finder, which explains
     package.__version__ = "4.1.0"  # type: ignore[attr-defined]  # the mpi4py API simcluster.MPI follows
-    package.rc = _Rc()  # type: ignore[attr-defined]
+    package.rc = mpi.rc  # type: ignore[attr-defined]
+    package.Rc = type(mpi.rc)  # type: ignore[attr-defined]
+    from .MPI import _toplevel
+
+    package.get_config = _toplevel.get_config  # type: ignore[attr-defined]
+    package.get_include = _toplevel.get_include  # type: ignore[attr-defined]
+    package.profile = _toplevel.profile  # type: ignore[attr-defined]
     package.MPI = mpi  # type: ignore[attr-defined]
     return package
 
 
+def _mpi4py_util() -> dict[str, types.ModuleType]:
+    """``mpi4py.util`` and the submodules simcluster provides (``simcluster.MPI.util``), by mpi4py name."""
+    from .MPI import util
+    from .MPI.util import dtlib, pkl5, sync
+
+    return {"mpi4py.util": util, "mpi4py.util.dtlib": dtlib, "mpi4py.util.pkl5": pkl5,
+            "mpi4py.util.sync": sync}
+
+
 class _Finder(importlib.abc.MetaPathFinder):
-    """During a run, ``mpi4py.<anything but MPI>`` fails with a message that says why."""
+    """During a run, ``mpi4py.<anything but MPI and util>`` fails with a message that says why."""
 
     def find_spec(self, fullname: str, path: Any = None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("mpi4py."):
             return None
-        sub = fullname.split(".")[1]
-        why = _MISSING.get(sub, "simcluster's mpi4py has the MPI module only")
+        parts = fullname.split(".")
+        why = _MISSING.get(".".join(parts[1:3])) or _MISSING.get(parts[1]) or (
+            "simcluster's mpi4py has MPI and util (pkl5, dtlib, sync) only")
         raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} ({why})",
                                   name=fullname)

@@ -48,3 +48,45 @@ def test_comm_world_outside_a_rank_says_how_to_run_the_code() -> None:
     with pytest.raises(RuntimeError, match=r"^MPI\.COMM_WORLD: used outside any rank; run the "
                                            r"script with `simcluster mpirun -n 4 script\.py`"):
         MPI.COMM_WORLD.Get_rank()
+
+
+def _real_mpi4py_names() -> set[str]:
+    """The module-level names of the installed real mpi4py's MPI (imported without initialising MPI)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mpi4py")
+    code = ("import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = False; "
+            "from mpi4py import MPI; print(mpi4py.__version__); "
+            "print(' '.join(n for n in dir(MPI) if not n.startswith('__')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip(f"the real mpi4py does not import: {done.stderr.strip()[-200:]}")
+    version, names = done.stdout.splitlines()[-2:]
+    if version != "4.1.2":
+        pytest.skip(f"the names listed are mpi4py 4.1.2's; mpi4py {version} is installed")
+    return set(names.split())
+
+
+def test_every_name_of_the_real_mpi4py_is_provided_or_listed_with_a_reason() -> None:
+    from simcluster.MPI import _unsimulated
+
+    real = _real_mpi4py_names()
+    missing = sorted(n for n in real - set(_unsimulated.NOT_PROVIDED) if not hasattr(MPI, n))
+    assert not missing, f"provide these names of mpi4py's MPI, or list them in NOT_PROVIDED: {missing}"
+    invented = sorted(set(_unsimulated.NOT_PROVIDED) - real)
+    assert not invented, f"NOT_PROVIDED lists names mpi4py 4.1.2 does not have: {invented}"
+
+
+def test_a_name_mpi4py_has_but_simcluster_lacks_says_so_and_why() -> None:
+    from simcluster.MPI import _unsimulated
+
+    absent = [n for n in _unsimulated.NOT_PROVIDED if not hasattr(MPI, n)]
+    if not absent:
+        pytest.skip("every listed name is provided now")
+    name = absent[0]
+    with pytest.raises(AttributeError, match=rf"^module 'simcluster\.MPI' has no attribute "
+                                             rf"'{name}': mpi4py 4\.1\.2 has MPI\.{name}, which "
+                                             "simcluster does not provide \\("):
+        getattr(MPI, name)

@@ -105,7 +105,8 @@ def test_mpi4py_imports_give_simcluster_mpi_and_leave_nothing_behind(
     assert (rc, err) == (0, "")
     assert out.splitlines() == [
         "True True None",
-        "mpi4py.rc: unexpected argument 'initialise'",
+        "mpi4py.rc: unexpected argument 'initialise'; valid: initialize, threads, thread_level, "
+        "finalize, fast_reduce, recv_mprobe, irecv_bufsz, errors",
         "No module named 'mpi4py.futures' under simcluster mpirun (use MPI.COMM_WORLD's "
         "methods, or simcluster.run for task parallelism)",
     ]

@@ -10,9 +10,9 @@ checks and traces are the engine's.
 The module follows mpi4py 4's API and MPI's semantics (MPICH's constant
 values): communicators and groups, point-to-point and collectives for Python
 objects (lowercase, pickled) and for buffers (uppercase, with mpi4py's buffer
-specifications), datatypes, requests, statuses, operations and the
-environment. mpi4py's names for one-sided windows, MPI-IO, spawning,
-intercommunicators and topologies exist and raise ``NotImplementedError``
+specifications), process topologies and neighbourhood collectives, datatypes,
+requests, statuses, operations and the environment. mpi4py's names for
+one-sided windows, MPI-IO, spawning and intercommunicators exist and raise ``NotImplementedError``
 naming the feature when used.
 """
 
@@ -25,25 +25,32 @@ from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._datatypes import Datatype
 from ._env import (
-    Aint_add, Aint_diff, Alloc_mem, Attach_buffer, Compute_dims, Detach_buffer, Finalize,
-    Flush_buffer, Free_mem, Get_library_version, Get_processor_name, Get_version, Iflush_buffer,
+    Aint_add, Aint_diff, Attach_buffer, Compute_dims, Detach_buffer, Finalize,
+    Flush_buffer, Get_library_version, Get_processor_name, Get_version, Iflush_buffer,
     Init, Init_thread, Is_finalized, Is_initialized, Is_thread_main, Pcontrol, Query_thread, Wtick,
     Wtime, get_vendor, rc,
 )
-from ._errors import Exception, Get_error_class, Get_error_string
-from ._group import GROUP_EMPTY, GROUP_NULL, Group
-from ._info import (
-    ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL,
-    Errhandler, Info,
+from ._errhandler import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
+from ._errors import (
+    Add_error_class, Add_error_code, Add_error_string, Exception, Get_error_class,
+    Get_error_string, Remove_error_class, Remove_error_code, Remove_error_string,
 )
+from ._group import GROUP_EMPTY, GROUP_NULL, Group
+from ._info import INFO_ENV, INFO_NULL, Get_hw_resource_info, Info
+from ._memory import Alloc_mem, Free_mem, buffer, memory
 from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._ops import (
     BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM,
     Op,
 )
+from ._packing import Get_address
 from ._pickle import Pickle, pickle
-from ._requests import REQUEST_NULL, Grequest, Prequest, Request
+from ._grequest import Grequest
+from ._requests import REQUEST_NULL, Prequest, Request
 from ._status import Status
+from ._topo import INTRACOMM_METHODS as _TOPOLOGY_METHODS
+from ._topo import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
+from ._typeinfo import _typealign, _typecode  # mpi4py's private helpers, for util.dtlib
 
 _CONSTANTS = {name: value for name, value in vars(_constants).items()
               if name.isupper() and isinstance(value, int)}
@@ -57,19 +64,23 @@ globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
 
 for _name, _feature in _unsimulated.COMM_METHODS.items():
     setattr(Comm, _name, _unsimulated.method(_name, _feature))
+for _name, _method in _TOPOLOGY_METHODS.items():  # Create_cart, ...: defined beside Cartcomm
+    setattr(Intracomm, _name, _method)
 
 __all__ = sorted([
     "BOTTOM", "BUFFER_AUTOMATIC", "IN_PLACE", "COMM_NULL", "COMM_SELF", "COMM_WORLD", "Comm",
-    "Intracomm", "Datatype", "Aint_add", "Aint_diff", "Alloc_mem", "Attach_buffer",
+    "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Datatype", "Aint_add", "Aint_diff", "Alloc_mem", "Attach_buffer",
     "Compute_dims", "Detach_buffer", "Finalize", "Flush_buffer", "Free_mem",
     "Get_library_version", "Get_processor_name", "Get_version", "Iflush_buffer", "Init",
     "Init_thread", "Is_finalized", "Is_initialized", "Is_thread_main", "Pcontrol",
     "Query_thread", "Wtick", "Wtime", "get_vendor", "rc", "Exception", "Get_error_class",
-    "Get_error_string", "GROUP_EMPTY", "GROUP_NULL", "Group", "ERRHANDLER_NULL", "ERRORS_ABORT",
+    "Get_error_string", "Add_error_class", "Add_error_code", "Add_error_string",
+    "Remove_error_class", "Remove_error_code", "Remove_error_string", "Get_hw_resource_info",
+    "GROUP_EMPTY", "GROUP_NULL", "Group", "ERRHANDLER_NULL", "ERRORS_ABORT",
     "ERRORS_ARE_FATAL", "ERRORS_RETURN", "INFO_ENV", "INFO_NULL", "Errhandler", "Info",
     "MESSAGE_NO_PROC", "MESSAGE_NULL", "Message", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP", "OP_NULL", "PROD", "REPLACE", "SUM", "Op",
-    "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
+    "Get_address", "buffer", "memory", "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
     *_CONSTANTS, *_DATATYPES, *_UNSIMULATED, "2INT",
 ])
 
@@ -79,8 +90,12 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
+    reason = _unsimulated.NOT_PROVIDED.get(name)
+    if reason is not None:
+        raise AttributeError(f"module 'simcluster.MPI' has no attribute {name!r}: mpi4py 4.1.2 "
+                             f"has MPI.{name}, which simcluster does not provide ({reason})")
     raise AttributeError(f"module 'simcluster.MPI' has no attribute {name!r} "
                          "(mpi4py's MPI has no such name either)")
 
 
-del _name, _feature, annotations
+del _name, _feature, _method, annotations

@@ -18,8 +18,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from .. import _sync
-from ..errors import SimclusterError, TruncationError
-from ..request import SPIN_LIMIT
+from ..errors import TruncationError
 from ._constants import ERR_TRUNCATE, ERR_TYPE
 from ._errors import _Raised, error
 
@@ -54,20 +53,20 @@ def block_receive(awaitable: Awaitable[T], rank: int, call: Callable[[], str]) -
         raise converted from None
 
 
-def poll(check: Callable[[], T], op: Callable[[], str], fix: str) -> T:
+def poll(check: Callable[[], T], wait: Callable[[], Awaitable[Any]], op: Callable[[], str]) -> T:
     """Run a check that never blocks (a request's test, an iprobe) from a synchronous rank.
 
-    A rank that polls in a loop without waiting cannot let virtual time advance: simcluster
-    stops it after ``SPIN_LIMIT`` polls with advice for async ranks; here the error names the
-    MPI call and says what a synchronous rank does instead (``fix``).
+    A check that finds nothing costs the rank the run's ``poll_cost`` of
+    virtual time (``_sync.poll_wait``), so a polling loop advances the clock
+    until what it polls for arrives; ``wait()`` waits for that thing, for a run
+    where nothing but polls is left (a deadlock is then reported as one).
     """
-    try:
-        return check()
-    except SimclusterError as exc:
-        if type(exc) is not SimclusterError or "so virtual time cannot advance" not in exc.problem:
-            raise
-        raise SimclusterError(exc.rank, op(), f"polled {SPIN_LIMIT} times without waiting, so virtual "
-                              "time cannot advance", fix) from None
+    found = check()
+    if not found:
+        rank = _sync.current()
+        if rank is not None:
+            _sync.poll_wait(rank, wait, op())
+    return found
 
 
 def receive_error(exc: BaseException, rank: int, call: Callable[[], str]) -> _Raised | None:

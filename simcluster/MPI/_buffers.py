@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import arrays
+from . import _interop
 from ._datatypes import BYTE, Datatype, from_dtype
 
 
@@ -192,9 +193,11 @@ def _fail(rank: int, op: str, problem: str, fix: str, exc: type[Exception] = Val
 def _as_array(obj: Any, rank: int, op: str, writable: bool) -> Any:
     """Return ``obj``'s memory as an array (numpy, or the array's own library), sharing it."""
     if isinstance(obj, np.ndarray):
-        arr = obj
+        arr = obj if type(obj) is np.ndarray else obj.view(np.ndarray)  # MPI.buffer: plain indexing
     elif arrays.is_array(obj) and not _has_buffer(obj):
         return obj
+    elif _interop.exports(obj) and not _has_buffer(obj):
+        return _exported(obj, rank, op, writable)
     else:
         try:
             arr = np.asarray(memoryview(obj))
@@ -208,8 +211,22 @@ def _as_array(obj: Any, rank: int, op: str, writable: bool) -> Any:
                     "a derived datatype (Create_vector)", BufferError)
     if writable and not arr.flags.writeable:
         raise _fail(rank, op, f"the buffer {arrays.describe(arr)} is read-only",
-                    "pass a writeable buffer to receive into")
+                    "pass a writeable buffer to receive into", BufferError)
     return arr
+
+
+def _exported(obj: Any, rank: int, op: str, writable: bool) -> Any:
+    """Return the memory an object exports through DLPack or the CUDA array interface, as an array."""
+    what = type(obj).__name__
+    try:
+        exp = _interop.export(obj)
+        if writable and exp.readonly:
+            raise BufferError(f"{exp.protocol}: the buffer is read-only")
+        return _interop.host_array(exp)
+    except (BufferError, TypeError, ValueError, KeyError) as exc:
+        fix = ("pass a writeable buffer to receive into" if writable and "read-only" in str(exc) else
+               "export a contiguous array of a plain element type, or pass a numpy array")
+        raise type(exc)(f"rank {rank}: {op}: the {what} given as a buffer: {exc}; {fix}") from None
 
 
 def _has_buffer(obj: Any) -> bool:
@@ -243,6 +260,10 @@ def _flat(obj: Any, datatype: Datatype | None, rank: int, op: str, writable: boo
                         "pass an array of the datatype's dtype, or a numpy array", TypeError)
         return arrays.reshape(arr, (-1,)), datatype
     if datatype is None:
+        if not arr.dtype.isnative:
+            raise _fail(rank, op, f"numpy dtype {arr.dtype.str} is not in native byte order",
+                        "pass [buf, datatype] to send its bytes as they are, or convert the array",
+                        BufferError)
         datatype = from_dtype(arr.dtype)
         if datatype is None:
             raise _fail(rank, op, f"numpy dtype {arr.dtype} has no MPI datatype",
@@ -261,13 +282,15 @@ def _flat(obj: Any, datatype: Datatype | None, rank: int, op: str, writable: boo
 
 
 def _datatype(value: object, rank: int, op: str) -> Datatype | None:
+    if isinstance(value, Datatype) and value._name == "MPI_DATATYPE_NULL":
+        raise _fail(rank, op, "MPI.DATATYPE_NULL describes no data", "pass a datatype such as MPI.DOUBLE")
     if value is None or isinstance(value, Datatype):
         return value
     if isinstance(value, str):
         try:
             return Datatype.fromcode(value)
-        except ValueError as exc:
-            raise _fail(rank, op, str(exc), "pass an MPI datatype such as MPI.DOUBLE", TypeError) from None
+        except (ValueError, TypeError, KeyError) as exc:  # KeyError: mpi4py looks codes up in a dict
+            raise _fail(rank, op, str(exc), "pass an MPI datatype such as MPI.DOUBLE", KeyError) from None
     raise _fail(rank, op, f"{value!r} is not a datatype", "pass an MPI datatype such as MPI.DOUBLE",
                 TypeError)
 
@@ -394,6 +417,70 @@ def vector(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
     buf.counts, buf.displs = counts, displs
     buf.count = sum(counts)
     return buf
+
+
+def per_rank(spec: Any, size: int, rank: int, op: str, writable: bool) -> list[Buf]:
+    """Parse an ``Alltoallw`` spec into one Buf per rank.
+
+    ``[buf, (counts, displs), datatypes]``, ``[buf, counts, displs, datatypes]`` or ``[buf, datatypes]``:
+    rank ``i``'s block is ``counts[i]`` items of ``datatypes[i]`` starting ``displs[i]`` *bytes* into
+    ``buf``. Counts left out are 1 item each; displacements left out pack the blocks one after another.
+    """
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
+        raise _fail(rank, op, f"{_describe_spec(spec)} is not an Alltoallw buffer spec",
+                    "pass [buf, (counts, displs), datatypes] or [buf, counts, displs, datatypes], "
+                    "with displacements in bytes and one datatype per rank")
+    if len(spec) == 2:
+        (obj, types), counts, displs = spec, None, None
+    elif len(spec) == 3:
+        obj, pair, types = spec
+        counts, displs = _pair(pair, rank, op, True)
+    else:
+        obj, counts, displs, types = spec
+    if (obj is None or obj is BOTTOM) and (counts is None or displs is None):
+        raise _fail(rank, op, "MPI.BOTTOM without counts and displacements", "give both")
+    if counts is None:
+        counts = [1] * size
+    if isinstance(types, (list, tuple)) and displs is None:
+        extents = [t._extent if isinstance(t, Datatype) else 0 for t in types]
+        displs = [sum(int(c) * e for c, e in zip(counts[:i], extents)) for i in range(len(types))]
+    lists = {"counts": counts, "displacements": displs, "datatypes": types}
+    for what, value in lists.items():
+        if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str) or len(value) != size:
+            raise _fail(rank, op, f"{what} {value!r} are not one per rank", f"pass a list of {size} {what}")
+    if obj is None or obj is BOTTOM:
+        raise NotImplementedError(f"rank {rank}: {op}: absolute addresses (MPI.BOTTOM with "
+                                  "Get_address displacements) are not simulated by simcluster; "
+                                  "pass the buffer itself with displacements from its start")
+    arr = _as_array(obj, rank, op, writable)
+    if not isinstance(arr, np.ndarray):
+        raise _fail(rank, op, f"{arrays.describe(arr)} cannot be addressed by bytes",
+                    "pass a numpy array or another object with the buffer protocol", TypeError)
+    raw = (arr.ravel(order="K") if arr.ndim != 1 else arr).view(np.uint8)
+    bufs = []
+    for i in range(size):
+        count = _count(counts[i], rank, op)
+        displ = _count(displs[i], rank, op, "displacement")
+        datatype = _datatype(types[i], rank, op)
+        assert datatype is not None
+        datatype._usable(rank, op)
+        base = datatype._base._np
+        assert base is not None
+        window = raw[displ:]
+        window = window[:window.size - window.size % base.itemsize]
+        buf = Buf(obj, window.view(base), datatype, count)
+        if count and count > buf.capacity():
+            raise _fail(rank, op, f"{count} items of {datatype._name or 'the datatype'} at byte {displ} "
+                        f"do not fit in the buffer {buf.describe()}",
+                        "pass a larger buffer, or other counts and displacements")
+        bufs.append(buf)
+    return bufs
+
+
+def _describe_spec(spec: Any) -> str:
+    if isinstance(spec, (list, tuple)):
+        return f"a {type(spec).__name__} of {len(spec)} items"
+    return f"a {type(spec).__name__}"
 
 
 def is_in_place(spec: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Collectives on buffers: ``Bcast``, ``Gather(v)``, ``Scatter(v)``, ``Allgather(v)``, ``Alltoall(v)``,
+"""Collectives on buffers: ``Bcast``, ``Gather(v)``, ``Scatter(v)``, ``Allgather(v)``, ``Alltoall(v/w)``,
 ``Reduce``, ``Allreduce``, ``Reduce_scatter(_block)``, ``Scan``, ``Exscan``, their ``I`` twins and
 the persistent ``*_init`` forms.
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import arrays
 from ._blocking import block
-from ._buffers import Buf, blocked, is_in_place, message, vector
+from ._buffers import Buf, blocked, is_in_place, message, per_rank, vector
 from ._constants import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE
 from ._errors import error
 from ._ops import MAXLOC, MINLOC, SUM, Op, as_buffer_op
@@ -324,6 +324,34 @@ class Collectives:
         """Nonblocking ``Alltoallv``."""
         return _req(self._alltoall(sendbuf, recvbuf, "Ialltoallv", True, True))
 
+    def _alltoallw(self, sendbuf: Any, recvbuf: Any, name: str, nonblocking: bool) -> Request | None:
+        st = self._st
+        sc = st.sc
+        call = f"{name}()"
+        rbufs = per_rank(recvbuf, sc.size, sc.rank, call, True)
+        if is_in_place(sendbuf):
+            objs = [_copy(b.take(0, b.count)) for b in rbufs]
+        else:
+            objs = [b.take(0, b.count) for b in per_rank(sendbuf, sc.size, sc.rank, call, False)]
+
+        def finish(values: Any) -> None:
+            for b, value in zip(rbufs, values):
+                _put(b, 0, value, b.count, sc.rank, call)
+        return self._run(st, call, lambda nb: sc.iall_to_all(objs) if nb else sc.all_to_all(objs),
+                         finish, nonblocking)
+
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
+        """``Alltoall`` with a datatype per rank and displacements in bytes.
+
+        Both specs are ``[buf, (counts, displs), datatypes]`` or ``[buf, counts, displs, datatypes]``;
+        ``sendbuf`` may be ``MPI.IN_PLACE``.
+        """
+        self._alltoallw(sendbuf, recvbuf, "Alltoallw", False)
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Nonblocking ``Alltoallw``."""
+        return _req(self._alltoallw(sendbuf, recvbuf, "Ialltoallw", True))
+
     # ---- reductions ----
 
     def _operands(self, st: CommState, sendbuf: Any, recvbuf: Any, call: str, receives: bool
@@ -517,6 +545,10 @@ class Collectives:
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Alltoallv``."""
         return self._init(self.Ialltoallv, sendbuf, recvbuf)
+
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        """Persistent ``Alltoallw``."""
+        return self._init(self.Ialltoallw, sendbuf, recvbuf)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0,
                     info: Any = None) -> Prequest:

@@ -31,16 +31,19 @@ from ._coll import Collectives
 from ._constants import (
     APPNUM, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED,
     CONGRUENT, IDENT, IO, LASTUSEDCODE, SIMILAR, TAG_UB, UNDEFINED, UNEQUAL, UNIVERSE_SIZE,
-    WTIME_IS_GLOBAL, ANY_SOURCE, KEYVAL_INVALID, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL,
+    WTIME_IS_GLOBAL, ANY_SOURCE, ERR_ARG, ERR_COMM, ERR_GROUP,
 )
-from ._errors import error
+from ._attributes import AttributeCache
+from ._errhandler import ERRORS_RETURN, Errhandler
+from ._errors import error, last_used_code
 from ._group import Group
-from ._info import ERRORS_RETURN, INFO_NULL, Errhandler, Info
+from ._info import INFO_NULL, Info
 from ._objects import ObjectCollectives
 from ._p2p import PointToPoint
 from ._requests import Request, immediate
 from ..engine import current_task
-from ._state import OUTSIDE, TAG_MAX, CommState, node_of, rank_state
+from ._state import TAG_MAX, CommState, node_of, outside, rank_state
+from ._topology import inherit as inherit_topology, kind_of as topology_kind
 
 
 class _Current:
@@ -55,7 +58,7 @@ class _Current:
         task = current_task()
         world = None if task is None else task.comm
         if world is None:
-            raise RuntimeError(f"MPI.{self.which}: {OUTSIDE}")
+            raise outside(f"MPI.{self.which}")
         state = rank_state(world)
         return state.world_state if self.which == "COMM_WORLD" else state.self_comm()
 
@@ -64,14 +67,18 @@ _WORLD = _Current("COMM_WORLD")
 _SELF = _Current("COMM_SELF")
 
 
-class Comm(PointToPoint, Collectives, ObjectCollectives):
+class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
     """A communicator handle (mpi4py's ``MPI.Comm``)."""
 
-    __slots__ = ("_ref",)
+    __slots__ = ("_ref", "__weakref__")
 
     _ref: CommState | _Current | None
+    _attr_kind = "Comm"
 
     def __new__(cls, comm: Comm | None = None) -> Comm:
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"MPI.{cls.__name__}({comm!r}): expected an MPI.Comm, got "
+                            f"{type(comm).__name__}")
         self = object.__new__(cls)
         self._ref = None if comm is None else comm._ref
         return self
@@ -107,8 +114,7 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return id(_target(self))
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
 
     def __bool__(self) -> bool:
         return _target(self) is not None
@@ -124,7 +130,14 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
         return f"<MPI.{kind} {state.name or repr(state.sc.name)} rank={state.sc.rank} size={state.sc.size}>"
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        raise TypeError(f"cannot pickle {self!r}: a communicator is a rank's own handle; send data")
+        for name, const in (("COMM_NULL", COMM_NULL), ("COMM_WORLD", COMM_WORLD),
+                            ("COMM_SELF", COMM_SELF)):
+            if self is const:
+                return name
+            if self._ref is const._ref:
+                return (type(self), (const,))
+        raise ValueError(f"cannot pickle {self!r}: a communicator other than COMM_WORLD, "
+                         "COMM_SELF and COMM_NULL is a rank's own handle; send the data instead")
 
     # ---- facts ----
 
@@ -171,15 +184,18 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
     is_intra = property(Is_intra, doc="True.")
 
     def Get_topology(self) -> int:
-        """Return ``UNDEFINED``: no topology is attached (topologies are not simulated)."""
-        self._st
-        return UNDEFINED
+        """Return ``CART``, ``GRAPH`` or ``DIST_GRAPH`` for a topology communicator, else ``UNDEFINED``."""
+        return topology_kind(self._st)
 
-    topology = property(Get_topology, doc="UNDEFINED: no topology.")
-    is_topo = property(lambda self: False, doc="False: no topology.")
+    topology = property(Get_topology, doc="The topology's kind (``UNDEFINED``: none).")
+    is_topo = property(lambda self: topology_kind(self._st) != UNDEFINED,
+                       doc="Whether the communicator has a topology.")
 
     def Get_name(self) -> str:
-        """Return the communicator's name (``MPI_COMM_WORLD``, ``MPI_COMM_SELF``, else ``""`` until set)."""
+        """Return the communicator's name (``MPI_COMM_WORLD``, ``MPI_COMM_SELF``, ``MPI_COMM_NULL``,
+        else ``""`` until set)."""
+        if _target(self) is None:
+            return "MPI_COMM_NULL"
         return self._st.name
 
     def Set_name(self, name: str) -> None:
@@ -190,17 +206,37 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
 
     # ---- new communicators ----
 
-    def Dup(self, info: Info | None = None) -> Comm:
-        """Return a new communicator with the same ranks whose traffic never meets this one's."""
+    def _dup(self, call: str, hints: dict[str, str] | None) -> Comm:
         st = self._st
         st.rank_state.reap()
-        return self._new(st.child(block(st.sc.dup())))
+        child = st.child(block(st.sc.dup()))
+        inherit_topology(st, child)  # a Dup keeps the topology (and the handle its class)
+        new = self._new(child)
+        new_st = new._st
+        new_st.hints = dict(st.hints) if hints is None else hints
+        try:
+            self._copy_attrs_to(new, call)
+        except BaseException:
+            new_st.freed = True
+            raise
+        return new
 
-    Clone = Dup
+    def Dup(self, info: Info | None = None) -> Comm:
+        """Return a new communicator with the same ranks whose traffic never meets this one's.
+
+        Attributes are copied through their keyvals' ``copy_fn``; the error handler and the
+        hints (or ``info``'s, when given) carry over. Collective.
+        """
+        hints = None if info is None or not info else _hints(info)
+        return self._dup("Dup()", hints)
+
+    def Clone(self) -> Comm:
+        """``Dup`` (mpi4py's name for it on every kind of communicator)."""
+        return self._dup("Clone()", None)
 
     def Dup_with_info(self, info: Info) -> Comm:
-        """``Dup`` (hints are accepted and ignored)."""
-        return self.Dup(info)
+        """``Dup`` with the hints of ``info`` instead of this communicator's."""
+        return self._dup("Dup_with_info()", _hints(info))
 
     def Idup(self, info: Info | None = None) -> tuple[Comm, Request]:
         """``Dup``, returned with a request that is already complete (the copy is made at once)."""
@@ -208,37 +244,61 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
         return new, immediate(new.Get_rank(), lambda: "Idup()")
 
     def Idup_with_info(self, info: Info) -> tuple[Comm, Request]:
-        """``Idup`` (hints are accepted and ignored)."""
-        return self.Idup(info)
+        """``Dup_with_info``, returned with a request that is already complete."""
+        new = self.Dup_with_info(info)
+        return new, immediate(new.Get_rank(), lambda: "Idup_with_info()")
 
     def Split(self, color: int = 0, key: int = 0) -> Comm:
         """Split into one communicator per ``color``, ranked by ``(key, rank)``.
 
-        ``color=MPI.UNDEFINED`` gets ``COMM_NULL``. Collective.
+        ``color=MPI.UNDEFINED`` gets ``COMM_NULL``; a bool counts as 0 or 1, as in mpi4py.
+        Collective.
         """
         st = self._st
         sc = st.sc
-        if color == UNDEFINED:
-            c: int | None = None
-        elif isinstance(color, bool) or not hasattr(color, "__index__") or int(color) < 0:
-            raise error(ERR_ARG, sc.rank, f"Split(color={color!r}, key={key!r})",
-                        "color must be an int >= 0 or MPI.UNDEFINED", "pass a non-negative color")
-        else:
-            c = int(color)
+        call = f"Split(color={color!r}, key={key!r})"
+        if not hasattr(color, "__index__") or not hasattr(key, "__index__"):
+            raise TypeError(f"rank {sc.rank}: {call}: color and key must be integers, got "
+                            f"{type(color).__name__} and {type(key).__name__}")
+        c: int | None = int(color)
+        if c == UNDEFINED:
+            c = None
+        elif c < 0:  # type: ignore[operator]
+            raise error(ERR_ARG, sc.rank, call, "color must be an int >= 0 or MPI.UNDEFINED",
+                        "pass a non-negative color")
         st.rank_state.reap()
         return self._new(st.child(block(sc.split(c, int(key)))))
 
     def Split_type(self, split_type: int, key: int = 0, info: Info = INFO_NULL) -> Comm:
-        """Split by the ranks' simulated node (``COMM_TYPE_SHARED``); ``UNDEFINED`` gets ``COMM_NULL``."""
+        """Split by the ranks' simulated node, the one hardware level simcluster simulates.
+
+        ``COMM_TYPE_SHARED`` splits by node. ``COMM_TYPE_HW_GUIDED`` and
+        ``COMM_TYPE_RESOURCE_GUIDED`` do when ``info`` has ``mpi_hw_resource_type`` set to
+        ``mpi_shared_memory``, and give ``COMM_NULL`` otherwise. ``COMM_TYPE_HW_UNGUIDED``
+        gives the node when that is smaller than this communicator (and sets
+        ``mpi_hw_resource_type`` in ``info``), else ``COMM_NULL``. ``UNDEFINED`` gets
+        ``COMM_NULL``. Collective.
+        """
         st = self._st
         sc = st.sc
+        node = node_of(sc, sc.world_rank)
         if split_type == UNDEFINED:
-            return self.Split(UNDEFINED, key)
-        if split_type not in (COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
-                              COMM_TYPE_RESOURCE_GUIDED):
+            color = UNDEFINED
+        elif split_type == COMM_TYPE_SHARED:
+            color = node
+        elif split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+            kind = info.get("mpi_hw_resource_type") if info else None
+            color = node if kind == _SHARED_MEMORY else UNDEFINED
+        elif split_type == COMM_TYPE_HW_UNGUIDED:
+            nodes = {node_of(sc, w) for w in sc.world_ranks}
+            color = node if len(nodes) > 1 else UNDEFINED
+            if color != UNDEFINED and info:
+                info.Set("mpi_hw_resource_type", _SHARED_MEMORY)
+        else:
             raise error(ERR_ARG, sc.rank, f"Split_type({split_type!r})", "unknown split type",
-                        "pass MPI.COMM_TYPE_SHARED (ranks of one simulated node) or MPI.UNDEFINED")
-        return self.Split(node_of(sc, sc.world_rank), key)
+                        "pass MPI.COMM_TYPE_SHARED (ranks of one simulated node), another "
+                        "MPI.COMM_TYPE_* or MPI.UNDEFINED")
+        return self.Split(color, key)
 
     def _members(self, group: Group, call: str) -> list[int]:
         st = self._st
@@ -265,25 +325,39 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
         communicator by the group, the tag and how many such calls came before.
         """
         st = self._st
-        ranks = self._members(group, f"Create_group(group, tag={tag!r})")
-        if st.sc.world_rank not in ranks:
-            return Comm()
-        key = (tuple(ranks), int(tag))
-        n = st.create_groups.get(key, 0)
-        st.create_groups[key] = n + 1
-        made = st.sc.named(f"group{list(ranks)}/tag={tag}/#{n}", ranks)
-        return self._new(st.child(made))
+        call = f"Create_group(group, tag={tag!r})"
+        if isinstance(tag, bool) or not hasattr(tag, "__index__"):
+            raise TypeError(f"rank {st.sc.rank}: {call}: the tag must be an integer, got "
+                            f"{type(tag).__name__}")
+        ranks = self._members(group, call)
+        return self._new(_group_comm(st, ranks, ("tag", int(tag))))
 
     def Free(self) -> None:
-        """Free the communicator; this handle becomes ``COMM_NULL``."""
+        """Free the communicator; this handle becomes ``COMM_NULL``.
+
+        Each attribute's ``delete_fn`` runs first.
+        """
         st = self._st
         if st is st.rank_state.world_state or st is st.rank_state.self_state:
             raise error(ERR_COMM, st.sc.rank, f"{st.name}.Free()", "COMM_WORLD and COMM_SELF cannot "
                         "be freed", "free only communicators you created")
-        st.freed = True
-        self._ref = None
+        try:
+            self._delete_attrs(f"{st.name or 'Comm'}.Free()")
+        finally:
+            st.freed = True
+            self._ref = None
 
-    free = Free
+    def free(self) -> None:
+        """Free the communicator, never raising: a null handle stays null, and a handle on
+        ``COMM_WORLD`` or ``COMM_SELF`` becomes ``COMM_NULL`` (the constants themselves stay)."""
+        if self is COMM_WORLD or self is COMM_SELF:
+            return
+        st = _target(self)
+        if st is None or st is st.rank_state.world_state or st is st.rank_state.self_state:
+            self._ref = None
+            return
+        self.Free()
+
     Disconnect = Free
 
     def Abort(self, errorcode: int = 0) -> None:
@@ -291,67 +365,72 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
         sc = self._st.sc
         raise Aborted(sc.world_rank, int(errorcode), "Abort")
 
+    @classmethod
+    def Get_parent(cls) -> Comm:
+        """Not simulated: the parent intercommunicator of a spawned process."""
+        raise NotImplementedError("MPI.Comm.Get_parent: dynamic processes (spawn) and "
+                                  "intercommunicators are not simulated by simcluster; no rank "
+                                  "has a parent")
+
     # ---- attributes, info, error handlers ----
 
-    def Get_attr(self, keyval: int) -> Any:
-        """Return an attribute: ``TAG_UB``, ``WTIME_IS_GLOBAL``, ``UNIVERSE_SIZE``, ... or a user keyval's."""
-        st = self._st
-        builtin = {TAG_UB: TAG_MAX, WTIME_IS_GLOBAL: True, IO: ANY_SOURCE, APPNUM: None,
-                   UNIVERSE_SIZE: st.rank_state.world.size, LASTUSEDCODE: None}
-        if keyval in builtin:
-            return builtin[keyval]
-        return st.attrs.get(keyval)
+    def _attr_table(self, call: str) -> dict[int, Any]:
+        return self._st.attrs
 
-    def Set_attr(self, keyval: int, attrval: Any) -> None:
-        """Set a user attribute."""
-        self._st.attrs[_keyval(keyval)] = attrval
+    def _attr_rank(self) -> int | None:
+        return _rank_or_none()
 
-    def Delete_attr(self, keyval: int) -> None:
-        """Delete a user attribute."""
-        self._st.attrs.pop(_keyval(keyval), None)
-
-    @classmethod
-    def Create_keyval(cls, copy_fn: Any = None, delete_fn: Any = None, nopython: bool = False) -> int:
-        """Return a new attribute key (copy and delete callbacks are accepted, not called)."""
-        global _next_keyval
-        _next_keyval += 1
-        return _next_keyval
-
-    @classmethod
-    def Free_keyval(cls, keyval: int) -> int:
-        """Free an attribute key; return ``KEYVAL_INVALID``."""
-        return KEYVAL_INVALID
+    def _attr_builtin(self, keyval: int) -> tuple[bool, Any]:
+        self._st  # COMM_NULL has no attributes, predefined or not: ERR_COMM
+        if keyval == TAG_UB:
+            return True, TAG_MAX
+        if keyval == WTIME_IS_GLOBAL:
+            return True, True
+        if keyval == IO:
+            return True, ANY_SOURCE
+        if keyval == APPNUM:
+            return True, 0
+        if keyval == UNIVERSE_SIZE:
+            return True, self._st.rank_state.world.size
+        if keyval == LASTUSEDCODE:
+            return True, last_used_code()
+        return False, None
 
     def Get_info(self) -> Info:
-        """Return the communicator's hints (none are used)."""
-        self._st
-        return Info.Create()
+        """Return a new info with the communicator's hints (MPI-4's assertions, ``"false"`` unless set)."""
+        return Info.Create({**_DEFAULT_HINTS, **self._st.hints})
 
     def Set_info(self, info: Info) -> None:
-        """Accept hints (they are ignored)."""
-        self._st
+        """Keep the hints of ``info`` simcluster knows (MPI-4's ``mpi_assert_*``); others are ignored."""
+        st = self._st
+        st.hints = {**st.hints, **_hints(info)}
 
     info = property(Get_info, Set_info, doc="The communicator's hints.")
 
     def Get_errhandler(self) -> Errhandler:
-        """Return ``ERRORS_RETURN``: errors are raised as ``MPI.Exception``, as in mpi4py."""
-        self._st
-        return ERRORS_RETURN
+        """Return (a new handle on) the communicator's error handler; ``ERRORS_RETURN`` by default."""
+        current = self._st.errhandler
+        return Errhandler(ERRORS_RETURN if current is None else current)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        """Accept an error handler (errors are always raised as Python exceptions)."""
-        self._st
+        """Set the error handler that ``Call_errhandler`` runs (new communicators inherit it)."""
+        st = self._st
+        if not isinstance(errhandler, Errhandler):
+            raise TypeError(f"rank {st.sc.rank}: Set_errhandler({errhandler!r}): expected an "
+                            "MPI.Errhandler")
+        errhandler._check_settable(f"Set_errhandler({errhandler!r})", st.sc.rank)
+        st.errhandler = Errhandler(errhandler)
 
     def Call_errhandler(self, errorcode: int) -> None:
-        """Raise ``MPI.Exception(errorcode)``."""
-        from ._errors import Exception as MPIException
-
-        raise MPIException(errorcode)
+        """Run the error handler for ``errorcode``: ``ERRORS_RETURN`` returns, ``ERRORS_ARE_FATAL``
+        and ``ERRORS_ABORT`` end the run with the code, a user handler is called as ``fn(comm, code)``."""
+        current = self._st.errhandler
+        (ERRORS_RETURN if current is None else current)._invoke(self, int(errorcode))
 
     @classmethod
     def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
-        """Return an error handler (never called: errors are raised as Python exceptions)."""
-        return Errhandler()
+        """Return an error handler that calls ``errhandler_fn(comm, errorcode)`` (at most 32 live)."""
+        return Errhandler._user("Comm", errhandler_fn)
 
     def Attach_buffer(self, buf: Any) -> None:
         """Attach a buffer for ``Bsend`` (MPI-4's per-communicator form: the rank's buffer)."""
@@ -372,14 +451,34 @@ class Comm(PointToPoint, Collectives, ObjectCollectives):
         Flush_buffer()
 
 
-_next_keyval = 1 << 20
+_SHARED_MEMORY = "mpi_shared_memory"
+"""The ``mpi_hw_resource_type`` of a simulated node (MPI-4's name for shared memory)."""
+
+_DEFAULT_HINTS = {"mpi_assert_no_any_tag": "false", "mpi_assert_no_any_source": "false",
+                  "mpi_assert_exact_length": "false", "mpi_assert_allow_overtaking": "false"}
+"""The hints a communicator keeps (MPI-4's assertions); MPICH drops the keys it does not know."""
 
 
-def _keyval(keyval: int) -> int:
-    if not isinstance(keyval, int) or keyval in (TAG_UB, WTIME_IS_GLOBAL, UNIVERSE_SIZE, IO, APPNUM):
-        raise error(ERR_KEYVAL, None, f"Set_attr({keyval!r})", "predefined attributes cannot be set",
-                    "create a key with Comm.Create_keyval()")
-    return keyval
+def _hints(info: Info | None) -> dict[str, str]:
+    """The hints of ``info`` a communicator keeps."""
+    if info is None or not info:
+        return {}
+    return {k: v for k, v in info.items() if k in _DEFAULT_HINTS}
+
+
+def _group_comm(st: CommState, ranks: list[int], how: tuple[str, Any]) -> CommState | None:
+    """The communicator of world ``ranks`` made without messages (None when the rank is outside).
+
+    Members agree on it by the ranks, ``how`` (a tag, a string tag) and how many such calls
+    came before with the same ranks and ``how``.
+    """
+    if st.sc.world_rank not in ranks:
+        return None
+    key = (tuple(ranks), how)
+    n = st.create_groups.get(key, 0)  # type: ignore[arg-type]
+    st.create_groups[key] = n + 1  # type: ignore[index]
+    made = st.sc.named(f"group{list(ranks)}/{how[0]}={how[1]}/#{n}", ranks)
+    return st.child(made)
 
 
 def _target(comm: Comm) -> CommState | None:
@@ -404,6 +503,31 @@ class Intracomm(Comm):
         self = super().__new__(cls, comm)
         assert isinstance(self, Intracomm)
         return self
+
+    @classmethod
+    def Create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info: Info = INFO_NULL,
+                          errhandler: Errhandler | None = None) -> Intracomm:
+        """Return the communicator of ``group``'s ranks (MPI-4); collective over its members only.
+
+        Members agree on it by the group, ``stringtag`` and how many such calls came before;
+        nothing is sent. The hints of ``info`` and ``errhandler`` (default ``ERRORS_RETURN``)
+        are the new communicator's.
+        """
+        world = _WORLD.resolve()
+        call = f"Intracomm.Create_from_group(group, stringtag={stringtag!r})"
+        if not isinstance(stringtag, str):
+            raise TypeError(f"rank {world.sc.rank}: {call}: stringtag must be a str")
+        ranks = list(group._members(call))
+        if world.sc.world_rank not in ranks:
+            raise error(ERR_GROUP, world.sc.rank, call, "this rank is not in the group",
+                        "call it on the group's members only")
+        made = _group_comm(world, ranks, ("stringtag", stringtag))
+        assert made is not None
+        made.hints = _hints(info)
+        if errhandler is not None:
+            errhandler._check_settable(call, world.sc.rank)
+        made.errhandler = Errhandler(ERRORS_RETURN if errhandler is None else errhandler)
+        return cls._on(made)  # type: ignore[return-value]
 
 
 COMM_NULL = Comm()

@@ -30,7 +30,7 @@ WIN_FLAVOR: Final = 1711276039
 WIN_MODEL: Final = 1711276041
 
 # ---- the MPI standard this facade follows (nonblocking collectives and matched probes: MPI-3.1) ----
-VERSION: Final = 3
+VERSION: Final = 4
 SUBVERSION: Final = 1
 
 # ---- topology placeholders (weights of graph topologies, unsupported) ----

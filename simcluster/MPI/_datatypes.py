@@ -1,63 +1,102 @@
-"""Datatypes: the predefined MPI types as numpy dtypes, and simple derived types.
+"""Datatypes: the predefined MPI types as numpy dtypes, and derived types built from them.
 
 A predefined ``Datatype`` is a numpy dtype with MPI's name and size
 (``DOUBLE`` is ``float64``, ``DOUBLE_INT`` the aligned struct ``(float64,
 int32)`` that ``MAXLOC`` reduces). A derived type (``Create_contiguous``,
-``Create_vector``, ``Create_indexed``, ``Create_subarray``, ...) is a
-predefined *base* plus the positions, in base elements, that one item covers
-inside its extent; sending ``count`` items gathers those positions (item ``k``
-starts ``k * extent`` bytes into the buffer) into a packed array of the base
-dtype, and receiving scatters them back. So every message on the wire is a
-plain numpy array, and counts and virtual times are the packed bytes.
+``Create_vector``, ``Create_indexed``, ``Create_struct``, ``Create_subarray``,
+``Create_darray``, ``Create_resized``, ...) has a *typemap*: the byte offset
+and predefined type of each element of one item (``_typemap.py``); item
+``k`` starts ``k * extent`` bytes into the buffer. Sending ``count`` items
+gathers their elements into a packed array, receiving scatters them back, so
+every message on the wire is a plain numpy array and counts and virtual
+times are the packed bytes:
 
-Rule 1: a buffer is always reinterpreted through ``base.np_dtype``; only the
+* when every element is one predefined type at a multiple of its extent
+  (vectors, subarrays, indexed types of one type), the buffer is read as an
+  array of that type (``_base``) and the payload is of that dtype;
+* otherwise (a struct of several types, byte offsets that split elements)
+  the buffer is read as bytes (``_base`` is ``BYTE``) and the payload is the
+  elements' bytes, in typemap order. Receive such a message with the same
+  kind of type, or as ``MPI.BYTE``.
+
+Rule 1: a buffer is always reinterpreted through ``_base.np_dtype``; only the
 positions depend on the derived type.
 Rule 2: derived types must be committed before use and never after ``Free``;
-predefined types cannot be freed (``ERR_TYPE``).
+predefined types cannot be freed (``ERR_TYPE``). A type built from another
+keeps working after that one is freed, as in MPI.
+Rule 3: envelopes and contents are MPICH's (every count and displacement in
+the "large count" list), so ``decode()`` and pickling rebuild any type.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ..engine import current_task
+from . import _typemap
 from ._constants import (
-    COMBINER_CONTIGUOUS, COMBINER_DUP, COMBINER_INDEXED, COMBINER_INDEXED_BLOCK, COMBINER_NAMED,
-    COMBINER_RESIZED, COMBINER_SUBARRAY, COMBINER_VECTOR, COMBINER_HVECTOR, COMBINER_HINDEXED, ORDER_C,
-    ORDER_F, TYPECLASS_COMPLEX, TYPECLASS_INTEGER, TYPECLASS_LOGICAL, TYPECLASS_REAL, ERR_ARG, ERR_TYPE,
+    COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,
+    COMBINER_F90_REAL, COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED,
+    COMBINER_INDEXED_BLOCK, COMBINER_NAMED, COMBINER_RESIZED, COMBINER_STRUCT, COMBINER_SUBARRAY,
+    COMBINER_VECTOR, DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG, DISTRIBUTE_NONE,
+    ERR_ARG, ERR_COUNT, ERR_DIMS, ERR_TYPE, ORDER_C, ORDER_F, TYPECLASS_COMPLEX, TYPECLASS_INTEGER,
+    TYPECLASS_LOGICAL, TYPECLASS_REAL,
 )
+from ._attributes import TypeAttributes
 from ._errors import error
 
 _ids = itertools.count(1)
 
+_COMBINER_NAMES: Final[dict[int, str]] = {
+    COMBINER_NAMED: "NAMED", COMBINER_DUP: "DUP", COMBINER_CONTIGUOUS: "CONTIGUOUS",
+    COMBINER_VECTOR: "VECTOR", COMBINER_HVECTOR: "HVECTOR", COMBINER_INDEXED: "INDEXED",
+    COMBINER_HINDEXED: "HINDEXED", COMBINER_INDEXED_BLOCK: "INDEXED_BLOCK",
+    COMBINER_HINDEXED_BLOCK: "HINDEXED_BLOCK", COMBINER_STRUCT: "STRUCT",
+    COMBINER_SUBARRAY: "SUBARRAY", COMBINER_DARRAY: "DARRAY", COMBINER_RESIZED: "RESIZED",
+    COMBINER_F90_INTEGER: "F90_INTEGER", COMBINER_F90_REAL: "F90_REAL",
+    COMBINER_F90_COMPLEX: "F90_COMPLEX",
+}
+_F90: Final = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
-class Datatype:
-    """An MPI datatype: ``Get_size()``, ``Get_extent()``, derived-type constructors, ``Commit()``."""
 
-    __slots__ = ("_id", "_name", "_np", "_base", "_index", "_lb", "_extent", "_size", "_combiner",
-                 "_committed", "_freed", "_predefined")
+def _rank() -> int | None:
+    """The calling rank, for error messages (None outside any rank)."""
+    task = current_task()
+    world = None if task is None else task.comm
+    return None if world is None else int(world.rank)
+
+
+class Datatype(TypeAttributes):
+    """An MPI datatype: sizes and bounds, derived-type constructors, ``Commit``/``Free``, packing."""
+
+    __slots__ = ("_id", "_name", "_np", "_layout", "_base", "_combiner", "_decoded", "_contents",
+                 "_committed", "_freed", "_predefined", "_named", "_pos")
 
     _id: int
     _name: str
     _np: np.dtype[Any] | None  # predefined: the numpy dtype (None: DATATYPE_NULL / not in numpy)
-    _base: Datatype  # the predefined type the elements have (self for predefined)
-    _index: NDArray[np.intp] | None  # derived: base-element positions of one item (None: [0])
-    _lb: int
-    _extent: int  # bytes between consecutive items
-    _size: int  # bytes of data in one item (MPI's size)
+    _layout: _typemap.Layout
+    _base: Datatype  # the predefined type buffers are read as (self for predefined, BYTE for structs)
     _combiner: int
+    _decoded: tuple[Datatype | None, dict[str, Any]]  # decode()'s old type and keyword arguments
+    _contents: tuple[list[int], list[int], list[int], list[Datatype]]  # ints, addresses, counts, types
     _committed: bool
     _freed: bool
     _predefined: bool
+    _named: bool
+    _pos: NDArray[np.intp] | None  # cache: one item's positions in _base elements
 
     def __new__(cls, datatype: Datatype | None = None) -> Datatype:
-        self = object.__new__(cls)
         if datatype is None:
             datatype = DATATYPE_NULL
+        if not isinstance(datatype, Datatype):
+            raise TypeError(f"MPI.Datatype({datatype!r}): expected a Datatype")
+        self = object.__new__(cls)
         for slot in Datatype.__slots__:
             object.__setattr__(self, slot, getattr(datatype, slot))
         return self
@@ -69,33 +108,39 @@ class Datatype:
         self._id = next(_ids)
         self._name = name
         self._np = dt
+        extent = 0 if dt is None else dt.itemsize
+        self._layout = _typemap.predefined(self, extent if size is None else size, extent,
+                                           1 if dt is None else dt.alignment)
         self._base = self
-        self._index = None
-        self._lb = 0
-        self._extent = 0 if dt is None else dt.itemsize
-        self._size = (0 if dt is None else dt.itemsize) if size is None else size
         self._combiner = COMBINER_NAMED
+        self._decoded = (None, {})
+        self._contents = ([], [], [], [])
         self._committed = True
         self._freed = False
         self._predefined = True
+        self._named = True
+        self._pos = None
         return self
 
-    def _derive(self, index: NDArray[np.intp], extent: int, combiner: int, lb: int = 0) -> Datatype:
-        """Return a new uncommitted type of ``self``'s base with one item at ``index``."""
-        self._check_usable("derive a type from")
+    def _derive(self, layout: _typemap.Layout, combiner: int, old: Datatype | None,
+                params: dict[str, Any], contents: tuple[list[int], list[int], list[int], list[Datatype]]
+                ) -> Datatype:
+        """Return a new uncommitted type with ``layout``, made by ``combiner`` from ``old``/``params``."""
         new = object.__new__(Datatype)
         new._id = next(_ids)
         new._name = ""
         new._np = None
-        new._base = self._base
-        new._index = np.asarray(index, dtype=np.intp)
-        new._lb = lb
-        new._extent = extent
-        new._size = len(new._index) * self._base._size
+        new._layout = layout
+        leaf = layout.leaf
+        new._base = leaf if leaf is not None and layout.aligned else BYTE
         new._combiner = combiner
+        new._decoded = (old, params)
+        new._contents = contents
         new._committed = False
         new._freed = False
         new._predefined = False
+        new._named = False
+        new._pos = None
         return new
 
     # ---- facts ----
@@ -113,44 +158,91 @@ class Datatype:
         return self._id != DATATYPE_NULL._id and not self._freed
 
     def __repr__(self) -> str:
-        if self._predefined:
+        if self._named:
             return f"<MPI.Datatype {self._name}>"
         state = "freed" if self._freed else "committed" if self._committed else "uncommitted"
-        return f"<MPI.Datatype of {self._base._name} size={self._size} extent={self._extent} {state}>"
+        how = _COMBINER_NAMES.get(self._combiner, "?")
+        return f"<MPI.Datatype {how} size={self.size} extent={self.extent} {state}>"
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        if self._predefined:
-            return (_predefined, (self._name,))
-        raise TypeError(f"cannot pickle derived datatype {self!r}; send the data, not the type")
+        if self._named or self._combiner in _F90:
+            key = _keys.get(self._id)
+            if self._combiner in _F90 or key is None or _by_name[key] is not self:
+                if self._combiner in _F90:
+                    return (_rebuild, (self._combiner, None, self._decoded[1], True))
+                return (Datatype, (_by_name[key] if key else DATATYPE_NULL,))
+            return (_predefined, (key,))
+        old, params = self._decoded
+        return (_rebuild, (self._combiner, old, params, self._committed))
 
     def Get_size(self) -> int:
         """Return the bytes of data one item holds."""
-        return self._size
+        return self._layout.size
 
     def Get_extent(self) -> tuple[int, int]:
         """Return ``(lb, extent)``: an item's lower bound and the bytes from one item to the next."""
-        return (self._lb, self._extent)
+        return (self._layout.lb, self._layout.extent)
 
     def Get_true_extent(self) -> tuple[int, int]:
         """Return ``(true_lb, true_extent)``: the span the data itself covers."""
-        if self._index is None:
-            return (0, self._extent)
-        step = self._base._extent
-        if not len(self._index):
-            return (0, 0)
-        lo, hi = int(self._index.min()) * step, (int(self._index.max()) + 1) * step
-        return (lo, hi - lo)
+        lay = self._layout
+        return (lay.true_lb, lay.true_ub - lay.true_lb)
+
+    Get_extent_c = Get_extent
+    Get_true_extent_c = Get_true_extent
+    Get_size_c = Get_size
 
     size = property(Get_size, doc="Bytes of data one item holds.")
-    extent = property(lambda self: self._extent, doc="Bytes from one item to the next.")
-    lb = property(lambda self: self._lb, doc="Lower bound of an item.")
-    ub = property(lambda self: self._lb + self._extent, doc="Upper bound of an item.")
+    extent = property(lambda self: self._layout.extent, doc="Bytes from one item to the next.")
+    lb = property(lambda self: self._layout.lb, doc="Lower bound of an item.")
+    ub = property(lambda self: self._layout.ub, doc="Upper bound of an item.")
     true_extent = property(lambda self: self.Get_true_extent()[1], doc="Span the data covers.")
-    true_lb = property(lambda self: self.Get_true_extent()[0], doc="Where the data starts.")
-    true_ub = property(lambda self: sum(self.Get_true_extent()), doc="Where the data ends.")
+    true_lb = property(lambda self: self._layout.true_lb, doc="Where the data starts.")
+    true_ub = property(lambda self: self._layout.true_ub, doc="Where the data ends.")
     combiner = property(lambda self: self._combiner, doc="How the type was made (COMBINER_*).")
-    is_named = property(lambda self: self._predefined, doc="True for predefined types.")
-    is_predefined = property(lambda self: self._predefined, doc="True for predefined types.")
+    is_named = property(lambda self: self._named, doc="True for MPI's named types.")
+    is_predefined = property(lambda self: self._predefined,
+                             doc="True for named types and the Create_f90_* types.")
+
+    # the underscored internals older modules read
+    _size = property(lambda self: self._layout.size)
+    _extent = property(lambda self: self._layout.extent)
+    _lb = property(lambda self: self._layout.lb)
+
+    def Get_envelope(self) -> tuple[int, int, int, int, int]:
+        """Return ``(num_integers, num_addresses, num_counts, num_datatypes, combiner)``."""
+        ints, addrs, counts, types = self._contents
+        return (len(ints), len(addrs), len(counts), len(types), self._combiner)
+
+    envelope = property(Get_envelope, doc="Get_envelope()'s tuple.")
+
+    def Get_contents(self) -> tuple[list[int], list[int], list[int], list[Datatype]]:
+        """Return ``(integers, addresses, counts, datatypes)`` the type was made with.
+
+        Derived types among them are new handles (free them when done, as in MPI); named types
+        are the named types themselves.
+        """
+        if self._named:
+            raise error(ERR_TYPE, _rank(), f"{self._name}.Get_contents()", "a named datatype has no "
+                        "contents", "check Get_envelope()'s combiner first (COMBINER_NAMED)")
+        ints, addrs, counts, types = self._contents
+        return (list(ints), list(addrs), list(counts), [_handle(t) for t in types])
+
+    contents = property(Get_contents, doc="Get_contents()'s tuple.")
+
+    def decode(self) -> tuple[Datatype, str, dict[str, Any]]:
+        """Return ``(old type, combiner name, keyword arguments)``: how to make this type again.
+
+        ``getattr(old, "Create_" + name.lower())(**kwargs)`` rebuilds it (``Dup`` for ``"DUP"``).
+        """
+        if self._named:
+            return (self, "NAMED", {})
+        old, params = self._decoded
+        kwargs = dict(params)
+        if "datatypes" in kwargs:
+            kwargs["datatypes"] = [_handle(t) for t in kwargs["datatypes"]]
+        base = Datatype(DATATYPE_NULL) if old is None else _handle(old)
+        return (base, _COMBINER_NAMES[self._combiner], kwargs)
 
     def Get_name(self) -> str:
         """Return the type's name (``MPI_DOUBLE``; ``""`` for derived types until named)."""
@@ -162,21 +254,37 @@ class Datatype:
 
     name = property(Get_name, Set_name, doc="The type's name.")
 
+    def _code_type(self) -> Datatype | None:
+        """The predefined type this one stands for (itself, or what a chain of Dup's copies)."""
+        dt: Datatype | None = self
+        while dt is not None and dt._combiner == COMBINER_DUP:
+            dt = dt._decoded[0]
+        return dt if dt is not None and dt._np is not None and dt._predefined else None
+
     @property
     def typechar(self) -> str:
-        """numpy's type character of a predefined type (``"d"`` for DOUBLE), else ``""``."""
-        return "" if self._np is None or not self._predefined else self._np.char
+        """numpy's type character (``"d"`` for DOUBLE; ``"V"`` for pairs and derived types)."""
+        dt = self._code_type()
+        if dt is None:
+            return "" if self._id == DATATYPE_NULL._id else "V"
+        assert dt._np is not None
+        return dt._np.char
 
     @property
     def typestr(self) -> str:
-        """numpy's type string of a predefined type (``"<f8"`` for DOUBLE), else ``""``."""
-        return "" if self._np is None or not self._predefined else self._np.str
+        """numpy's type string without byte order (``"f8"`` for DOUBLE; ``"V24"`` for derived types)."""
+        dt = self._code_type()
+        if dt is None:
+            return "" if self._id == DATATYPE_NULL._id else f"V{self.extent}"
+        assert dt._np is not None
+        return dt._np.str.lstrip("<>|=")
 
     def tocode(self) -> str:
-        """Return the predefined type's numpy type character."""
-        if not self.typechar:
-            raise ValueError(f"{self!r}.tocode(): only predefined types have a type code")
-        return self.typechar
+        """Return the type's numpy type character; ValueError for pairs and derived types."""
+        code = self.typechar
+        if not code or code == "V":
+            raise ValueError(f"{self!r}.tocode(): cannot map to character code or type string")
+        return code
 
     @classmethod
     def fromcode(cls, code: str) -> Datatype:
@@ -196,131 +304,273 @@ class Datatype:
         return self
 
     def Free(self) -> None:
-        """Free a derived type (predefined types cannot be freed)."""
+        """Free a derived type (named types cannot be freed)."""
         if self._predefined:
-            raise error(ERR_TYPE, None, f"{self._name}.Free()", "a predefined datatype cannot be freed",
-                        "free only the types you created")
-        self._freed = True
+            raise error(ERR_TYPE, _rank(), f"{self._name or 'Datatype'}.Free()", "a predefined datatype "
+                        "cannot be freed", "free only the types you created")
+        if self._freed:
+            raise error(ERR_TYPE, _rank(), "Datatype.Free()", "the datatype was freed already",
+                        "free each type once")
+        try:
+            self._delete_attrs("Datatype.Free()")  # each attribute's delete_fn runs first
+        finally:
+            self._freed = True
+            self._forget_attrs()
 
     free = Free
 
     def Dup(self) -> Datatype:
         """Return a copy of the type (committed when this one is)."""
         self._check_usable("Dup")
-        if self._predefined:
-            new = self._derive(np.zeros(1, dtype=np.intp), self._extent, COMBINER_DUP)
-        else:
-            new = self._derive(self._index, self._extent, COMBINER_DUP, self._lb)  # type: ignore[arg-type]
-        new._committed = self._committed
+        new = self._derive(self._layout, COMBINER_DUP, self, {}, ([], [], [], [self]))
+        new._committed = self._committed or self._predefined
+        try:
+            self._copy_attrs_to(new, "Datatype.Dup()")  # through each keyval's copy_fn
+        except BaseException:
+            new._freed = True
+            raise
         return new
 
     Create_dup = Dup
 
     def _check_usable(self, what: str) -> None:
         if self._freed:
-            raise error(ERR_TYPE, None, f"Datatype.{what}()", "the datatype was freed",
+            raise error(ERR_TYPE, _rank(), f"Datatype.{what}()", "the datatype was freed",
                         "create it again, or keep it until the last call that uses it")
         if self._base._np is None:
-            raise error(ERR_TYPE, None, f"Datatype.{what}()",
+            raise error(ERR_TYPE, _rank(), f"Datatype.{what}()",
                         f"{self._name or 'this datatype'} is not available (DATATYPE_NULL, or a "
                         "type numpy has no dtype for)", "use another datatype")
 
     # ---- derived types ----
 
-    def _item(self) -> tuple[NDArray[np.intp], int]:
-        """Return one item's base-element positions and its extent in base elements."""
-        step = self._base._extent
-        if self._extent % step:
-            raise NotImplementedError(f"{self!r}: an extent that is not a multiple of the base "
-                                      "type's is not simulated; resize to a multiple")
-        index = np.zeros(1, dtype=np.intp) if self._index is None else self._index
-        return index, self._extent // step
-
-    def _blocks(self, starts: Sequence[int], lengths: Sequence[int], unit: int) -> NDArray[np.intp]:
-        """Positions of blocks of items starting at ``starts`` (in ``unit`` base elements)."""
-        index, ext = self._item()
-        parts = [((s * unit + j * ext) + index) for s, n in zip(starts, lengths) for j in range(n)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
-
-    def _new(self, starts: Sequence[int], lengths: Sequence[int], unit: int, combiner: int) -> Datatype:
-        index, ext = self._item()
-        ends = [s * unit + n * ext for s, n in zip(starts, lengths) if n]
-        begins = [s * unit for s, n in zip(starts, lengths) if n]
-        lb = min(begins, default=0)
-        ub = max(ends, default=0)
-        step = self._base._extent
-        return self._derive(self._blocks(starts, lengths, unit), (ub - lb) * step, combiner, lb * step)
+    def _blocks(self, call: str, combiner: int, starts: Sequence[int], counts: Sequence[int],
+                params: dict[str, Any], contents: list[int]) -> Datatype:
+        self._check_usable(call)
+        layout = _typemap.blocks([self] * len(starts), starts, counts)
+        return self._derive(layout, combiner, self, params, ([], [], contents, [self]))
 
     def Create_contiguous(self, count: int) -> Datatype:
         """Return a type of ``count`` consecutive items of this type."""
-        _check_count("Create_contiguous", count)
-        return self._new([0], [count], 1, COMBINER_CONTIGUOUS)
+        count = _int_arg("Create_contiguous", "count", count, True)
+        return self._blocks("Create_contiguous", COMBINER_CONTIGUOUS, [0], [count], {"count": count},
+                            [count])
 
     def Create_vector(self, count: int, blocklength: int, stride: int) -> Datatype:
         """Return ``count`` blocks of ``blocklength`` items, block starts ``stride`` items apart."""
-        _check_count("Create_vector", count)
-        _check_count("Create_vector", blocklength)
-        _, ext = self._item()
-        return self._new([i * stride * ext for i in range(count)], [blocklength] * count, 1,
-                         COMBINER_VECTOR)
+        count = _int_arg("Create_vector", "count", count, True)
+        blocklength = _int_arg("Create_vector", "blocklength", blocklength, True)
+        stride = _int_arg("Create_vector", "stride", stride)
+        ext = self.extent
+        return self._blocks("Create_vector", COMBINER_VECTOR, [i * stride * ext for i in range(count)],
+                            [blocklength] * count,
+                            {"count": count, "blocklength": blocklength, "stride": stride},
+                            [count, blocklength, stride])
 
     def Create_hvector(self, count: int, blocklength: int, stride: int) -> Datatype:
-        """Like ``Create_vector`` with ``stride`` in bytes (a multiple of the base type's size)."""
-        unit = self._byte_unit("Create_hvector", [stride])
-        return self._new([i * stride // unit for i in range(count)], [blocklength] * count, 1,
-                         COMBINER_HVECTOR)
+        """Like ``Create_vector`` with ``stride`` in bytes."""
+        count = _int_arg("Create_hvector", "count", count, True)
+        blocklength = _int_arg("Create_hvector", "blocklength", blocklength, True)
+        stride = _int_arg("Create_hvector", "stride", stride)
+        return self._blocks("Create_hvector", COMBINER_HVECTOR, [i * stride for i in range(count)],
+                            [blocklength] * count,
+                            {"count": count, "blocklength": blocklength, "stride": stride},
+                            [count, blocklength, stride])
 
     def Create_indexed(self, blocklengths: Sequence[int], displacements: Sequence[int]) -> Datatype:
         """Return blocks of ``blocklengths[i]`` items at ``displacements[i]`` items."""
-        _, ext = self._item()
-        if len(blocklengths) != len(displacements):
-            raise ValueError("Create_indexed(): blocklengths and displacements must have the same length")
-        return self._new([d * ext for d in displacements], list(blocklengths), 1, COMBINER_INDEXED)
+        bls = _int_list("Create_indexed", "blocklengths", blocklengths, True)
+        disps = _int_list("Create_indexed", "displacements", displacements, n=len(bls))
+        ext = self.extent
+        return self._blocks("Create_indexed", COMBINER_INDEXED, [d * ext for d in disps], bls,
+                            {"blocklengths": bls, "displacements": disps}, [len(bls), *bls, *disps])
 
     def Create_hindexed(self, blocklengths: Sequence[int], displacements: Sequence[int]) -> Datatype:
-        """Like ``Create_indexed`` with displacements in bytes (multiples of the base type's size)."""
-        unit = self._byte_unit("Create_hindexed", displacements)
-        return self._new([d // unit for d in displacements], list(blocklengths), 1, COMBINER_HINDEXED)
+        """Return blocks of ``blocklengths[i]`` items at ``displacements[i]`` bytes."""
+        bls = _int_list("Create_hindexed", "blocklengths", blocklengths, True)
+        disps = _int_list("Create_hindexed", "displacements", displacements, n=len(bls))
+        return self._blocks("Create_hindexed", COMBINER_HINDEXED, disps, bls,
+                            {"blocklengths": bls, "displacements": disps}, [len(bls), *bls, *disps])
 
     def Create_indexed_block(self, blocklength: int, displacements: Sequence[int]) -> Datatype:
         """Return blocks of ``blocklength`` items at ``displacements[i]`` items."""
-        _, ext = self._item()
-        return self._new([d * ext for d in displacements], [blocklength] * len(displacements), 1,
-                         COMBINER_INDEXED_BLOCK)
+        bl = _int_arg("Create_indexed_block", "blocklength", blocklength, True)
+        disps = _int_list("Create_indexed_block", "displacements", displacements)
+        ext = self.extent
+        return self._blocks("Create_indexed_block", COMBINER_INDEXED_BLOCK, [d * ext for d in disps],
+                            [bl] * len(disps), {"blocklength": bl, "displacements": disps},
+                            [len(disps), bl, *disps])
+
+    def Create_hindexed_block(self, blocklength: int, displacements: Sequence[int]) -> Datatype:
+        """Return blocks of ``blocklength`` items at ``displacements[i]`` bytes."""
+        bl = _int_arg("Create_hindexed_block", "blocklength", blocklength, True)
+        disps = _int_list("Create_hindexed_block", "displacements", displacements)
+        return self._blocks("Create_hindexed_block", COMBINER_HINDEXED_BLOCK, disps, [bl] * len(disps),
+                            {"blocklength": bl, "displacements": disps}, [len(disps), bl, *disps])
+
+    @classmethod
+    def Create_struct(cls, blocklengths: Sequence[int], displacements: Sequence[int],
+                      datatypes: Sequence[Datatype]) -> Datatype:
+        """Return blocks of ``blocklengths[i]`` items of ``datatypes[i]`` at ``displacements[i]`` bytes.
+
+        The extent is padded to the largest alignment of the members, as a C compiler pads a
+        struct (unless a member was made with ``Create_resized``).
+        """
+        bls = _int_list("Create_struct", "blocklengths", blocklengths, True)
+        disps = _int_list("Create_struct", "displacements", displacements, n=len(bls))
+        types = list(datatypes)
+        if len(types) != len(bls):
+            raise ValueError(f"Datatype.Create_struct(): expecting {len(bls)} items, got {len(types)} "
+                             "datatypes; pass one datatype per block")
+        for t in types:
+            if not isinstance(t, Datatype):
+                raise TypeError(f"Datatype.Create_struct(): {t!r} is not a Datatype")
+            t._check_usable("Create_struct")
+        layout = _typemap.blocks(types, disps, bls, struct=True)
+        return DATATYPE_NULL._derive(layout, COMBINER_STRUCT, None,
+                                     {"blocklengths": bls, "displacements": disps, "datatypes": types},
+                                     ([], [], [len(bls), *bls, *disps], types))
 
     def Create_subarray(self, sizes: Sequence[int], subsizes: Sequence[int], starts: Sequence[int],
                         order: int = ORDER_C) -> Datatype:
-        """Return the ``subsizes`` block at ``starts`` of an array of ``sizes`` items."""
-        if not len(sizes) == len(subsizes) == len(starts) or any(
-                not 0 <= st <= st + sub <= size for size, sub, st in zip(sizes, subsizes, starts)):
-            raise error(ERR_ARG, None, f"Create_subarray(sizes={list(sizes)}, subsizes={list(subsizes)}, "
-                        f"starts={list(starts)})", "the block does not fit inside the array",
-                        "pass starts and subsizes with 0 <= start and start + subsize <= size")
-        index, ext = self._item()
-        grids = np.meshgrid(*[np.arange(st, st + sub) for st, sub in zip(starts, subsizes)],
-                            indexing="ij")
-        flat_order: Literal["C", "F"] = "F" if order == ORDER_F else "C"
-        cells = np.ravel_multi_index([g.ravel(order=flat_order) for g in grids], tuple(sizes),
-                                     order=flat_order)
-        positions = (cells[:, None] * ext + index[None, :]).ravel()
-        total = int(np.prod(sizes)) * ext * self._base._extent
-        return self._derive(positions, total, COMBINER_SUBARRAY)
+        """Return the ``subsizes`` block at ``starts`` of an array of ``sizes`` items (C or F order)."""
+        call = "Create_subarray"
+        sizes = _int_list(call, "sizes", sizes)
+        subsizes = _int_list(call, "subsizes", subsizes, n=len(sizes))
+        starts = _int_list(call, "starts", starts, n=len(sizes))
+        order = _order(call, order)
+        for n, sub, st in zip(sizes, subsizes, starts):
+            if n < 1 or sub < 1 or st < 0 or st + sub > n:
+                raise error(ERR_ARG, _rank(), f"Datatype.{call}({sizes}, {subsizes}, {starts})",
+                            f"a block of {sub} from {st} does not fit in a dimension of {n}",
+                            "pass 0 <= starts[i] and starts[i] + subsizes[i] <= sizes[i], all >= 1")
+        picks = [np.arange(st, st + sub, dtype=np.int64) for st, sub in zip(starts, subsizes)]
+        params = {"sizes": sizes, "subsizes": subsizes, "starts": starts, "order": order}
+        return self._grid(call, COMBINER_SUBARRAY, sizes, picks, order, params,
+                          ([len(sizes), order], [], [*sizes, *subsizes, *starts], [self]))
+
+    def Create_darray(self, size: int, rank: int, gsizes: Sequence[int], distribs: Sequence[int],
+                      dargs: Sequence[int], psizes: Sequence[int], order: int = ORDER_C) -> Datatype:
+        """Return the part process ``rank`` of ``size`` owns of a block/cyclic distributed array."""
+        call = "Create_darray"
+        size = _int_arg(call, "size", size, True)
+        rank = _int_arg(call, "rank", rank, True)
+        gsizes = _int_list(call, "gsizes", gsizes)
+        distribs = _int_list(call, "distribs", distribs, n=len(gsizes))
+        dargs = _int_list(call, "dargs", dargs, n=len(gsizes))
+        psizes = _int_list(call, "psizes", psizes, n=len(gsizes))
+        order = _order(call, order)
+        if int(np.prod(psizes)) != size or not 0 <= rank < size:
+            raise error(ERR_ARG, _rank(), f"Datatype.{call}({size}, {rank}, psizes={psizes})",
+                        "the process grid does not hold `size` processes, or `rank` is not one of them",
+                        "pass psizes whose product is size, and 0 <= rank < size")
+        for d in distribs:
+            if d not in (DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_NONE):
+                raise error(ERR_ARG, _rank(), f"Datatype.{call}(distribs={distribs})",
+                            f"{d} is not a distribution", "pass MPI.DISTRIBUTE_BLOCK, "
+                            "DISTRIBUTE_CYCLIC or DISTRIBUTE_NONE")
+        picks = _typemap.darray_picks(size, rank, gsizes, distribs, dargs, psizes, DISTRIBUTE_BLOCK,
+                                      DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG)
+        params = {"size": size, "rank": rank, "gsizes": gsizes, "distribs": distribs, "dargs": dargs,
+                  "psizes": psizes, "order": order}
+        ints = [size, rank, len(gsizes), *distribs, *dargs, *psizes, order]
+        return self._grid(call, COMBINER_DARRAY, gsizes, picks, order, params,
+                          (ints, [], list(gsizes), [self]))
+
+    def _grid(self, call: str, combiner: int, sizes: list[int], picks: list[NDArray[np.int64]],
+              order: int, params: dict[str, Any], contents: Any) -> Datatype:
+        """The cells ``picks`` of an array of ``sizes`` items of this type, extent the whole array."""
+        self._check_usable(call)
+        flat = _typemap.cells(sizes, picks, order == ORDER_F)
+        ext = self.extent
+        inner = _typemap.blocks([self] * len(flat), (flat * ext).tolist(), [1] * len(flat))
+        layout = _typemap.resized(inner, 0, int(np.prod(sizes)) * ext)
+        layout.sticky = False
+        return self._derive(layout, combiner, self, params, contents)
 
     def Create_resized(self, lb: int, extent: int) -> Datatype:
-        """Return this type with lower bound ``lb`` and ``extent`` bytes (multiples of the base size)."""
-        self._byte_unit("Create_resized", [lb, extent])
-        index, _ = self._item()
-        return self._derive(index, extent, COMBINER_RESIZED, lb)
+        """Return this type with lower bound ``lb`` and ``extent`` bytes; its data stays in place."""
+        lb = _int_arg("Create_resized", "lb", lb)
+        extent = _int_arg("Create_resized", "extent", extent)
+        self._check_usable("Create_resized")
+        return self._derive(_typemap.resized(self._layout, lb, extent), COMBINER_RESIZED, self,
+                            {"lb": lb, "extent": extent}, ([], [], [lb, extent], [self]))
 
     Resized = Create_resized
 
-    def _byte_unit(self, call: str, values: Sequence[int]) -> int:
-        unit = self._base._extent
-        if any(v % unit for v in values):
-            raise NotImplementedError(f"Datatype.{call}(): byte offsets that are not multiples of "
-                                      f"{self._base._name}'s {unit} bytes are not simulated; use "
-                                      "multiples of the base type's size")
-        return unit
+    @classmethod
+    def Create_f90_integer(cls, r: int) -> Datatype:
+        """Return the predefined integer type of at least ``r`` decimal digits (Fortran's KIND)."""
+        r = _int_arg("Create_f90_integer", "r", r)
+        for limit, name in ((2, "INTEGER1"), (4, "INTEGER2"), (9, "INTEGER4"), (18, "INTEGER8")):
+            if r <= limit:
+                return _f90(COMBINER_F90_INTEGER, {"r": r}, _by_name[name], [r])
+        raise error(ERR_ARG, _rank(), f"Datatype.Create_f90_integer({r})", "no integer type has "
+                    f"{r} decimal digits here (the widest has 18)", "pass r <= 18")
+
+    @classmethod
+    def Create_f90_real(cls, p: int, r: int) -> Datatype:
+        """Return the predefined real type of at least ``p`` digits and exponent range ``r``."""
+        return _f90(COMBINER_F90_REAL, {"p": p, "r": r}, _real(p, r, "Create_f90_real", False), [p, r])
+
+    @classmethod
+    def Create_f90_complex(cls, p: int, r: int) -> Datatype:
+        """Return the predefined complex type of at least ``p`` digits and exponent range ``r``."""
+        return _f90(COMBINER_F90_COMPLEX, {"p": p, "r": r}, _real(p, r, "Create_f90_complex", True),
+                    [p, r])
+
+    @classmethod
+    def Get_value_index(cls, value: Datatype, index: Datatype) -> Datatype:
+        """Return the (value, index) pair type MAXLOC/MINLOC reduce (DATATYPE_NULL if none)."""
+        for dt, what in ((value, "value"), (index, "index")):
+            if not isinstance(dt, Datatype) or not dt or dt._np is None:
+                raise error(ERR_TYPE, _rank(), "Datatype.Get_value_index()", f"the {what} type "
+                            f"{dt!r} is not a datatype", "pass predefined types such as MPI.DOUBLE")
+        if index == INT:
+            pairs = {SHORT: SHORT_INT, INT: TWOINT, LONG: LONG_INT, FLOAT: FLOAT_INT,
+                     DOUBLE: DOUBLE_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
+            found = pairs.get(value)
+            if found is not None:
+                return found
+        return DATATYPE_NULL
+
+    # ---- packing (see _packing.py) ----
+
+    def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any) -> int:
+        """Pack ``inbuf``'s items of this type into ``outbuf`` from byte ``position``; return the new one."""
+        from ._packing import pack
+
+        return pack(self, inbuf, outbuf, position, comm, None)
+
+    def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any) -> int:
+        """Unpack items of this type from ``inbuf`` at byte ``position`` into ``outbuf``; return the new one."""
+        from ._packing import unpack
+
+        return unpack(self, inbuf, position, outbuf, comm, None)
+
+    def Pack_size(self, count: int, comm: Any) -> int:
+        """Return the bytes ``Pack`` needs for ``count`` items."""
+        from ._packing import pack_size
+
+        return pack_size(self, count, comm, None)
+
+    def Pack_external(self, datarep: str, inbuf: Any, outbuf: Any, position: int) -> int:
+        """Like ``Pack`` in a portable representation (``"external32"``: big-endian)."""
+        from ._packing import pack
+
+        return pack(self, inbuf, outbuf, position, None, datarep)
+
+    def Unpack_external(self, datarep: str, inbuf: Any, position: int, outbuf: Any) -> int:
+        """Like ``Unpack`` from ``Pack_external``'s representation."""
+        from ._packing import unpack
+
+        return unpack(self, inbuf, position, outbuf, None, datarep)
+
+    def Pack_external_size(self, datarep: str, count: int) -> int:
+        """Return the bytes ``Pack_external`` needs for ``count`` items."""
+        from ._packing import pack_size
+
+        return pack_size(self, count, None, datarep)
 
     # ---- what buffers use ----
 
@@ -334,27 +584,116 @@ class Datatype:
                 "use a committed, predefined or derived datatype"
             raise error(ERR_TYPE, rank, op, problem, fix)
 
+    def _item(self) -> NDArray[np.intp]:
+        """One item's positions, in ``_base`` elements from the item's start."""
+        if self._pos is None:
+            lay = self._layout
+            if self._base is lay.leaf:
+                unit = self._base._layout.extent
+                pos = lay.typemap()[0] // unit if unit else lay.typemap()[0]
+            else:
+                pos = _typemap.byte_positions(lay.typemap(), lay.leaf, _by_id)
+            self._pos = pos.astype(np.intp)
+        return self._pos
+
     def _positions(self, count: int) -> NDArray[np.intp] | None:
         """Base-element positions of ``count`` items (None: contiguous, no gather needed)."""
-        if self._index is None:
+        if self._predefined:
             return None
-        index, ext = self._item()
-        if ext == len(index) and np.array_equal(index, np.arange(ext)):
+        index = self._item()
+        step = self.extent // self._base._layout.extent if self._base._layout.extent else 0
+        if step == len(index) and np.array_equal(index, np.arange(step)):
             return None  # contiguous after all (Create_contiguous, Dup)
-        return (np.arange(count, dtype=np.intp)[:, None] * ext + index[None, :]).ravel()
+        return (np.arange(count, dtype=np.intp)[:, None] * step + index[None, :]).ravel()
 
     def _elements(self) -> int:
         """Base elements one item holds."""
-        return 1 if self._index is None else len(self._index)
+        return 1 if self._predefined else len(self._item())
+
+    def _wire_size(self) -> int:
+        """Bytes one item takes in a message (its size, plus the padding inside pair types)."""
+        return self._elements() * self._base._layout.extent
 
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> Datatype:
-        """Return the predefined type of ``typeclass`` (TYPECLASS_*) with ``size`` bytes."""
+        """Return the predefined Fortran type of ``typeclass`` (TYPECLASS_*) with ``size`` bytes."""
         for dt in _MATCH.get(typeclass, ()):
             if dt._size == size:
                 return dt
-        raise error(ERR_ARG, None, f"Datatype.Match_size({typeclass}, {size})",
-                    "no predefined type of that class has that size", "pass a size of 1, 2, 4, 8 or 16")
+        raise error(ERR_ARG, _rank(), f"Datatype.Match_size({typeclass}, {size})",
+                    "no predefined type of that class has that size",
+                    "pass TYPECLASS_INTEGER (1, 2, 4, 8), TYPECLASS_REAL (4, 8, 16) or "
+                    "TYPECLASS_COMPLEX (8, 16, 32)")
+
+
+def _handle(dt: Datatype) -> Datatype:
+    """A new handle of a derived type (named types are returned themselves)."""
+    return dt if dt._named or dt._combiner in _F90 else Datatype(dt)
+
+
+def _int_arg(call: str, what: str, value: Any, nonneg: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Datatype.{call}(): {what}={value!r} is not an int")
+    if nonneg and value < 0:
+        raise error(ERR_COUNT if what in ("count", "blocklength", "blocklengths") else ERR_ARG, _rank(),
+                    f"Datatype.{call}({what}={value!r})", f"negative {what} {value}", "pass counts >= 0")
+    return int(value)
+
+
+def _int_list(call: str, what: str, values: Any, nonneg: bool = False, n: int | None = None
+              ) -> list[int]:
+    if isinstance(values, (int, np.integer)) and n is not None:
+        values = [values] * n
+    out = [_int_arg(call, what, v, nonneg) for v in values]
+    if n is not None and len(out) != n:
+        raise ValueError(f"Datatype.{call}(): expecting {n} items, got {len(out)} {what}; pass one "
+                         "per block")
+    return out
+
+
+def _order(call: str, order: int) -> int:
+    if order not in (ORDER_C, ORDER_F):
+        raise error(ERR_ARG, _rank(), f"Datatype.{call}(order={order!r})", "not an array order",
+                    "pass MPI.ORDER_C or MPI.ORDER_FORTRAN")
+    return int(order)
+
+
+_f90_cache: dict[tuple[int, tuple[tuple[str, int], ...]], Datatype] = {}
+
+
+def _f90(combiner: int, params: dict[str, int], base: Datatype, ints: list[int]) -> Datatype:
+    """The Create_f90_* type of ``params``: ``base``'s layout, predefined, one handle per params."""
+    key = (combiner, tuple(sorted(params.items())))
+    found = _f90_cache.get(key)
+    if found is None:
+        found = base._derive(base._layout, combiner, None, params, (ints, [], [], []))
+        found._np = base._np
+        found._base = base
+        found._predefined = True
+        found._committed = True
+        _f90_cache[key] = found
+    return found
+
+
+def _real(p: int, r: int, call: str, complex_: bool) -> Datatype:
+    p = _int_arg(call, "p", p)
+    r = _int_arg(call, "r", r)
+    for pmax, rmax, real, cplx in ((6, 37, "REAL4", "COMPLEX8"), (15, 307, "REAL8", "COMPLEX16"),
+                                   (18, 4931, "REAL16", "COMPLEX32")):
+        if p <= pmax and r <= rmax:
+            return _by_name[cplx if complex_ else real]
+    raise error(ERR_ARG, _rank(), f"Datatype.{call}({p}, {r})", "no real type has that precision "
+                "and range here", "pass p <= 18 and r <= 4931")
+
+
+def _rebuild(combiner: int, old: Datatype | None, params: dict[str, Any], committed: bool) -> Datatype:
+    """Make a type again from its decode() (what unpickling a derived type calls)."""
+    name = _COMBINER_NAMES[combiner]
+    ctor = "Dup" if name == "DUP" else "Create_" + name.lower()
+    new: Datatype = getattr(old if old is not None else Datatype, ctor)(**params)
+    if committed and not new._predefined:
+        new.Commit()
+    return new
 
 
 def _check_count(call: str, count: int) -> None:
@@ -363,9 +702,7 @@ def _check_count(call: str, count: int) -> None:
 
 
 def _predefined(name: str) -> Datatype:
-    dt: Datatype = globals()[name]
-    return dt
-
+    return _by_name[name]
 
 def _pair(value: str) -> np.dtype[Any]:
     return np.dtype([("v", value), ("i", "i4")], align=True)
@@ -585,13 +922,18 @@ _typedict_f: Final[dict[str, Datatype]] = {
         "i8": "INTEGER8", "r4": "REAL4", "r8": "REAL8", "r16": "REAL16", "c8": "COMPLEX8",
         "c16": "COMPLEX16", "c32": "COMPLEX32"}.items()}
 
-_MATCH: Final[dict[int, tuple[Datatype, ...]]] = {
-    TYPECLASS_INTEGER: tuple(_by_name[n] for n in ("INT8_T", "INT16_T", "INT32_T", "INT64_T")),
-    TYPECLASS_REAL: tuple(_by_name[n] for n in ("FLOAT16_T", "FLOAT", "DOUBLE", "LONG_DOUBLE")),
-    TYPECLASS_COMPLEX: tuple(_by_name[n] for n in ("C_COMPLEX", "C_DOUBLE_COMPLEX",
-                                                   "C_LONG_DOUBLE_COMPLEX")),
-    TYPECLASS_LOGICAL: (_by_name["C_BOOL"],),
+_MATCH: Final[dict[int, tuple[Datatype, ...]]] = {  # MPICH answers with the Fortran types
+    TYPECLASS_INTEGER: tuple(_by_name[n] for n in ("INTEGER1", "INTEGER2", "INTEGER4", "INTEGER8")),
+    TYPECLASS_REAL: tuple(_by_name[n] for n in ("REAL4", "REAL8", "REAL16")),
+    TYPECLASS_COMPLEX: tuple(_by_name[n] for n in ("COMPLEX8", "COMPLEX16", "COMPLEX32")),
+    TYPECLASS_LOGICAL: (_by_name["LOGICAL"],),
 }
+
+_keys: Final[dict[int, str]] = {}
+"""The mpi4py name of each predefined type (its first name in the table), by id: what pickles it."""
+for _key in [k for k, *_ in _TABLE] + list(_ALIASES):
+    _keys.setdefault(_by_name[_key]._id, _key)
+_by_id: Final[dict[int, Datatype]] = {dt._id: dt for dt in _by_name.values()}
 
 
 def _typecode(datatype: Datatype) -> str | None:

@@ -14,7 +14,6 @@ changes what simcluster does); an unknown one is a ``TypeError``, as in mpi4py.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,8 @@ from .. import _sync
 from .._version import __version__ as _version
 from ..request import wait_all
 from ._blocking import READY, block
-from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_ARG, ERR_BUFFER
+from ._buffers import BUFFER_AUTOMATIC
+from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_BUFFER
 from ._errors import error
 from ._requests import Request, immediate
 from ._state import current, node_of
@@ -68,14 +68,14 @@ def Is_thread_main() -> bool:
 
 
 def Get_version() -> tuple[int, int]:
-    """Return the MPI standard version this facade follows: (3, 1)."""
+    """Return the MPI standard version this facade follows: (4, 1)."""
     return (VERSION, SUBVERSION)
 
 
 def Get_library_version() -> str:
     """Return a description of the library: simcluster's simulated MPI."""
     return (f"simcluster {_version}: mpi4py's API on simulated ranks (virtual time, discrete-event "
-            "engine); MPI 3.1 semantics")
+            "engine); MPI 4.1 semantics")
 
 
 def get_vendor() -> tuple[str, tuple[int, int, int]]:
@@ -118,11 +118,17 @@ def Attach_buffer(buf: Any) -> None:
     if state.bsend is not None:
         raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()", "a buffer is already attached",
                     "Detach_buffer() first")
+    if buf is BUFFER_AUTOMATIC:  # MPI 4.1: the library buffers as much as it needs
+        state.bsend = buf
+        return
     try:
-        memoryview(buf)
+        readonly = memoryview(buf).readonly
     except TypeError:
         raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()",
                     f"a {type(buf).__name__} is not a buffer", "pass e.g. bytearray(n)") from None
+    if readonly:
+        raise BufferError(f"rank {state.world.rank}: Attach_buffer(): the {type(buf).__name__} is "
+                          "read-only; attach writable memory, e.g. MPI.Alloc_mem(n)")
     state.bsend = buf
 
 
@@ -148,52 +154,26 @@ def Iflush_buffer() -> Request:
     return immediate(current().world.rank, lambda: "Iflush_buffer()")
 
 
-def Alloc_mem(size: int, info: Any = None) -> memoryview:
-    """Return ``size`` bytes of memory (a memoryview of a bytearray)."""
-    return memoryview(bytearray(int(size)))
-
-
-def Free_mem(mem: Any) -> None:
-    """Release memory from ``Alloc_mem`` (garbage collection does)."""
-
-
 def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
-    """Return a balanced split of ``nnodes`` over ``dims`` dimensions (zeros in ``dims`` are free)."""
-    shape = [0] * dims if isinstance(dims, int) else list(dims)
-    fixed = math.prod(d for d in shape if d > 0)
-    free = [i for i, d in enumerate(shape) if d == 0]
-    if fixed == 0 or nnodes % fixed:
-        raise error(ERR_ARG, None, f"Compute_dims({nnodes}, {dims!r})",
-                    "the fixed dimensions do not divide nnodes", "pass dims whose nonzero entries divide it")
-    left = nnodes // fixed
-    factors: list[int] = []
-    n, p = left, 2
-    while n > 1:
-        while n % p == 0:
-            factors.append(p)
-            n //= p
-        p += 1
-    sizes = [1] * len(free)
-    for f in sorted(factors, reverse=True):
-        if not sizes:
-            break
-        sizes[sizes.index(min(sizes))] *= f
-    for i, s in zip(free, sorted(sizes, reverse=True)):
-        shape[i] = s
-    if not free and left != 1:
-        raise error(ERR_ARG, None, f"Compute_dims({nnodes}, {dims!r})", "dims do not multiply to nnodes",
-                    "leave some dimensions 0")
-    return shape
+    """Return ``dims`` with its zeros filled so the product is ``nnodes``, balanced as MPICH does
+    (``MPI_Dims_create``; see ``_topology.compute_dims``)."""
+    from ._topology import compute_dims
+
+    return compute_dims(nnodes, dims)
 
 
 def Aint_add(base: int, disp: int) -> int:
-    """Return ``base + disp``."""
-    return base + disp
+    """Return ``base + disp`` as an address (a signed 64-bit integer that wraps, as MPI_Aint)."""
+    return _aint(base + disp)
 
 
 def Aint_diff(addr1: int, addr2: int) -> int:
-    """Return ``addr1 - addr2``."""
-    return addr1 - addr2
+    """Return ``addr1 - addr2`` as an address difference (a signed 64-bit integer that wraps)."""
+    return _aint(addr1 - addr2)
+
+
+def _aint(value: int) -> int:
+    return (int(value) + 2**63) % 2**64 - 2**63
 
 
 # ---- mpi4py.rc ----

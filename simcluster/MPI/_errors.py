@@ -17,13 +17,15 @@ keep their own errors; they are not MPI errors.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Final
 
+from ..engine import current_task
 from ..errors import SimclusterError, TruncationError
 from ._constants import (
     ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GROUP, ERR_IN_STATUS, ERR_INFO, ERR_KEYVAL,
     ERR_LASTCODE, ERR_OP, ERR_RANK, ERR_REQUEST, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE,
-    ERR_TYPE, SUCCESS,
+    ERR_TYPE, ERR_UNKNOWN, SUCCESS,
 )
 
 ERROR_STRINGS: Final[dict[int, str]] = {
@@ -94,13 +96,121 @@ ERROR_STRINGS: Final[dict[int, str]] = {
 
 
 def Get_error_string(errorcode: int) -> str:
-    """Return the text of an error code (MPICH's wording)."""
-    return ERROR_STRINGS.get(int(errorcode), f"Unknown error code {int(errorcode)}")
+    """Return the text of an error code (MPICH's wording; ``""`` for a user code without one)."""
+    code = int(errorcode)
+    user = _user_codes().get(code)
+    if user is not None:
+        return user[1]
+    return ERROR_STRINGS.get(code, f"Unknown error code {code}")
 
 
 def Get_error_class(errorcode: int) -> int:
-    """Return the error class of an error code (every code is its own class here)."""
-    return int(errorcode)
+    """Return the error class of an error code (a predefined code is its own class)."""
+    code = int(errorcode)
+    user = _user_codes().get(code)
+    return code if user is None else user[0]
+
+
+# ---- user-defined error classes, codes and strings (per rank, as per process in MPI) ----
+
+
+class _UserErrors:
+    __slots__ = ("codes", "last", "__weakref__")
+
+    def __init__(self) -> None:
+        self.codes: dict[int, list[Any]] = {}  # code -> [class, string]
+        self.last = ERR_LASTCODE
+
+
+_user_tables: weakref.WeakKeyDictionary[Any, _UserErrors] = weakref.WeakKeyDictionary()
+_outside_table = _UserErrors()
+
+
+def _table() -> _UserErrors:
+    task = current_task()
+    world = None if task is None else task.comm
+    if world is None:
+        return _outside_table
+    found = _user_tables.get(world)
+    if found is None:
+        found = _user_tables[world] = _UserErrors()
+    return found
+
+
+def _user_codes() -> dict[int, list[Any]]:
+    return _table().codes
+
+
+def last_used_code() -> int:
+    """The largest error code or class in use (``comm.Get_attr(MPI.LASTUSEDCODE)``)."""
+    return _table().last
+
+
+def Add_error_class() -> int:
+    """Return a new error class (above ``ERR_LASTCODE``), with the string ``""``."""
+    table = _table()
+    table.last += 1
+    table.codes[table.last] = [table.last, ""]
+    return table.last
+
+
+def Add_error_code(errorclass: int) -> int:
+    """Return a new error code of ``errorclass`` (a predefined class or a user one)."""
+    table = _table()
+    found = table.codes.get(errorclass)
+    predefined = errorclass in ERROR_STRINGS and errorclass != SUCCESS
+    if not predefined and (found is None or found[0] != errorclass):
+        raise error(ERR_ARG, None, f"Add_error_code({errorclass!r})", "not an error class",
+                    "pass a predefined class (MPI.ERR_OTHER, ...) or one from MPI.Add_error_class()")
+    table.last += 1
+    table.codes[table.last] = [errorclass, ""]
+    return table.last
+
+
+def Add_error_string(errorcode: int, string: str) -> None:
+    """Set the text of a user error class or code."""
+    _user(errorcode, f"Add_error_string({errorcode!r})")[1] = str(string)
+
+
+def Remove_error_string(errorcode: int) -> None:
+    """Clear the text of a user error class or code."""
+    _user(errorcode, f"Remove_error_string({errorcode!r})")[1] = ""
+
+
+def Remove_error_code(errorcode: int) -> None:
+    """Remove a user error code (its string must be removed first)."""
+    call = f"Remove_error_code({errorcode!r})"
+    entry = _user(errorcode, call)
+    if entry[0] == errorcode:
+        raise error(ERR_ARG, None, call, "that is an error class", "use Remove_error_class()")
+    _removable(errorcode, entry, call)
+
+
+def Remove_error_class(errorclass: int) -> None:
+    """Remove a user error class (its codes and string must be removed first)."""
+    call = f"Remove_error_class({errorclass!r})"
+    entry = _user(errorclass, call)
+    if entry[0] != errorclass:
+        raise error(ERR_ARG, None, call, "that is an error code", "use Remove_error_code()")
+    codes = [c for c, (k, _) in _user_codes().items() if k == errorclass and c != errorclass]
+    if codes:
+        raise error(ERR_ARG, None, call, f"the class still has codes {codes}",
+                    "remove them with Remove_error_code() first")
+    _removable(errorclass, entry, call)
+
+
+def _user(errorcode: int, call: str) -> list[Any]:
+    found = _user_codes().get(errorcode)
+    if found is None:
+        raise error(ERR_ARG, None, call, "not a user-defined error class or code (or removed)",
+                    "pass one from Add_error_class() or Add_error_code()")
+    return found
+
+
+def _removable(errorcode: int, entry: list[Any], call: str) -> None:
+    if entry[1]:
+        raise error(ERR_ARG, None, call, "it still has a string", "Remove_error_string() first")
+    del _user_codes()[errorcode]
 
 
 class Exception(RuntimeError):  # noqa: A001 - mpi4py's name
@@ -109,7 +219,7 @@ class Exception(RuntimeError):  # noqa: A001 - mpi4py's name
     ierr: int
 
     def __init__(self, ierr: int = SUCCESS, *args: Any) -> None:
-        self.ierr = int(ierr)
+        self.ierr = ERR_UNKNOWN if int(ierr) < SUCCESS else int(ierr)
         super().__init__(*(args or (Get_error_string(self.ierr),)))
 
     def __int__(self) -> int:

@@ -18,13 +18,15 @@ from ._errors import error
 class Group:
     """An ordered set of processes."""
 
-    __slots__ = ("_ranks", "_me", "_freed")
+    __slots__ = ("_ranks", "_me", "_freed", "__weakref__")
 
     _ranks: tuple[int, ...] | None
     _me: int
     _freed: bool
 
     def __new__(cls, group: Group | None = None) -> Group:
+        if group is not None and not isinstance(group, Group):
+            raise TypeError(f"MPI.Group({group!r}): expected an MPI.Group, got {type(group).__name__}")
         self = object.__new__(cls)
         self._ranks = None if group is None else group._ranks
         self._me = -1 if group is None else group._me
@@ -50,8 +52,16 @@ class Group:
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return hash(self._ranks)
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        for name, const in (("GROUP_NULL", GROUP_NULL), ("GROUP_EMPTY", GROUP_EMPTY)):
+            if self is const:
+                return name
+            if self == const:
+                return (type(self), (const,))
+        raise ValueError(f"cannot pickle {self!r}: a group other than GROUP_NULL and GROUP_EMPTY "
+                         "belongs to the rank that made it; send its ranks instead")
 
     def __bool__(self) -> bool:
         return self._ranks is not None and not self._freed
@@ -162,10 +172,15 @@ class Group:
         return Group._of([w for w in a if w not in b], group1._me)
 
     def Free(self) -> None:
-        """Free the group."""
-        self._freed = True
+        """Free the group: this handle becomes ``GROUP_NULL`` (``GROUP_EMPTY`` itself stays)."""
+        self._members("Free()")
+        if self is not GROUP_EMPTY:
+            self._ranks, self._me = None, -1
 
-    free = Free
+    def free(self) -> None:
+        """Free the group unless it is null (never raises)."""
+        if self:
+            self.Free()
 
     @classmethod
     def Create_from_session_pset(cls, session: Any, pset_name: str) -> Group:

@@ -1,81 +1,147 @@
-"""``Info`` (string hints) and ``Errhandler``: accepted everywhere MPI takes them.
+"""``Info``: key/value string hints, as mpi4py has them (``Get``/``Set``/``Delete`` and a dict's methods).
 
-simcluster uses no hints, and every MPI error is raised as a Python
-exception (mpi4py's default, ``ERRORS_RETURN`` plus an exception), so these are
-small value objects: an ``Info`` is a dict of strings, an ``Errhandler`` a name.
+An ``Info`` handle refers to a table of strings; ``MPI.Info(info)`` is a second
+handle on the same table (equal to it), ``Dup`` a copy. ``INFO_NULL`` refers to
+none: its MPI methods raise ``MPI.Exception`` (``ERR_ARG``, as MPICH reports a
+null info) and its Python methods act as an empty mapping that cannot be
+written (``KeyError``). Keys are at most ``MAX_INFO_KEY`` characters and values
+``MAX_INFO_VAL``; a missing key is ``ERR_INFO_NOKEY`` for ``Delete`` and None
+for ``Get``.
+
+``INFO_ENV`` and ``Info.Create_env()`` describe how the run was started
+(``command``, ``argv``, ``maxprocs``, ``thread_level``, ...).
+``Get_hw_resource_info()`` says what simcluster simulates: one node per
+``latency.Hierarchical`` group of ranks.
+
+Rule 1: handles compare by the table they refer to; ``INFO_NULL`` is falsy.
 """
 
 from __future__ import annotations
 
-import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ._constants import ERR_ARG, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, MAX_INFO_KEY, MAX_INFO_VAL
+from ._errhandler import (  # noqa: F401 - re-exported: Errhandler used to live here
+    ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler,
+)
+from ._errors import error
+
 
 class Info:
-    """Key/value hints (a dict of strings)."""
+    """Key/value hints (mpi4py's ``MPI.Info``)."""
 
-    __slots__ = ("_items", "_null")
+    __slots__ = ("_items", "__weakref__")
 
     _items: dict[str, str] | None
-    _null: bool
 
     def __new__(cls, info: Info | None = None) -> Info:
+        if info is not None and not isinstance(info, Info):
+            raise TypeError(f"MPI.Info({info!r}): expected an MPI.Info, got {type(info).__name__}")
         self = object.__new__(cls)
         self._items = None if info is None else info._items
-        self._null = info is None or info._null
         return self
 
     @classmethod
     def Create(cls, items: Info | Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> Info:
-        """Return a new info object, optionally filled from ``items``."""
+        """Return a new info object, optionally filled from ``items`` (a mapping or pairs)."""
         self = cls.__new__(cls)
-        self._items, self._null = {}, False
+        self._items = {}
         if items is not None:
             self.update(items)
         return self
 
     @classmethod
     def Create_env(cls, args: Any = None) -> Info:
-        """Return an info object describing the environment (``command``, ``maxprocs``)."""
-        return cls.Create({"maxprocs": os.environ.get("SIMCLUSTER_WORLD_SIZE", "1")})
+        """Return an info object describing how the run was started (MPI-4's ``Info_create_env``)."""
+        return cls.Create(_environment(args))
 
-    def _dict(self) -> dict[str, str]:
+    def _dict(self, call: str) -> dict[str, str]:
         if self._items is None:
-            raise ValueError("INFO_NULL holds no keys; use MPI.Info.Create()")
+            raise error(ERR_ARG, None, f"Info.{call}", "the info is INFO_NULL or was freed",
+                        "use MPI.Info.Create()")
         return self._items
 
     def Free(self) -> None:
-        """Free the info object."""
-        self._items, self._null = None, True
+        """Free the info object; this handle becomes ``INFO_NULL`` (``INFO_ENV`` stays)."""
+        self._dict("Free()")
+        if self is not INFO_ENV:
+            self._items = None
 
-    free = Free
+    def free(self) -> None:
+        """Free the info object when it is not null (never raises)."""
+        if self:
+            self.Free()
 
     def Dup(self) -> Info:
         """Return a copy."""
-        return Info.Create(dict(self._dict()))
-
-    copy = Dup
+        return Info.Create(dict(self._dict("Dup()")))
 
     def Get(self, key: str) -> str | None:
-        """Return the value of ``key`` or None."""
-        return self._dict().get(key)
+        """Return the value of ``key``, or None when it is not set."""
+        table = self._dict(f"Get({key!r})")
+        return table.get(_key(key, f"Get({key!r})"))
 
     def Set(self, key: str, value: str) -> None:
         """Set ``key`` to ``value``."""
-        self._dict()[str(key)] = str(value)
+        call = f"Set({key!r}, {value!r})"
+        table = self._dict(call)
+        value = str(value)
+        if len(value) > MAX_INFO_VAL:
+            raise error(ERR_INFO_VALUE, None, f"Info.{call}", f"the value is longer than "
+                        f"MAX_INFO_VAL ({MAX_INFO_VAL})", "store a shorter value")
+        table[_key(key, call)] = value
 
     def Delete(self, key: str) -> None:
-        """Delete ``key``."""
-        del self._dict()[key]
+        """Delete ``key`` (``ERR_INFO_NOKEY`` when it is not set)."""
+        call = f"Delete({key!r})"
+        table = self._dict(call)
+        if _key(key, call) not in table:
+            raise error(ERR_INFO_NOKEY, None, f"Info.{call}", "the key is not set",
+                        "check with `key in info` first")
+        del table[key]
 
     def Get_nkeys(self) -> int:
         """Return the number of keys."""
-        return len(self._dict())
+        return len(self._dict("Get_nkeys()"))
 
     def Get_nthkey(self, n: int) -> str:
         """Return the ``n``-th key."""
-        return list(self._dict())[n]
+        keys = list(self._dict(f"Get_nthkey({n!r})"))
+        if not 0 <= n < len(keys):
+            raise error(ERR_ARG, None, f"Info.Get_nthkey({n!r})",
+                        f"n must be in range({len(keys)}), the number of keys", "pass a smaller n")
+        return keys[n]
+
+    # ---- object model ----
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Info) and other._items is self._items
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
+
+    def __bool__(self) -> bool:
+        return self._items is not None
+
+    def __repr__(self) -> str:
+        return "<MPI.Info INFO_NULL>" if self._items is None else f"<MPI.Info {self._items!r}>"
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self is INFO_NULL:
+            return "INFO_NULL"
+        if self is INFO_ENV:
+            return "INFO_ENV"
+        if self._items is None:
+            return (type(self), ())
+        if self._items is INFO_ENV._items:
+            return (type(self), (INFO_ENV,))
+        return (_create, (type(self), list(self._items.items())))
+
+    # ---- a mapping's methods ----
 
     def __len__(self) -> int:
         return 0 if self._items is None else len(self._items)
@@ -83,104 +149,95 @@ class Info:
     def __iter__(self) -> Iterator[str]:
         return iter(() if self._items is None else list(self._items))
 
-    def __getitem__(self, key: str) -> str:
-        return self._dict()[key]
-
-    def __setitem__(self, key: str, value: str) -> None:
-        self.Set(key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self.Delete(key)
-
     def __contains__(self, key: object) -> bool:
         return self._items is not None and key in self._items
 
-    def __bool__(self) -> bool:
-        return not self._null
+    def _mapping(self, key: object) -> dict[str, str]:
+        if self._items is None:
+            raise KeyError(key)
+        return self._items
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Info) and other._items is self._items and other._null == self._null
+    def __getitem__(self, key: str) -> str:
+        return self._mapping(key)[key]
 
-    __hash__ = object.__hash__
+    def __setitem__(self, key: str, value: str) -> None:
+        self._mapping(key)
+        self.Set(key, value)
 
-    def __repr__(self) -> str:
-        return "<MPI.Info INFO_NULL>" if self._null else f"<MPI.Info {self._items!r}>"
+    def __delitem__(self, key: str) -> None:
+        del self._mapping(key)[key]
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """Return the value of ``key`` or ``default``."""
-        return self._dict().get(key, default)
+        return default if self._items is None else self._items.get(key, default)
 
     def keys(self) -> list[str]:
         """Return the keys."""
-        return list(self._dict())
+        return list(self)
 
     def values(self) -> list[str]:
         """Return the values."""
-        return list(self._dict().values())
+        return [] if self._items is None else list(self._items.values())
 
     def items(self) -> list[tuple[str, str]]:
         """Return the ``(key, value)`` pairs."""
-        return list(self._dict().items())
+        return [] if self._items is None else list(self._items.items())
 
     def update(self, items: Any = (), **kwds: str) -> None:
-        """Set several keys."""
+        """Set several keys from a mapping or ``(key, value)`` pairs, and keywords."""
+        self._mapping(None)
         pairs = items.items() if hasattr(items, "items") else items
         for k, v in [*pairs, *kwds.items()]:
             self.Set(k, v)
 
     def pop(self, key: str, *default: str) -> str:
-        """Remove ``key`` and return its value."""
-        return self._dict().pop(key, *default)
+        """Remove ``key`` and return its value (or ``default``)."""
+        if self._items is None and default:
+            return default[0]
+        return self._mapping(key).pop(key, *default)
 
     def popitem(self) -> tuple[str, str]:
         """Remove and return a ``(key, value)`` pair."""
-        return self._dict().popitem()
+        return self._mapping(None).popitem()
+
+    def copy(self) -> Info:
+        """Return a copy (``INFO_NULL`` copies to a null handle)."""
+        return Info() if self._items is None else self.Dup()
 
     def clear(self) -> None:
         """Remove every key."""
-        self._dict().clear()
+        if self._items is not None:
+            self._items.clear()
+
+
+def _key(key: object, call: str) -> str:
+    text = str(key)
+    if not text or len(text) > MAX_INFO_KEY:
+        raise error(ERR_INFO_KEY, None, f"Info.{call}", f"a key must have 1 to MAX_INFO_KEY "
+                    f"({MAX_INFO_KEY}) characters", "use a shorter key")
+    return text
+
+
+def _create(cls: type[Info], pairs: list[tuple[str, str]]) -> Info:
+    info = Info.Create(pairs)
+    if cls is not Info:
+        info = cls(info)
+    return info
+
+
+def _environment(args: Any = None) -> dict[str, str]:
+    """The keys of ``INFO_ENV``: the command, its arguments, the number of ranks, the thread level."""
+    argv = list(sys.argv) if args is None else [args] if isinstance(args, str) else list(args)
+    env = {"command": argv[0] if argv else sys.executable, "thread_level": "MPI_THREAD_SINGLE"}
+    if len(argv) > 1:
+        env["argv"] = " ".join(argv[1:])
+    return env
 
 
 INFO_NULL = Info()
-INFO_ENV = Info.Create()
+INFO_ENV = Info.Create(_environment())
 
 
-class Errhandler:
-    """An error handler (errors are always raised as Python exceptions here)."""
-
-    __slots__ = ("_name",)
-
-    _name: str
-
-    def __new__(cls, errhandler: Errhandler | None = None) -> Errhandler:
-        self = object.__new__(cls)
-        self._name = "MPI_ERRHANDLER_NULL" if errhandler is None else errhandler._name
-        return self
-
-    @classmethod
-    def _named(cls, name: str) -> Errhandler:
-        self = cls.__new__(cls)
-        self._name = name
-        return self
-
-    def Free(self) -> None:
-        """Free the handler."""
-
-    free = Free
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Errhandler) and other._name == self._name
-
-    __hash__ = object.__hash__
-
-    def __bool__(self) -> bool:
-        return self._name != "MPI_ERRHANDLER_NULL"
-
-    def __repr__(self) -> str:
-        return f"<MPI.Errhandler {self._name}>"
-
-
-ERRHANDLER_NULL = Errhandler()
-ERRORS_RETURN = Errhandler._named("MPI_ERRORS_RETURN")
-ERRORS_ABORT = Errhandler._named("MPI_ERRORS_ABORT")
-ERRORS_ARE_FATAL = Errhandler._named("MPI_ERRORS_ARE_FATAL")
+def Get_hw_resource_info() -> Info:
+    """Return the simulated hardware: ``mpi_hw_resource_type`` is ``mpi_shared_memory`` (nodes)."""
+    return Info.Create({"mpi_hw_resource_type": "mpi_shared_memory"})

@@ -55,9 +55,13 @@ class Message:
         return self._req is not None or self._null
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Message) and other._req is self._req and other._null == self._null
+        if not isinstance(other, Message):
+            return NotImplemented
+        return other._req is self._req and other._null == self._null
 
     def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
         return not self == other
 
     __hash__ = object.__hash__

@@ -79,7 +79,7 @@ class ObjectCollectives:
         r = check_root(st, root, lambda: call)
         objs = None
         if sc.rank == r:
-            items = list(sendobj) if sendobj is not None else []
+            items = list(sendobj) if sendobj is not None else [None] * sc.size  # as mpi4py
             if len(items) != sc.size:
                 raise ValueError(f"rank {sc.rank}: {call}: expecting {sc.size} items, got "
                                  f"{len(items)}; pass one object per rank")
@@ -104,7 +104,7 @@ class ObjectCollectives:
         call = "alltoall()"
         st = self._begin(call)
         sc = st.sc
-        items = list(sendobj)
+        items = list(sendobj) if sendobj is not None else [None] * sc.size  # as mpi4py
         if len(items) != sc.size:
             raise ValueError(f"rank {sc.rank}: {call}: expecting {sc.size} items, got {len(items)}; "
                              "pass one object per rank")

@@ -35,6 +35,7 @@ from ..ops import ReduceOp
 from ._datatypes import Datatype
 from ._constants import ERR_OP
 from ._errors import error
+from ._limits import UserSlots
 
 _ids = itertools.count(1)
 
@@ -85,7 +86,7 @@ class Op:
     """A reduction operation (predefined, or made by ``Op.Create``)."""
 
     __slots__ = ("_id", "_name", "_py", "_reduce", "_commute", "_fn", "_freed", "_predefined",
-                 "_buffer_ops")
+                 "_buffer_ops", "_slot", "__weakref__")
 
     _id: int
     _name: str
@@ -98,10 +99,13 @@ class Op:
     _buffer_ops: dict[int, ReduceOp]
 
     def __new__(cls, op: Op | None = None) -> Op:
+        if op is not None and not isinstance(op, Op):
+            raise TypeError(f"MPI.Op({op!r}): expected an MPI.Op, got {type(op).__name__}")
         self = object.__new__(cls)
         source = OP_NULL if op is None else op
-        for slot in Op.__slots__:
+        for slot in Op.__slots__[:-1]:
             object.__setattr__(self, slot, getattr(source, slot))
+        self._slot = None  # only the handle Create returned holds the user-op slot
         return self
 
     @classmethod
@@ -117,6 +121,7 @@ class Op:
         self._freed = False
         self._predefined = True
         self._buffer_ops = {}
+        self._slot = None
         return self
 
     @classmethod
@@ -129,17 +134,20 @@ class Op:
         if not callable(function):
             raise TypeError(f"Op.Create(function={function!r}): function must be callable as "
                             "function(invec, inoutvec, datatype)")
+        slot = _USER_OPS.take("Op.Create()")
         self = cls._make(getattr(function, "__name__", "user_op"), None, None, bool(commute))
         self._fn = function
         self._predefined = False
+        self._slot = slot
         return self
 
     def __call__(self, x: Any, y: Any) -> Any:
         """Return ``x op y`` on Python objects (``x`` from the lower rank)."""
         if self._fn is not None:
             return self._fn(x, y, None)
-        if self._py is None:
-            raise error(ERR_OP, None, "Op.__call__()", "OP_NULL cannot reduce", "pass a real op")
+        if self._py is None or self._freed:
+            raise ValueError(f"{self._name}(x, y): a null or freed op cannot reduce; pass a live "
+                             "op such as MPI.SUM")
         return self._py(x, y)
 
     def __eq__(self, other: object) -> bool:
@@ -148,8 +156,7 @@ class Op:
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return self._id
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
 
     def __bool__(self) -> bool:
         return self._name != "MPI_OP_NULL" and not self._freed
@@ -159,8 +166,11 @@ class Op:
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self._predefined:
-            return self._name.removeprefix("MPI_")
-        raise TypeError(f"cannot pickle user op {self!r}; create it on every rank")
+            name = self._name.removeprefix("MPI_")
+            return name if self is _PREDEFINED.get(name) else (type(self), (_PREDEFINED[name],))
+        if self._fn is None or self._freed:
+            raise ValueError(f"cannot pickle {self!r}: it was freed")
+        return (_recreate, (self._fn, self._commute))  # a new op of the same function, as mpi4py
 
     def Is_commutative(self) -> bool:
         """Return whether the op is commutative."""
@@ -174,9 +184,23 @@ class Op:
         if self._predefined:
             raise error(ERR_OP, None, f"{self._name}.Free()", "a predefined op cannot be freed",
                         "free only ops made by Op.Create")
+        if self._freed:
+            raise error(ERR_OP, None, f"{self._name}.Free()", "the op was freed already",
+                        "free each op once")
         self._freed = True
+        if self._slot is not None:
+            _USER_OPS.give_back(self._slot)
+            self._slot = None
 
-    free = Free
+    def free(self) -> None:
+        """Free the op, never raising: this handle becomes ``OP_NULL`` (a predefined constant stays)."""
+        if self is _PREDEFINED.get(self._name.removeprefix("MPI_")):
+            return
+        if not self._predefined and not self._freed:
+            self.Free()
+        for slot in Op.__slots__[:-1]:
+            object.__setattr__(self, slot, getattr(OP_NULL, slot))
+        self._slot = None
 
     def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
         """Apply the op locally: ``inoutbuf = inbuf op inoutbuf`` elementwise."""
@@ -277,6 +301,14 @@ NO_OP = Op._make("MPI_NO_OP", lambda x, y: x,
                  commute=False)
 
 OP_NULL._predefined = True
+_PREDEFINED = {op._name.removeprefix("MPI_"): op for op in (
+    OP_NULL, MAX, MIN, SUM, PROD, LAND, BAND, LOR, BOR, LXOR, BXOR, MAXLOC, MINLOC, REPLACE, NO_OP)}
+_USER_OPS = UserSlots("user-defined ops", 32, "Free() ops you no longer use")
+
+
+def _recreate(function: Callable[..., Any], commute: bool) -> Op:
+    """Unpickle a user op: ``Op.Create`` of its function on the receiving side."""
+    return Op.Create(function, commute)
 
 
 def as_object_op(op: object, rank: int, call: str) -> tuple[Callable[[Any, Any], Any], bool, str]:

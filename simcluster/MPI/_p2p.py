@@ -27,20 +27,27 @@ only by the receive that completes (receives), as MPI allows.
 
 from __future__ import annotations
 
+import sys
+import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import payload as _payload
 from ._blocking import block, block_receive, poll
-from ._buffers import Buf, message
-from ._constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, ERR_BUFFER
+from ._buffers import BUFFER_AUTOMATIC, Buf, message
+from ._constants import (
+    ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, ERR_BUFFER, ERR_COUNT, ERR_TRUNCATE,
+)
 from ._errors import error
 from ._message import Message
 from ._pickle import check_transport, dumps, loads
 from ._requests import Finish, Prequest, Request, _Immediate, _noop
 from ._state import CommState, dest, recv_tag, send_tag, source
 from ._status import Status
+
+from ..request import Request as ScRequestType
 
 if TYPE_CHECKING:
     from ..request import Request as ScRequest
@@ -59,10 +66,35 @@ def _obj(obj: object) -> str:
     return type(obj).__name__
 
 
+def _room(buf: Any, rank: int, call: str, warn: bool) -> int | None:
+    """The bytes a lowercase receive's ``buf`` holds (an int, or a writable buffer), None for
+    no ``buf``; mpi4py 4 warns that ``recv``'s ``buf`` is deprecated."""
+    if buf is None:
+        return None
+    if warn:
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
+    if not isinstance(buf, bool) and hasattr(buf, "__index__"):
+        return int(buf.__index__())
+    try:
+        return memoryview(buf).nbytes
+    except TypeError:
+        raise TypeError(f"rank {rank}: {call}: buf must be None, a size in bytes or a writable "
+                        f"buffer, got {type(buf).__name__}; leave buf out (pickles are sized on "
+                        "arrival)") from None
+
+
+def _load(data: Any, room: int | None, rank: int, call: Callable[[], str]) -> Any:
+    """Unpickle a lowercase receive's bytes: an empty message is None, as in mpi4py."""
+    n = len(data)
+    if room is not None and n > room:
+        raise error(ERR_TRUNCATE, rank, call(), f"the message is {n} bytes but buf holds {room}",
+                    "leave buf out: pickles are sized on arrival")
+    return None if n == 0 else loads(data)
+
+
 def _iprobe(sc: Any, s: int, t: int, call: Any) -> Any:
-    """simcluster's iprobe: a rank that polls it in a loop without waiting is told what to do."""
-    return poll(lambda: sc.iprobe(s, t), call, "call Probe() or Recv() to wait for the message, or "
-                "time.sleep(dt) between probes (a rank's time.sleep is virtual)")
+    """simcluster's iprobe: finding nothing costs the rank the run's poll_cost of virtual time."""
+    return poll(lambda: sc.iprobe(s, t), lambda: sc.probe(s, t), call)
 
 
 def _proc_null(peer: object) -> bool:
@@ -135,9 +167,14 @@ class PointToPoint:
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Status | None = None) -> Any:
-        """Receive a Python object and return it (``buf`` is not needed: pickles are sized on arrival)."""
+        """Receive a Python object and return it.
+
+        ``buf`` is not needed (pickles are sized on arrival): mpi4py 4 deprecates it with a
+        ``UserWarning``; given, a message larger than it is ``ERR_TRUNCATE``.
+        """
         st, call, s, t = self._recv_args("recv", source, tag)
         check_transport(st.sc, call)
+        room = _room(buf, st.sc.rank, call(), True)
         st.rank_state.reap()
         if s is None:
             if status is not None:
@@ -150,16 +187,18 @@ class PointToPoint:
             req = sc.irecv(src=s, tag=t)
             data = block_receive(req, sc.rank, call)
             _fill(status, req)
-        return loads(data)
+        return _load(data, room, sc.rank, call)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving a Python object; ``req.wait()`` returns it."""
         st, call, s, t = self._recv_args("irecv", source, tag)
         check_transport(st.sc, call)
+        rank = st.sc.rank
+        room = _room(buf, rank, call(), False)
         if s is None:
-            return Request._of(_Immediate(None, True), st.sc.rank, call)
-        return Request._of(st.sc.irecv(src=s, tag=t), st.sc.rank, call, lambda raw, _: loads(raw),
-                           owner=st.rank_state)
+            return Request._of(_Immediate(None, True), rank, call)
+        return Request._of(st.sc.irecv(src=s, tag=t), rank, call,
+                           lambda raw, _: _load(raw, room, rank, call), owner=st.rank_state)
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
@@ -289,7 +328,8 @@ class PointToPoint:
     def _bsend(self, st: CommState, b: Buf, data: Any, d: int, t: int, call: Any) -> None:
         rs = st.rank_state
         need = b.nbytes + BSEND_OVERHEAD
-        size = 0 if rs.bsend is None else len(memoryview(rs.bsend).cast("B"))
+        size = (0 if rs.bsend is None else sys.maxsize if rs.bsend is BUFFER_AUTOMATIC
+                else len(memoryview(rs.bsend).cast("B")))
         if rs.bsend_used + need > size:
             raise error(ERR_BUFFER, st.sc.rank, call(), f"the buffered send needs {need} bytes "
                         f"(data + MPI.BSEND_OVERHEAD) but the attached buffer has "
@@ -377,6 +417,7 @@ class PointToPoint:
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
         """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
+        self._send_buf(sendbuf, dest, sendtag, "Sendrecv")  # a bad send buffer fails before the receive is posted
         rreq = self.Irecv(recvbuf, source, recvtag)
         sreq = self.Isend(sendbuf, dest, sendtag)
         Request.Waitall([rreq, sreq], [status if status is not None else Status(), Status()])
@@ -393,6 +434,77 @@ class PointToPoint:
         sreq = (Request._of(_Immediate(), st.sc.rank, call) if d is None
                 else Request._of(st.sc.isend(copy, d, t), st.sc.rank, call))
         Request.Waitall([rreq, sreq], [status if status is not None else Status(), Status()])
+
+    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        """Start ``Sendrecv``: the request completes once both the send and the receive have."""
+        self._send_buf(sendbuf, dest, sendtag, "Isendrecv")  # a bad send buffer fails first
+        rreq = self.Irecv(recvbuf, source, recvtag)
+        sreq = self.Isend(sendbuf, dest, sendtag)
+        return _joined(rreq, sreq, lambda: f"Isendrecv(dest={dest!r}, source={source!r})",
+                       self._st)
+
+    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                          recvtag: int = ANY_TAG) -> Request:
+        """Start ``Sendrecv_replace``: ``buf`` is sent as it is now, then refilled by the receive."""
+        st, call, d, t, b = self._send_buf(buf, dest, sendtag, "Isendrecv_replace")
+        sreq = self._send_copy(st, call, d, t, b)
+        rreq = self.Irecv(buf, source, recvtag)
+        return _joined(rreq, sreq, call, st)
+
+    def _send_copy(self, st: CommState, call: Any, d: int | None, t: int, b: Buf | None) -> Request:
+        """Send a copy of ``b``'s items now (the buffer is about to be received into)."""
+        if d is None or b is None:
+            return Request._of(_Immediate(), st.sc.rank, call)
+        data = b.take(b.displ, b.count)
+        copy = np.array(data, copy=True) if isinstance(data, np.ndarray) else data
+        return Request._of(st.sc.isend(copy, d, t), st.sc.rank, call, owner=st.rank_state)
+
+    # ---- partitioned communication (MPI-4) ----
+
+    def Psend_init(self, buf: Any, partitions: int, dest: int, tag: int = 0,
+                   info: Any = None) -> Prequest:
+        """Return a partitioned send request: ``buf`` split into ``partitions`` equal parts.
+
+        Each ``Start`` begins a send of the buffer's contents; the message leaves, whole, when
+        the last partition is marked ready (``Pready``, ``Pready_range``, ``Pready_list``).
+        """
+        st, call, _, _, b = self._send_buf(buf, dest, tag, "Psend_init")
+        n = self._partitions(st, partitions, b, call)
+
+        def start() -> tuple[Any, Finish]:
+            req = self._start_send(buf, dest, tag, "Isend")
+            return req._req, req._finish
+        return Prequest._persistent(start, st.sc.rank, call, st.rank_state, n, send=True)
+
+    def Precv_init(self, buf: Any, partitions: int, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+                   info: Any = None) -> Prequest:
+        """Return a partitioned receive request; each ``Start`` posts a receive into ``buf``.
+
+        ``Parrived(i)`` tells whether partition ``i`` has arrived: here every partition arrives
+        with the whole message.
+        """
+        st, call, _, _, b = self._recv_buf(buf, source, tag, "Precv_init")
+        n = self._partitions(st, partitions, b, call)
+
+        def start() -> tuple[Any, Finish]:
+            req = self.Irecv(buf, source, tag)
+            return req._req, req._finish
+        return Prequest._persistent(start, st.sc.rank, call, st.rank_state, n, send=False)
+
+    @staticmethod
+    def _partitions(st: CommState, partitions: Any, b: Buf | None, call: Any) -> int:
+        """Check a partition count: at least 1, and it divides the buffer's items."""
+        if isinstance(partitions, bool) or not hasattr(partitions, "__index__") or (
+                partitions.__index__() < 1):
+            raise error(ERR_COUNT, st.sc.rank, call(), f"partitions must be an int >= 1, got "
+                        f"{partitions!r}", "split the buffer into 1 or more partitions")
+        n = int(partitions.__index__())
+        if b is not None and b.count % n:
+            raise error(ERR_COUNT, st.sc.rank, call(), f"{b.count} items do not split into "
+                        f"{n} equal partitions", "pass a buffer whose item count partitions "
+                        "divides")
+        return n
 
     # ---- persistent requests ----
 
@@ -433,3 +545,15 @@ class PointToPoint:
             return req._req, req._finish
         return Prequest._persistent(start, st.sc.rank, call, st.rank_state)
 
+
+
+def _joined(rreq: Request, sreq: Request, call: Callable[[], str], st: CommState) -> Request:
+    """One request for a receive and a send (``Isendrecv``): done when both are."""
+    also = (sreq._req,) if isinstance(sreq._req, ScRequestType) else ()
+    if not isinstance(rreq._req, ScRequestType):
+        if not also:
+            return rreq
+        # the receive is from PROC_NULL: the send is the request, reporting what the receive did
+        return Request._of(also[0], st.sc.rank, call, lambda raw, status: None,
+                           owner=st.rank_state)._null_status()
+    return Request._of(rreq._req, st.sc.rank, call, rreq._finish, owner=st.rank_state, also=also)

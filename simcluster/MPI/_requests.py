@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import _sync
 from .. import request as _sc
 from ._blocking import block, poll, receive_error
-from ._constants import ERR_REQUEST, PROC_NULL, UNDEFINED
+from ._constants import ERR_ARG, ERR_REQUEST, PROC_NULL, UNDEFINED
 from ._errors import error
 from ._status import Status
 
@@ -45,6 +46,18 @@ class _Immediate:
         self.null_source = null_source  # a receive from PROC_NULL: source=PROC_NULL in its status
 
 
+class _Deferred:
+    """A started partitioned send whose partitions are not all ``Pready`` yet: nothing sent so far."""
+
+    __slots__ = ("ready",)
+
+    def __init__(self) -> None:
+        self.ready: set[int] = set()
+
+    def done(self) -> bool:
+        return False
+
+
 def _noop(value: Any, status: Any) -> Any:
     return value
 
@@ -52,16 +65,20 @@ def _noop(value: Any, status: Any) -> Any:
 class Request:
     """A nonblocking operation's handle (mpi4py's ``MPI.Request``)."""
 
-    __slots__ = ("_req", "_finish", "_rank", "_call", "_alive", "_owner", "__weakref__")
+    __slots__ = ("_req", "_finish", "_rank", "_call", "_alive", "_owner", "_also", "__weakref__")
 
-    _req: ScRequest[Any] | _Immediate | None
+    _family = "Request"  # what a copy constructor converts: see _convertible
+    _req: ScRequest[Any] | _Immediate | _Deferred | Any | None
     _finish: Finish
     _rank: int
     _call: Callable[[], str]
     _alive: bool
     _owner: Any
+    _also: tuple[ScRequest[Any], ...]  # more operations that complete with this one (Isendrecv)
 
     def __new__(cls, request: Request | None = None) -> Request:
+        if request is not None:
+            _convertible(request, cls)
         self = object.__new__(cls)
         self._req = None
         self._finish = _noop
@@ -69,17 +86,20 @@ class Request:
         self._call = lambda: "request"
         self._alive = False
         self._owner = None  # the rank's state, for Free() of a pending request
+        self._also = ()
         if request is not None:
             self._req, self._finish, self._rank = request._req, request._finish, request._rank
             self._call, self._alive, self._owner = request._call, request._alive, request._owner
+            self._also = request._also
         return self
 
     @classmethod
     def _of(cls, req: ScRequest[Any] | _Immediate, rank: int, call: Callable[[], str],
-            finish: Finish = _noop, owner: Any = None) -> Request:
+            finish: Finish = _noop, owner: Any = None, also: tuple[ScRequest[Any], ...] = ()
+            ) -> Request:
         self = cls.__new__(cls)
         self._req, self._rank, self._call, self._finish, self._alive = req, rank, call, finish, True
-        self._owner = owner
+        self._owner, self._also = owner, also
         return self
 
     # ---- state ----
@@ -95,9 +115,19 @@ class Request:
         return self._alive == other._alive and self._req is other._req
 
     def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
         return not self == other
 
     __hash__ = object.__hash__
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self is REQUEST_NULL:
+            return "REQUEST_NULL"
+        if not self._alive:
+            return (type(self), ())
+        raise ValueError(f"cannot serialize {self!r}: a pending request belongs to the rank "
+                         "that started it; wait for it and send its result instead")
 
     def __repr__(self) -> str:
         if not self._alive:
@@ -107,7 +137,27 @@ class Request:
 
     def _done(self) -> bool:
         req = self._req
-        return req is None or isinstance(req, _Immediate) or req.done()
+        return req is None or isinstance(req, _Immediate) or (
+            req.done() and all(a.done() for a in self._also))
+
+    def _pending(self) -> ScRequest[Any] | None:
+        """The first of this request's simcluster operations still pending, if any."""
+        req = self._req
+        if isinstance(req, ScRequest):
+            for r in (req, *self._also):
+                if not r.done():
+                    return r
+        return None
+
+    def _never(self, call: str) -> Exception:
+        """The error of waiting for a request that nothing else can complete."""
+        return error(ERR_REQUEST, self._rank, f"{call} of {self._call()}", "the partitioned send "
+                     f"has partitions {sorted(set(range(self._parts())) - self._req.ready)} not "  # type: ignore[union-attr]
+                     "marked ready, so it would wait forever", "call Pready (or Pready_range, "
+                     "Pready_list) for every partition before waiting")
+
+    def _parts(self) -> int:
+        return 0
 
     def _active(self) -> bool:
         return self._alive and self._req is not None
@@ -125,9 +175,13 @@ class Request:
             value = req.value
             if status is not None:
                 status._null() if req.null_source else status._clear()
+        elif isinstance(req, _Deferred):
+            raise self._never("Wait()")
         else:
             try:
                 raw = block(req)
+                for companion in self._also:
+                    block(companion)
             except (Exception) as exc:
                 self._retire()
                 converted = receive_error(exc, self._rank, self._call)
@@ -173,7 +227,9 @@ class Request:
         req = self._req
         if req is None or isinstance(req, _Immediate):
             return True
-        return req.done() or _poll(self, name)
+        if isinstance(req, _Deferred):
+            return False
+        return self._pending() is None or _poll(self, name)
 
     def Get_status(self, status: Status | None = None) -> bool:
         """Return whether the operation has completed, without completing it (fills ``status``)."""
@@ -182,7 +238,9 @@ class Request:
             if status is not None:
                 status._null() if isinstance(req, _Immediate) and req.null_source else status._clear()
             return True
-        if not req.done():
+        if isinstance(req, _Deferred):
+            return False
+        if self._pending() is not None:
             _poll(self, "Get_status")
             return False
         if status is not None:
@@ -206,7 +264,8 @@ class Request:
         """Drop the handle; a pending operation still completes (its messages still arrive)."""
         req = self._req
         if isinstance(req, ScRequest) and self._owner is not None:
-            self._owner.adopt(req)
+            for r in (req, *self._also):
+                self._owner.adopt(r)
         self._req = None
         self._alive = False
 
@@ -242,14 +301,15 @@ class Request:
     def waitall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> list[Any]:
         """Wait for every request; return their objects."""
         reqs = _checked(requests, "waitall")
-        pending = [r._req for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
+        pending = [p for r in reqs if isinstance(r._req, ScRequest)
+                   for p in (r._req, *r._also) if not p.done()]
         if len(pending) > 1:
             try:
                 block(_sc.wait_all(pending))
             except Exception:  # noqa: BLE001 - raised again below, by the request that failed
                 pass
         _fit(statuses, len(reqs))
-        return [r._complete(statuses[i] if statuses is not None else None) for i, r in enumerate(reqs)]
+        return [r._complete(_slot(statuses, i)) for i, r in enumerate(reqs)]
 
     @classmethod
     def Waitany(cls, requests: Sequence[Request], status: Status | None = None) -> int:
@@ -266,10 +326,7 @@ class Request:
                 status._clear()
             return (UNDEFINED, None)
         if not any(r._done() for _, r in active):
-            try:
-                block(_sc.wait_any([r._req for _, r in active]))  # type: ignore[misc]
-            except Exception:  # noqa: BLE001 - raised again below
-                pass
+            _wait_any(active)
         for i, r in active:
             if r._done():
                 return (i, r._complete(status))
@@ -290,10 +347,7 @@ class Request:
         if not active:
             return (None, None)
         if not any(r._done() for _, r in active):
-            try:
-                block(_sc.wait_any([r._req for _, r in active]))  # type: ignore[misc]
-            except Exception:  # noqa: BLE001 - raised again below
-                pass
+            _wait_any(active)
         return _collect(active, statuses)
 
     @classmethod
@@ -306,12 +360,12 @@ class Request:
                 ) -> tuple[bool, list[Any] | None]:
         """Return ``(True, objects)`` once every request has completed, else ``(False, None)``."""
         reqs = _checked(requests, "testall")
-        pending = [r for r in reqs if isinstance(r._req, ScRequest) and not r._req.done()]
+        pending = [r for r in reqs if r._pending() is not None]
         if pending:
             _poll(pending[0], "Testall")
             return (False, None)
         _fit(statuses, len(reqs))
-        return (True, [r._complete(statuses[i] if statuses is not None else None)
+        return (True, [r._complete(_slot(statuses, i))
                        for i, r in enumerate(reqs)])
 
     @classmethod
@@ -359,7 +413,7 @@ class Request:
         """Return whether every request has completed, without completing them."""
         reqs = _checked(requests, "Get_status_all")
         _fit(statuses, len(reqs))
-        flags = [r.Get_status(statuses[i] if statuses is not None else None)
+        flags = [r.Get_status(_slot(statuses, i))
                  for i, r in enumerate(reqs)]
         return all(flags)
 
@@ -372,11 +426,14 @@ class Request:
         reqs = _checked(requests, "Get_status_any")
         active = [(i, r) for i, r in enumerate(reqs) if r._active()]
         if not active:
+            if status is not None:
+                status._clear()
             return (UNDEFINED, True)
         for i, r in active:
             if r._done():
                 r.Get_status(status)
                 return (i, True)
+        _poll(active[0][1], "Get_status_any")
         return (UNDEFINED, False)
 
     get_status_any = Get_status_any
@@ -389,20 +446,49 @@ class Request:
         active = [(i, r) for i, r in enumerate(reqs) if r._active()]
         if not active:
             return None
-        return [i for i, r in active if r._done()]
+        if not any(r._done() for _, r in active):
+            _poll(active[0][1], "Get_status_some")
+        done = [(i, r) for i, r in active if r._done()]
+        _fit(statuses, len(done))
+        for k, (_, r) in enumerate(done):
+            r.Get_status(_slot(statuses, k))
+        return [i for i, _ in done]
 
     get_status_some = Get_status_some
 
 
 def _poll(r: Request, name: str) -> bool:
-    """simcluster's test() of ``r``'s pending request: never blocks; counts polls so that an
-    endless loop is reported, as the error of ``name`` (``Test``, ``Testall``, ...)."""
-    req = r._req
-    if not isinstance(req, ScRequest) or req.done():
+    """simcluster's test() of ``r``'s pending request for ``name`` (``Test``, ``Testall``, ...):
+    finding it pending costs the rank the run's poll_cost of virtual time."""
+    req = r._pending()
+    if req is None:
         return True
-    return poll(req.test, lambda: f"{name}() of {r._call()}",
-                "call Wait() or Waitall(), or time.sleep(dt) between tests (a rank's time.sleep is "
-                "virtual)")
+    return (poll(req.test, lambda: _sync.Until(req), lambda: f"{name}() of {r._call()}")
+            and r._pending() is None)
+
+
+def _wait_any(active: list[tuple[int, Request]]) -> None:
+    """Block until one of the active requests is done; one that never can be is the error of
+    completing it (a generalized request nobody completes, a partitioned send not Pready)."""
+    pending = [p for _, r in active if (p := r._pending()) is not None]
+    if not pending:
+        active[0][1]._complete(None)  # raises: nothing else can complete it
+        return
+    try:
+        block(_sc.wait_any(pending))
+    except Exception:  # noqa: BLE001 - raised again by the request that failed
+        pass
+
+
+def _convertible(request: object, cls: type[Request]) -> None:
+    """mpi4py's copy constructors: any request converts to ``Request``; a ``Prequest`` does not
+    become a ``Grequest`` nor the other way round."""
+    if not isinstance(request, Request):
+        raise TypeError(f"MPI.{cls.__name__}({request!r}): expected an MPI.Request, got "
+                        f"{type(request).__name__}")
+    if cls._family != "Request" and request._family not in ("Request", cls._family):
+        raise TypeError(f"MPI.{cls.__name__}(request): cannot convert an "
+                        f"MPI.{type(request).__name__} to an MPI.{cls.__name__}")
 
 
 def _checked(requests: Sequence[Request], call: str) -> list[Request]:
@@ -415,10 +501,18 @@ def _checked(requests: Sequence[Request], call: str) -> list[Request]:
     return reqs
 
 
-def _fit(statuses: list[Status] | None, n: int) -> None:
-    if statuses is not None:
+def _fit(statuses: Sequence[Status] | None, n: int) -> None:
+    """Grow a list of statuses to ``n`` (as mpi4py does); other sequences are filled as far as they go."""
+    if isinstance(statuses, list):
         while len(statuses) < n:
             statuses.append(Status())
+
+
+def _slot(statuses: Sequence[Status] | None, i: int) -> Status | None:
+    """The status to fill for request ``i``: None without statuses or past a sequence's end."""
+    if statuses is None or i >= len(statuses):
+        return None
+    return statuses[i]
 
 
 def _collect(active: list[tuple[int, Request]], statuses: list[Status] | None
@@ -426,30 +520,47 @@ def _collect(active: list[tuple[int, Request]], statuses: list[Status] | None
     done = [(i, r) for i, r in active if r._done()]
     if statuses is not None:
         _fit(statuses, len(done))
-    values = [r._complete(statuses[k] if statuses is not None else None)
+    values = [r._complete(_slot(statuses, k))
               for k, (_, r) in enumerate(done)]
     return ([i for i, _ in done], values)
 
 
 class Prequest(Request):
-    """A persistent request (``Send_init``/``Recv_init``): ``Start`` it, wait, start it again."""
+    """A persistent request (``Send_init``/``Recv_init``, ``Psend_init``/``Precv_init``, the
+    ``*_init`` collectives): ``Start`` it, wait, start it again.
 
-    __slots__ = ("_start",)
+    A partitioned send (``Psend_init``) sends nothing at ``Start``: the message leaves, whole,
+    once every partition has been marked ready (``Pready``, ``Pready_range``, ``Pready_list``).
+    A partitioned receive posts its receive at ``Start``; ``Parrived(i)`` says whether the
+    message, and so partition ``i``, has arrived.
+    """
 
-    _start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]] | None
+    __slots__ = ("_start", "_partitions", "_send")
+
+    _family = "Prequest"
+    _start: Callable[[], tuple[Any, Finish]] | None
+    _partitions: int  # 0: not partitioned
+    _send: bool  # a partitioned send (Pready applies) rather than a receive (Parrived applies)
 
     def __new__(cls, request: Request | None = None) -> Prequest:
         self = super().__new__(cls, request)
         assert isinstance(self, Prequest)
         self._start = getattr(request, "_start", None)
+        self._partitions = getattr(request, "_partitions", 0)
+        self._send = getattr(request, "_send", False)
         return self
 
     @classmethod
-    def _persistent(cls, start: Callable[[], tuple[ScRequest[Any] | _Immediate, Finish]], rank: int,
-                    call: Callable[[], str], owner: Any) -> Prequest:
+    def _persistent(cls, start: Callable[[], tuple[Any, Finish]], rank: int,
+                    call: Callable[[], str], owner: Any, partitions: int = 0,
+                    send: bool = False) -> Prequest:
         self = cls.__new__(cls)
         self._start, self._rank, self._call, self._alive, self._owner = start, rank, call, True, owner
+        self._partitions, self._send = partitions, send
         return self
+
+    def _parts(self) -> int:
+        return self._partitions
 
     def Start(self) -> None:
         """Start the operation again (it must be inactive)."""
@@ -459,7 +570,10 @@ class Prequest(Request):
         if self._req is not None:
             raise error(ERR_REQUEST, self._rank, f"Prequest.Start() of {self._call()}",
                         "the request is still active", "Wait or Test it before starting it again")
-        self._req, self._finish = self._start()
+        if self._partitions and self._send:
+            self._req, self._finish = _Deferred(), _noop
+        else:
+            self._req, self._finish = self._start()
 
     @classmethod
     def Startall(cls, requests: Sequence[Prequest]) -> None:
@@ -475,23 +589,64 @@ class Prequest(Request):
         super().Free()
         self._start = None
 
+    # ---- partitioned communication ----
 
-class Grequest(Request):
-    """Generalized requests (``Grequest.Start``): not simulated."""
+    def _partition(self, call: str, send: bool, partition: Any) -> int:
+        """Check a partition number against the request, for ``call``."""
+        if not self._partitions or self._send != send:
+            want = "Psend_init" if send else "Precv_init"
+            raise error(ERR_REQUEST, self._rank, f"Prequest.{call}", f"the request is not a "
+                        f"partitioned {'send' if send else 'receive'} ({self._call()})",
+                        f"call it on a request {want} returned")
+        if isinstance(partition, bool) or not hasattr(partition, "__index__") or not (
+                0 <= partition.__index__() < self._partitions):
+            raise error(ERR_ARG, self._rank, f"Prequest.{call}", f"partition {partition!r} is "
+                        f"not in range({self._partitions})", "number partitions from 0")
+        return int(partition.__index__())
 
-    __slots__ = ()
+    def Pready(self, partition: int) -> None:
+        """Mark one partition of a started partitioned send ready; the last one sends the message.
 
-    @classmethod
-    def Start(cls, *args: Any, **kwargs: Any) -> Grequest:
-        """Not simulated: raises NotImplementedError."""
-        raise NotImplementedError("MPI.Grequest.Start(): generalized requests are not simulated by "
-                                  "simcluster; use Isend/Irecv or nonblocking collectives")
+        Raises:
+            MPI.Exception: ``ERR_REQUEST`` on a request that is not a started partitioned send,
+                ``ERR_ARG`` for a partition out of range.
+        """
+        self._ready([partition], f"Pready({partition!r})")
 
-    def Complete(self) -> None:
-        """Not simulated: raises NotImplementedError."""
-        raise NotImplementedError("MPI.Grequest.Complete(): generalized requests are not simulated")
+    def Pready_range(self, partition_low: int, partition_high: int) -> None:
+        """Mark partitions ``partition_low`` to ``partition_high`` (both included) ready."""
+        lo = self._partition(f"Pready_range({partition_low!r}, {partition_high!r})", True,
+                             partition_low)
+        hi = self._partition(f"Pready_range({partition_low!r}, {partition_high!r})", True,
+                             partition_high)
+        self._ready(range(lo, hi + 1), f"Pready_range({lo}, {hi})")
 
-    complete = Complete
+    def Pready_list(self, partitions: Sequence[int]) -> None:
+        """Mark every partition in ``partitions`` ready."""
+        self._ready(list(partitions), f"Pready_list({list(partitions)!r})")
+
+    def _ready(self, partitions: Any, call: str) -> None:
+        parts = [self._partition(call, True, p) for p in partitions]
+        req = self._req
+        if not isinstance(req, _Deferred):
+            raise error(ERR_REQUEST, self._rank, f"Prequest.{call}", "the partitioned send is not "
+                        "started, or all its partitions are ready already", "Start() it first")
+        req.ready.update(parts)
+        if len(req.ready) == self._partitions:
+            assert self._start is not None
+            self._req, self._finish = self._start()
+
+    def Parrived(self, partition: int) -> bool:
+        """Return whether partition ``partition`` of a started partitioned receive has arrived.
+
+        Never blocks; a rank that loops on it is charged the run's poll cost per call, as with
+        ``Test``.
+        """
+        self._partition(f"Parrived({partition!r})", False, partition)
+        if self._req is None:
+            raise error(ERR_REQUEST, self._rank, f"Prequest.Parrived({partition!r})",
+                        "the partitioned receive is not started", "Start() it first")
+        return self._test("Parrived")
 
 
 REQUEST_NULL = Request()

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
+from .. import _sync
 from .. import latency as _latency
 from ..comm import Comm as ScComm
 from ..engine import current_task
@@ -91,7 +92,8 @@ class RankState:
 class CommState:
     """What one rank's handle on one communicator refers to."""
 
-    __slots__ = ("sc", "rank_state", "name", "freed", "attrs", "create_groups", "__weakref__")
+    __slots__ = ("sc", "rank_state", "name", "freed", "attrs", "create_groups", "errhandler", "hints",
+                 "__weakref__")
 
     def __init__(self, sc: ScComm, rank_state: RankState, name: str = "") -> None:
         self.sc = sc
@@ -100,6 +102,8 @@ class CommState:
         self.freed = False
         self.attrs: dict[int, Any] = {}
         self.create_groups: dict[tuple[tuple[int, ...], int], int] = {}  # Create_group calls so far
+        self.errhandler: Any = None  # the MPI.Errhandler set on it (None: ERRORS_RETURN)
+        self.hints: dict[str, str] = {}  # the info hints it keeps (Set_info, Dup_with_info)
         _states[sc] = self
 
     def child(self, sc: ScComm | None) -> CommState | None:
@@ -107,7 +111,10 @@ class CommState:
         if sc is None:
             return None
         found = _states.get(sc)
-        return found if found is not None else CommState(sc, self.rank_state)
+        if found is None:
+            found = CommState(sc, self.rank_state)
+            found.errhandler = self.errhandler  # a new communicator inherits the error handler
+        return found
 
     def __repr__(self) -> str:
         return f"<CommState {self.name or self.sc.name!r} rank={self.sc.rank} size={self.sc.size}>"
@@ -138,8 +145,21 @@ def current() -> RankState:
     task = current_task()
     world = None if task is None else task.comm
     if world is None:
-        raise RuntimeError(f"MPI: {OUTSIDE}")
+        raise outside("MPI")
     return rank_state(world)
+
+
+def outside(what: str) -> RuntimeError:
+    """The error for MPI used outside any rank; a rank of a run that has ended stops here for good.
+
+    A run that ended (another rank failed, a deadlock) unwinds its ranks; one
+    whose code caught that and calls MPI again is parked forever (``_sync.abandon``)
+    instead of running on with an error per call.
+    """
+    rank = _sync.current()
+    if rank is not None and rank.closing:
+        _sync.abandon(rank)
+    return RuntimeError(f"{what}: {OUTSIDE}")
 
 
 def node_of(comm: ScComm, world_rank: int) -> int:
