@@ -56,6 +56,8 @@ from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 PROG: Final = "simcluster mpirun"
+DEFAULT_LATENCY: Final = "alphabeta:1us,10GB/s"
+"""``mpirun``'s network when ``--latency`` is not given: a cluster interconnect (docs/mpi.md)."""
 OUT: Final = 1  # stream numbers in a line record
 ERR: Final = 2
 #: mpi4py submodules that simcluster does not provide, with what to do instead
@@ -86,6 +88,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="OS processes hosting the ranks (shm/tcp)")
     add_script_options(parser, transport="memory (default), shm, tcp, or mpi under mpiexec",
                        prepend=("--prepend-rank", "-prepend-rank"), module=("-m",))
+    parser.set_defaults(latency=DEFAULT_LATENCY)
+    parser.add_argument("--exact", action="store_true",
+                        help="exactly reproducible virtual times: charge no measured compute time "
+                             "(the default charges it on the memory transport, as SMPI does)")
     return parser
 
 
@@ -120,6 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_args(args: argparse.Namespace) -> int:
     """Run what ``simcluster mpirun`` was told (``add_parser``'s namespace); return the exit status."""
+    if args.exact and args.compute is not None:
+        print(f"{PROG}: --exact charges no measured compute time; leave out --compute {args.compute}",
+              file=sys.stderr)
+        return 2
+    if args.compute is None and not args.exact and args.transport == "memory":
+        args.compute = "wall"  # Wtime advances with the work between MPI calls, as under mpiexec
     keywords = script_keywords(args, PROG, ("procs", "trace", "compute"))
     if keywords is None:
         return 2

@@ -40,14 +40,27 @@ def script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
     return path
 
 
+def exact(argv: tuple[object, ...]) -> list[str]:
+    """``argv`` with exactly reproducible times: no measured compute and, unless given, no latency.
+
+    Most tests here check output in virtual-time order or virtual times themselves;
+    ``mpirun``'s own defaults (a network model, measured compute) are tested below.
+    """
+    args = [str(a) for a in argv]
+    extra = [] if "--compute" in args or "--exact" in args else ["--exact"]
+    if "--latency" not in args:
+        extra += ["--latency", "zero"]
+    return [*extra, *args]
+
+
 def mpirun(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    rc = cli.main(["mpirun", *map(str, argv)])
+    rc = cli.main(["mpirun", *exact(argv)])
     out, err = capsys.readouterr()
     return rc, out, err
 
 
 def mpirun_process(*argv: object, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simcluster", "mpirun", *map(str, argv)],
+    return subprocess.run([sys.executable, "-m", "simcluster", "mpirun", *exact(argv)],
                           input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
@@ -516,3 +529,59 @@ def test_osu_latency_reports_alpha_plus_n_beta_under_alphabeta(
     assert [int(size) for size, _ in rows] == [0] + [2**k for k in range(21)]
     for size, latency in rows:
         assert latency == f"{(alpha + int(size) * beta) * 1e6:.2f}", (size, latency)
+
+
+# ---- mpirun's defaults: a network model, and Wtime advances with the work done ----
+
+TIMED = """
+    import time
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    t0 = MPI.Wtime()
+    end = time.perf_counter() + 0.02
+    while time.perf_counter() < end:  # 20 ms of real work between MPI calls
+        pass
+    comm.Barrier()
+    elapsed = MPI.Wtime() - t0
+    if comm.rank == 0:
+        print("iterations per second:", round(1 / elapsed) if elapsed > 0 else "inf")
+        print("at least 20 ms:", elapsed >= 0.02)
+"""
+
+
+def test_by_default_wtime_advances_with_the_work_between_calls(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["mpirun", "-n", "2", str(script(tmp_path, TIMED))])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] != "iterations per second: inf" and lines[1] == "at least 20 ms: True"
+
+
+def test_exact_charges_no_measured_time_and_repeats_to_the_bit(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    prog = script(tmp_path, TIMED + """
+    big = bytearray(10**6) if comm.rank == 0 else bytearray(10**6)
+    if comm.rank == 0:
+        comm.Send(big, dest=1)
+    else:
+        t = MPI.Wtime()
+        comm.Recv(big, source=0)
+        print("1 MB took", MPI.Wtime() - t)
+    """)
+    runs = []
+    for _ in range(2):
+        rc = cli.main(["mpirun", "-n", "2", "--exact", str(prog)])
+        runs.append((rc, *capsys.readouterr()))
+    assert runs[0] == runs[1]
+    rc, out, err = runs[0]
+    assert (rc, err) == (0, "")
+    assert out.startswith("iterations per second: 1000000\nat least 20 ms: False\n")  # the barrier's 1 us only
+    took = float(out.split("1 MB took ")[1])
+    assert took == pytest.approx(1e-6 + 1e6 / 10e9)  # the default network: 1 us + bytes / 10 GB/s
+
+
+def test_exact_and_compute_together_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["mpirun", "--exact", "--compute", "wall", str(script(tmp_path, "print(1)"))])
+    assert rc == 2
+    assert "--exact charges no measured compute time; leave out --compute wall" in capsys.readouterr().err
