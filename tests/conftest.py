@@ -34,6 +34,12 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--mpi4py-suite", default=None, metavar="PATH",
+                     help="mpi4py 4.1.2's test/ folder: run it under simcluster mpirun "
+                          "(tests/test_mpi4py_suite.py)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the "mpi" column inside an MPI job of several processes only, and only it there."""
     kept, dropped = [], []

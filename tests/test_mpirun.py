@@ -585,3 +585,30 @@ def test_exact_and_compute_together_are_refused(tmp_path: Path, capsys: pytest.C
     rc = cli.main(["mpirun", "--exact", "--compute", "wall", str(script(tmp_path, "print(1)"))])
     assert rc == 2
     assert "--exact charges no measured compute time; leave out --compute wall" in capsys.readouterr().err
+
+
+# ---- a run that ends stays ended, and loses no line printed before the end ----
+
+CATCHES_EVERYTHING = """
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    print("hello from", comm.rank)
+    if comm.rank == 1:
+        raise ValueError("rank 1 fails")
+    for attempt in range(3):  # code that catches every exception, as unittest does
+        try:
+            comm.Barrier()
+        except BaseException as exc:
+            print("caught", type(exc).__name__)
+        print("still running", comm.Get_rank())
+"""
+
+
+def test_a_failed_rank_ends_the_run_for_good_and_no_earlier_line_is_lost(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for seed in range(4):  # whichever rank runs first at time 0
+        rc, out, err = mpirun(capsys, "-n", "4", "--seed", seed, script(tmp_path, CATCHES_EVERYTHING))
+        assert rc == 1
+        assert out == "".join(f"hello from {r}\n" for r in range(4))
+        assert "ValueError: rank 1 fails" in err
+        assert "outside any rank" not in err and "still running" not in out
