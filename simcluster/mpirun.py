@@ -7,7 +7,10 @@ status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
 - Each rank runs the script's code as ``__main__`` in a module of its own,
   with its own ``sys.argv``; ``sys.modules["__main__"]``, ``sys.argv`` and
   ``sys.stdin`` are swapped in each time the rank resumes (``_sync.on_switch``).
-  Modules the script imports are imported once per process and shared.
+  Modules of the user's own that the script imports (files outside the
+  standard library and installed packages) are imported by each rank for
+  itself and swapped in with ``__main__``, as each process of an MPI job has
+  its own; installed packages (numpy, ...) are imported once and shared.
 - ``import mpi4py`` / ``from mpi4py import MPI`` give ``simcluster.MPI`` for
   the run (``sys.modules`` entries and a meta-path finder installed for the
   run and removed after), whether or not the real mpi4py is installed;
@@ -321,6 +324,27 @@ def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
     return code
 
 
+def _shared_roots() -> tuple[str, ...]:
+    """Where installed code lives: the standard library, site-packages, the interpreter, simcluster."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(__file__))}
+    return tuple(os.path.join(os.path.realpath(root), "") for root in roots)
+
+
+_SHARED_ROOTS: Final = _shared_roots()
+
+
+def _users_own(module: types.ModuleType | None) -> bool:
+    """Whether ``module`` is the user's own code (a file outside every installed location)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str):
+        return False
+    return not os.path.realpath(file).startswith(_SHARED_ROOTS)
+
+
 def _abort_code(exc: BaseException) -> int | None:
     """The code of ``MPI.Comm.Abort(code)`` when ``exc`` is its exception, else None."""
     from .errors import Aborted
@@ -344,6 +368,7 @@ class _RankState:
         self.stdin = stdin
         self.partial = {OUT: "", ERR: ""}
         self.seq = 0
+        self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of the user's modules
         # hosted: each line is appended to this rank's file at once, so that what a rank
         # printed before its process was stopped still reaches the caller
         self.sink: TextIO | None = None
@@ -358,14 +383,30 @@ class _RankState:
         return now
 
     def enter(self) -> None:
-        sys.modules["__main__"] = self.module
+        modules = sys.modules
+        modules["__main__"] = self.module
         sys.argv = self.argv
         sys.stdin = self.stdin
+        session = self.session
+        if session.local:
+            for name in session.local:
+                modules.pop(name, None)
+            modules.update(self.modules)
+        session.seen = len(modules)
 
     def leave(self) -> None:
         session = self.session
         assert session.saved is not None
-        sys.modules["__main__"], sys.argv, sys.stdin = session.saved
+        session.sort_new_modules()
+        modules = sys.modules
+        if session.local:
+            own = self.modules
+            for name in session.local:
+                module = modules.pop(name, None)
+                if module is not None:
+                    own[name] = module
+        modules["__main__"], sys.argv, sys.stdin = session.saved
+        session.seen = len(modules)
         session.flush_final(self.now())
 
     def write(self, stream: int, text: str) -> None:
@@ -450,6 +491,11 @@ class _Session:
         self.notes = 0  # launcher lines filed so far (their order among themselves)
         self.mpi: Any = None  # the real MPI.COMM_WORLD when the ranks are hosted by an MPI job
         self.gathered: dict[int, str] = {}  # rank -> its records, sent to MPI process 0
+        # modules of the user's own (not the standard library's or an installed package's):
+        # each rank imports its own copy, as each process of an MPI job does
+        self.local: set[str] = set()
+        self.checked: set[str] = set()  # module names already sorted into shared or local
+        self.seen = 0  # len(sys.modules) when last sorted
 
     @classmethod
     def current(cls, spec: dict[str, Any]) -> _Session:
@@ -588,6 +634,16 @@ class _Session:
         _sync.on_switch(state.enter, state.leave)
         return state
 
+    def sort_new_modules(self) -> None:
+        """Sort the modules imported since last time into shared (installed) and local (the user's)."""
+        modules = sys.modules
+        if len(modules) == self.seen:
+            return
+        for name in modules.keys() - self.checked:
+            self.checked.add(name)
+            if _users_own(modules[name]):
+                self.local.add(name)
+
     def finished(self, state: _RankState) -> None:
         self.done[state.rank] = 1
         while self.lowest < self.world_size and self.done[self.lowest]:
@@ -690,6 +746,8 @@ class _Session:
         sys.stdout = _Stream(self, OUT, out)
         sys.stderr = _Stream(self, ERR, err)
         sys.path.insert(0, self.spec["path0"])
+        self.checked = set(sys.modules)  # what is imported already stays shared
+        self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
         _Session._by_id[self.spec["id"]] = self
 
@@ -698,6 +756,8 @@ class _Session:
             return
         saved_modules, finder, out, err, path0 = self.undo
         self.undo = []
+        for name in self.local:  # the last rank's copies: the ranks' modules go with the run
+            sys.modules.pop(name, None)
         _Session._by_id.pop(self.spec["id"], None)
         if sys.path and sys.path[0] == path0:
             del sys.path[0]

@@ -162,30 +162,34 @@ def test_user_classes_defined_in_the_script_travel_between_ranks(
     assert out == "Point(x=1, y=2) True True\n"
 
 
-def test_imported_modules_are_shared_and_the_first_importer_fixes_their_globals(
+def test_each_rank_imports_its_own_copy_of_the_users_modules(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # the documented caveat, and its fix: ask for the rank inside functions
+    # as each process of an MPI job has its own: a module's globals belong to one rank
     script(tmp_path, """
         from mpi4py import MPI
 
         print("helper imported")
         RANK_AT_IMPORT = MPI.COMM_WORLD.Get_rank()
+        calls = []
 
         def rank():
+            calls.append(1)
             return MPI.COMM_WORLD.Get_rank()
     """, "helper.py")
     prog = script(tmp_path, """
+        import numpy
         import helper
-        print(helper.RANK_AT_IMPORT, helper.rank())
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Barrier()  # every rank has imported it before any goes on
+        print(helper.RANK_AT_IMPORT, helper.rank(), len(helper.calls), numpy.__name__)
     """)
     rc, out, err = mpirun(capsys, "-n", 3, prog)
-    sys.modules.pop("helper", None)
     assert (rc, err) == (0, "")
     lines = out.splitlines()
-    assert lines.count("helper imported") == 1
-    at_import = {line.split()[0] for line in lines if line != "helper imported"}
-    assert len(at_import) == 1  # whichever rank imported it first, all see its rank
-    assert sorted(line.split()[1] for line in lines if line != "helper imported") == ["0", "1", "2"]
+    assert lines.count("helper imported") == 3
+    assert sorted(line for line in lines if line != "helper imported") == [
+        "0 0 1 numpy", "1 1 1 numpy", "2 2 1 numpy"]
+    assert "helper" not in sys.modules  # the ranks' copies went with the run
 
 
 def test_run_a_module_with_dash_m_like_python(capsys: pytest.CaptureFixture[str],
