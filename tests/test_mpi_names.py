@@ -12,7 +12,7 @@ from simcluster import MPI
     (lambda: MPI.Win.Create(None), "MPI.Win.Create: one-sided communication (MPI windows)"),
     (lambda: MPI.File.Open(None, "x"), "MPI.File.Open: MPI-IO (MPI.File)"),
     (lambda: MPI.Open_port(), "MPI.Open_port: dynamic processes"),
-    (lambda: MPI.Cartcomm.Get_topo(None), "MPI.Cartcomm.Get_topo: process topologies"),
+    (lambda: MPI.Session.Init(), "MPI.Session.Init: MPI sessions"),
     (lambda: MPI.Intercomm(None), "MPI.Intercomm: intercommunicators"),
 ])
 def test_unsimulated_features_raise_not_implemented_naming_the_feature(use, text: str) -> None:
@@ -24,13 +24,13 @@ def test_unsimulated_features_raise_not_implemented_naming_the_feature(use, text
 def test_unsimulated_communicator_methods_raise_when_a_rank_calls_them() -> None:
     def main(comm: MPI.Intracomm) -> str:
         try:
-            comm.Create_cart([comm.size])
+            comm.Spawn("worker.py")
         except NotImplementedError as exc:
             return str(exc)
         return "no error"
 
     for text in sc.run(main, world_size=2):
-        assert text.startswith("MPI.Comm.Create_cart: process topologies")
+        assert text.startswith("MPI.Comm.Spawn: dynamic processes")
 
 
 def test_names_mpi4py_lacks_are_attribute_errors() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _constants, _datatypes, _unsimulated
+from . import _constants, _datatypes, _handles, _unsimulated
 from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._datatypes import Datatype
@@ -61,6 +61,9 @@ globals().update(_CONSTANTS)
 globals().update(_DATATYPES)
 globals().update(_UNSIMULATED)
 globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
+
+_handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
+                  "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message})
 
 for _name, _feature in _unsimulated.COMM_METHODS.items():
     setattr(Comm, _name, _unsimulated.method(_name, _feature))

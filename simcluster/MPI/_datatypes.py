@@ -97,8 +97,12 @@ class Datatype(TypeAttributes):
         if not isinstance(datatype, Datatype):
             raise TypeError(f"MPI.Datatype({datatype!r}): expected a Datatype")
         self = object.__new__(cls)
-        for slot in Datatype.__slots__:
-            object.__setattr__(self, slot, getattr(datatype, slot))
+        self._id, self._name, self._np, self._layout = (datatype._id, datatype._name, datatype._np,
+                                                        datatype._layout)
+        self._base, self._combiner, self._decoded = datatype._base, datatype._combiner, datatype._decoded
+        self._contents, self._committed, self._freed = (datatype._contents, datatype._committed,
+                                                        datatype._freed)
+        self._predefined, self._named, self._pos = datatype._predefined, datatype._named, datatype._pos
         return self
 
     @classmethod

@@ -66,6 +66,16 @@ class Message:
 
     __hash__ = object.__hash__
 
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self is MESSAGE_NULL:
+            return "MESSAGE_NULL"
+        if self is MESSAGE_NO_PROC:
+            return "MESSAGE_NO_PROC"
+        if self._req is None:
+            return (Message, (MESSAGE_NO_PROC,) if self._null else ())
+        raise ValueError(f"cannot serialize {self!r}: a matched message belongs to the rank "
+                         "that probed it; receive it and send the data instead")
+
     def __repr__(self) -> str:
         if self._null:
             return "<MPI.Message MESSAGE_NO_PROC>"
@@ -95,7 +105,7 @@ class Message:
         req = self._take("Message.recv()")
         data = block_receive(req, self._rank, self._call)
         _fill(status, req)
-        return loads(data)
+        return _load(data)
 
     def irecv(self) -> Request:
         """Start receiving the matched message; ``wait()`` returns its object."""
@@ -103,7 +113,7 @@ class Message:
             self._no_proc(None)
             return Request._of(_Immediate(None, True), self._rank, self._call)
         req = self._take("Message.irecv()")
-        return Request._of(req, self._rank, self._call, lambda raw, st: loads(raw))
+        return Request._of(req, self._rank, self._call, lambda raw, st: _load(raw))
 
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         """Receive the matched message into ``buf`` (a buffer spec)."""
@@ -150,6 +160,11 @@ class Message:
     def free(self) -> None:
         """Drop the handle."""
         self._req = None
+
+
+def _load(data: Any) -> Any:
+    """Unpickle a matched message's bytes: an empty message is None, as in mpi4py."""
+    return None if len(data) == 0 else loads(data)
 
 
 def _fill(status: Status | None, req: _sc.Request[Any]) -> None:

@@ -548,12 +548,8 @@ class PointToPoint:
 
 
 def _joined(rreq: Request, sreq: Request, call: Callable[[], str], st: CommState) -> Request:
-    """One request for a receive and a send (``Isendrecv``): done when both are."""
+    """One request for a receive and a send (``Isendrecv``): done when both are; its status and
+    value are the receive's."""
     also = (sreq._req,) if isinstance(sreq._req, ScRequestType) else ()
-    if not isinstance(rreq._req, ScRequestType):
-        if not also:
-            return rreq
-        # the receive is from PROC_NULL: the send is the request, reporting what the receive did
-        return Request._of(also[0], st.sc.rank, call, lambda raw, status: None,
-                           owner=st.rank_state)._null_status()
+    assert rreq._req is not None
     return Request._of(rreq._req, st.sc.rank, call, rreq._finish, owner=st.rank_state, also=also)

@@ -137,16 +137,20 @@ class Request:
 
     def _done(self) -> bool:
         req = self._req
-        return req is None or isinstance(req, _Immediate) or (
-            req.done() and all(a.done() for a in self._also))
+        return req is None or (not isinstance(req, _Deferred) and self._pending() is None)
+
+    def _ops(self) -> tuple[ScRequest[Any], ...]:
+        """This request's simcluster operations: its own and those that complete with it."""
+        req = self._req
+        if isinstance(req, ScRequest):
+            return (req, *self._also)
+        return self._also if req is not None else ()
 
     def _pending(self) -> ScRequest[Any] | None:
         """The first of this request's simcluster operations still pending, if any."""
-        req = self._req
-        if isinstance(req, ScRequest):
-            for r in (req, *self._also):
-                if not r.done():
-                    return r
+        for r in self._ops():
+            if not r.done():
+                return r
         return None
 
     def _never(self, call: str) -> Exception:
@@ -172,22 +176,17 @@ class Request:
                 status._clear()
             return None
         if isinstance(req, _Immediate):
+            for companion in self._also:
+                self._wait_op(companion)
             value = req.value
             if status is not None:
                 status._null() if req.null_source else status._clear()
         elif isinstance(req, _Deferred):
             raise self._never("Wait()")
         else:
-            try:
-                raw = block(req)
-                for companion in self._also:
-                    block(companion)
-            except (Exception) as exc:
-                self._retire()
-                converted = receive_error(exc, self._rank, self._call)
-                if converted is None:
-                    raise
-                raise converted from None
+            raw = self._wait_op(req)
+            for companion in self._also:
+                self._wait_op(companion)
             if req.cancelled:
                 value = None
                 if status is not None:
@@ -203,6 +202,17 @@ class Request:
                         status._set(sc_status.source, sc_status.tag, sc_status.nbytes)
         self._retire()
         return value
+
+    def _wait_op(self, req: ScRequest[Any]) -> Any:
+        """Wait for one simcluster operation; its failure is the MPI error of this request's call."""
+        try:
+            return block(req)
+        except (Exception) as exc:
+            self._retire()
+            converted = receive_error(exc, self._rank, self._call)
+            if converted is None:
+                raise
+            raise converted from None
 
     def _retire(self) -> None:
         """After completion: a plain request becomes REQUEST_NULL."""
@@ -225,7 +235,7 @@ class Request:
 
     def _test(self, name: str = "Test") -> bool:
         req = self._req
-        if req is None or isinstance(req, _Immediate):
+        if req is None:
             return True
         if isinstance(req, _Deferred):
             return False
@@ -262,9 +272,8 @@ class Request:
 
     def Free(self) -> None:
         """Drop the handle; a pending operation still completes (its messages still arrive)."""
-        req = self._req
-        if isinstance(req, ScRequest) and self._owner is not None:
-            for r in (req, *self._also):
+        if self._owner is not None:
+            for r in self._ops():
                 self._owner.adopt(r)
         self._req = None
         self._alive = False
@@ -301,8 +310,7 @@ class Request:
     def waitall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> list[Any]:
         """Wait for every request; return their objects."""
         reqs = _checked(requests, "waitall")
-        pending = [p for r in reqs if isinstance(r._req, ScRequest)
-                   for p in (r._req, *r._also) if not p.done()]
+        pending = [p for r in reqs for p in r._ops() if not p.done()]
         if len(pending) > 1:
             try:
                 block(_sc.wait_all(pending))

@@ -84,9 +84,10 @@ class Topocomm(Intracomm):
             want = cls._kind
             if kind == UNDEFINED or (want is not None and kind != want):
                 what = "topology" if want is None else _KINDS[want]
+                maker = {CART: "cart", GRAPH: "graph"}.get(want or 0, "dist_graph")
                 raise TypeError(f"MPI.{cls.__name__}(comm): expecting a {what} communicator, got "
                                 f"one with {_KINDS.get(kind, 'no topology')}; make one with "
-                                f"Create_{'cart' if want == CART else 'graph' if want == GRAPH else 'dist_graph'}()")
+                                f"Create_{maker}()")
         assert isinstance(self, Topocomm)
         return self
 
@@ -166,8 +167,9 @@ class Topocomm(Intracomm):
         sb = message(sendbuf, rank, call, False)
         rb, starts, counts = _blocks(recvbuf, len(topo.sources), rank, call, True, v)
         data = sb.take(sb.displ, sb.count)
-        return self._exchange(name, lambda t, _: [data] * len(t.destinations),
-                              _filler(rb, starts, counts, rank, call), nonblocking)
+        req: Request | None = self._exchange(name, lambda t, _: [data] * len(t.destinations),
+                                             _filler(rb, starts, counts, rank, call), nonblocking)
+        return req
 
     def _to_all(self, sendbuf: Any, recvbuf: Any, name: str, v: bool, nonblocking: bool
                 ) -> Request | None:
@@ -178,8 +180,9 @@ class Topocomm(Intracomm):
         sb, sstarts, scounts = _blocks(sendbuf, len(topo.destinations), rank, call, False, v)
         rb, rstarts, rcounts = _blocks(recvbuf, len(topo.sources), rank, call, True, v)
         blocks = [sb.take(s, c) for s, c in zip(sstarts, scounts)]
-        return self._exchange(name, lambda t, _: blocks, _filler(rb, rstarts, rcounts, rank, call),
-                              nonblocking)
+        req: Request | None = self._exchange(name, lambda t, _: blocks,
+                                             _filler(rb, rstarts, rcounts, rank, call), nonblocking)
+        return req
 
     def _to_all_w(self, sendbuf: Any, recvbuf: Any, name: str, nonblocking: bool) -> Request | None:
         st = self._st
@@ -194,14 +197,16 @@ class Topocomm(Intracomm):
             for b, value in zip(rbufs, values):
                 if value is not None:
                     _put(b, 0, value, b.count, rank, call)
-        return self._exchange(name, lambda t, _: blocks, finish, nonblocking)
+        req: Request | None = self._exchange(name, lambda t, _: blocks, finish, nonblocking)
+        return req
 
     def Neighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> None:
-        """Send ``sendbuf`` to every out-neighbour; block ``j`` of ``recvbuf`` comes from in-neighbour ``j``."""
+        """Send ``sendbuf`` to every out-neighbour; block ``j`` of ``recvbuf`` comes from in-neighbour
+        ``j``."""
         self._gather_into(sendbuf, recvbuf, "Neighbor_allgather", False, False)
 
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        """``Neighbor_allgather`` with blocks of different sizes: ``recvbuf = [buf, (counts, displs), dt]``."""
+        """``Neighbor_allgather`` with blocks of different sizes (``[buf, (counts, displs), dt]``)."""
         self._gather_into(sendbuf, recvbuf, "Neighbor_allgatherv", True, False)
 
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
@@ -240,7 +245,7 @@ class Topocomm(Intracomm):
 
     # ---- persistent (MPI-4): each Start runs the nonblocking form ----
 
-    def _persistent(self, nonblocking: Callable[..., Request], name: str, *args: Any) -> Prequest:
+    def _neighbor_init(self, nonblocking: Callable[..., Request], name: str, *args: Any) -> Prequest:
         st = self._st
 
         def start() -> tuple[Any, Any]:
@@ -250,25 +255,25 @@ class Topocomm(Intracomm):
 
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Neighbor_allgather``: each ``Start`` runs an ``Ineighbor_allgather``."""
-        return self._persistent(self.Ineighbor_allgather, "Neighbor_allgather_init", sendbuf, recvbuf)
+        return self._neighbor_init(self.Ineighbor_allgather, "Neighbor_allgather_init", sendbuf, recvbuf)
 
     def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Neighbor_allgatherv``."""
-        return self._persistent(self.Ineighbor_allgatherv, "Neighbor_allgatherv_init", sendbuf,
+        return self._neighbor_init(self.Ineighbor_allgatherv, "Neighbor_allgatherv_init", sendbuf,
                                 recvbuf)
 
     def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Neighbor_alltoall``."""
-        return self._persistent(self.Ineighbor_alltoall, "Neighbor_alltoall_init", sendbuf, recvbuf)
+        return self._neighbor_init(self.Ineighbor_alltoall, "Neighbor_alltoall_init", sendbuf, recvbuf)
 
     def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Neighbor_alltoallv``."""
-        return self._persistent(self.Ineighbor_alltoallv, "Neighbor_alltoallv_init", sendbuf,
+        return self._neighbor_init(self.Ineighbor_alltoallv, "Neighbor_alltoallv_init", sendbuf,
                                 recvbuf)
 
     def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         """Persistent ``Neighbor_alltoallw``."""
-        return self._persistent(self.Ineighbor_alltoallw, "Neighbor_alltoallw_init", sendbuf,
+        return self._neighbor_init(self.Ineighbor_alltoallw, "Neighbor_alltoallw_init", sendbuf,
                                 recvbuf)
 
     # ---- neighbourhood collectives: Python objects ----

@@ -36,9 +36,10 @@ def _typecode(datatype: Any) -> str | None:
     if named is None:
         return None
     try:
-        return str(named.tocode())
+        code = str(named.tocode())
     except ValueError:
         return None
+    return "c" if code == "S" else code  # numpy's "S" alone is a string of length 0; "c" is one char
 
 
 def _pair_value(datatype: Any) -> str | None:

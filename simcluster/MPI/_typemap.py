@@ -69,6 +69,9 @@ def predefined(dt: Any, size: int, extent: int, align: int) -> Layout:
 def blocks(olds: Sequence[Any], starts: Sequence[int], counts: Sequence[int], struct: bool = False
            ) -> Layout:
     """The layout of ``counts[i]`` copies of ``olds[i]._layout`` from byte ``starts[i]``."""
+    first_old = olds[0] if olds else None
+    if first_old is not None and not struct and all(o is first_old for o in olds):
+        return _repeated(first_old._layout, starts, counts)
     lays = [o._layout for o in olds]
     used = [(lay, int(s), int(c)) for lay, s, c in zip(lays, starts, counts) if c > 0]
     size = sum(lay.size * c for lay, _, c in used)
@@ -108,6 +111,35 @@ def blocks(olds: Sequence[Any], starts: Sequence[int], counts: Sequence[int], st
 
     return Layout(size, lb, ub, min(tlo, default=0), max(thi, default=0), align, elements, leaf,
                   aligned, sticky, build)
+
+
+def _repeated(lay: Layout, starts: Sequence[int], counts: Sequence[int]) -> Layout:
+    """``blocks`` when every block holds copies of the same type (all constructors but struct)."""
+    ext = lay.extent
+    used = [(int(s), int(c)) for s, c in zip(starts, counts) if c > 0]
+    total = sum(c for _, c in used)
+    if used:
+        ends = [(s, s + (c - 1) * ext) for s, c in used]
+        lo = min(min(a, b) for a, b in ends)
+        hi = max(max(a, b) for a, b in ends)
+        lb, ub = lo + lay.lb, hi + lay.ub
+        tlb, tub = (lo + lay.true_lb, hi + lay.true_ub) if lay.size else (0, 0)
+    else:
+        lb = ub = tlb = tub = 0
+    leaf = lay.leaf
+    unit = leaf._extent if leaf is not None and leaf._extent else 0
+    aligned = lay.aligned and (unit == 0 or ((ub - lb) % unit == 0 and all(s % unit == 0 for s, _ in used)))
+
+    def build() -> Typemap:
+        o, ids = lay.typemap()
+        if not used:
+            return np.zeros(0, dtype=np.int64), None if ids is None else np.zeros(0, dtype=np.int64)
+        copies = np.concatenate([s + np.arange(c, dtype=np.int64) * ext for s, c in used])
+        off = (copies[:, None] + o[None, :]).ravel()
+        return off, None if ids is None else np.tile(ids, len(copies))
+
+    return Layout(lay.size * total, lb, ub, tlb, tub, lay.align, lay.elements * total, leaf, aligned,
+                  lay.sticky, build)
 
 
 def resized(old: Layout, lb: int, extent: int) -> Layout:
