@@ -53,6 +53,7 @@ MASKS: dict[str, list[tuple[str, str]]] = {
     "hello.py": [(r" on .*\.$", " on HOST.")],  # the processor name
     "osu_latency.py": [(r"^(\d+)\s+\S+$", r"\1 TIME")],  # the timings: keep the sizes
     "osu_bw.py": [(r"^(\d+)\s+\S+$", r"\1 TIME")],
+    "allreduce_rate.py": [(r"^rate \d+ iterations/s$", "rate RATE iterations/s")],
 }
 
 

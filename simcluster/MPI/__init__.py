@@ -63,7 +63,8 @@ globals().update(_UNSIMULATED)
 globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
 
 _handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
-                  "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message})
+                  "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message},
+                 globals())
 
 for _name, _feature in _unsimulated.COMM_METHODS.items():
     setattr(Comm, _name, _unsimulated.method(_name, _feature))

@@ -124,8 +124,7 @@ class _Kind:
 
     def _load(self) -> dict[Any, int]:
         if self.predefined is None:
-            from . import __dict__ as names  # the package's namespace: MPI.COMM_WORLD, ...
-
+            names = _package[0]  # the package's namespace: MPI.COMM_WORLD, ...
             self.predefined = {}
             for name, value in sorted(PREDEFINED[self.name].items()):
                 obj = names.get(name)
@@ -209,8 +208,16 @@ def _methods(kind: _Kind, code: int) -> dict[str, Any]:
             "f2py": classmethod(f2py)}
 
 
-def install(classes: dict[str, type]) -> None:
-    """Give the package's object classes their handle methods (called once, by ``MPI/__init__``)."""
+_package: list[dict[str, Any]] = [{}]
+"""The package's namespace (``MPI.COMM_WORLD``, ...), handed over by ``install``."""
+
+
+def install(classes: dict[str, type], names: dict[str, Any]) -> None:
+    """Give the package's object classes their handle methods (called once, by ``MPI/__init__``).
+
+    ``names`` is the package's namespace, where the predefined objects are found.
+    """
+    _package[0] = names
     from ._comm import Comm, Intracomm, _Current, _target
 
     def comm_key(obj: Any) -> Any:

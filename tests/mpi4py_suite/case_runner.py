@@ -33,6 +33,7 @@ class _Recorder(unittest.TestResult):
         self._out.close()
 
     def _write(self, test: unittest.TestCase, outcome: str, detail: str = "") -> None:
+        test = getattr(test, "test_case", test)  # a subtest counts for its case
         name = test.id().split(".", 1)[-1]  # Class.method: the module's name is the file's
         line = {"case": name, "outcome": outcome, "detail": detail[-2000:],
                 "wall": round(time.perf_counter() - self._started, 4)}
@@ -53,7 +54,14 @@ class _Recorder(unittest.TestResult):
         self._write(test, "error", "".join(traceback.format_exception(*err)))  # type: ignore[misc]
 
     def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
-        self._write(test, "skip", reason)
+        if not hasattr(test, "test_case"):  # a skipped subtest leaves its case to pass or fail
+            self._write(test, "skip", reason)
+
+    def addSubTest(self, test: unittest.TestCase, subtest: unittest.TestCase,  # noqa: N802
+                   err: object) -> None:
+        if err is not None:  # the case then ends without addSuccess: this line stands
+            kind = "fail" if issubclass(err[0], test.failureException) else "error"  # type: ignore[index]
+            self._write(test, kind, "".join(traceback.format_exception(*err)))  # type: ignore[misc]
 
     def addExpectedFailure(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
         self._write(test, "pass", "expected failure")
