@@ -107,7 +107,8 @@ class Buf:
     @property
     def nbytes(self) -> int:
         """Bytes the spec's items hold (``count`` items of the datatype's size)."""
-        return self.count * self.datatype._size
+        size: int = self.datatype._size
+        return self.count * size
 
     def describe(self) -> str:
         """Describe the user's buffer for messages (``float64[4]``, ``bytearray[8]``)."""
@@ -448,6 +449,7 @@ def per_rank(spec: Any, size: int, rank: int, op: str, writable: bool) -> list[B
     for what, value in lists.items():
         if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str) or len(value) != size:
             raise _fail(rank, op, f"{what} {value!r} are not one per rank", f"pass a list of {size} {what}")
+    assert displs is not None  # checked just above: one per rank
     if obj is None or obj is BOTTOM:
         raise NotImplementedError(f"rank {rank}: {op}: absolute addresses (MPI.BOTTOM with "
                                   "Get_address displacements) are not simulated by simcluster; "

@@ -62,6 +62,8 @@ _COMBINER_NAMES: Final[dict[int, str]] = {
     COMBINER_F90_COMPLEX: "F90_COMPLEX",
 }
 _F90: Final = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
+_CHARS: Final[dict[str, str]] = {  # mpi4py's type characters where numpy's dtype says another
+    "MPI_CHAR": "c", "MPI_CHARACTER": "c", "MPI_AINT": "p", "MPI_OFFSET": "p", "MPI_COUNT": "p"}
 
 
 def _rank() -> int | None:
@@ -272,7 +274,7 @@ class Datatype(TypeAttributes):
         if dt is None:
             return "" if self._id == DATATYPE_NULL._id else "V"
         assert dt._np is not None
-        return dt._np.char
+        return _CHARS.get(dt._name, dt._np.char)
 
     @property
     def typestr(self) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._constants import ERR_ERRHANDLER
 from ._errors import error
-from ._limits import UserSlots
+from ._limits import UserSlots, _Holder
 
 _ids = itertools.count(16)
 
@@ -43,7 +43,7 @@ class Errhandler:
     _id: int
     _name: str
     _fn: Callable[[Any, int], Any] | None
-    _owner: object  # the slot-holder of a user handler (None otherwise)
+    _owner: _Holder | None  # the slot-holder of a user handler (None otherwise)
 
     def __new__(cls, errhandler: Errhandler | None = None) -> Errhandler:
         if errhandler is not None and not isinstance(errhandler, Errhandler):

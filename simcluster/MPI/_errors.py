@@ -100,7 +100,8 @@ def Get_error_string(errorcode: int) -> str:
     code = int(errorcode)
     user = _user_codes().get(code)
     if user is not None:
-        return user[1]
+        string: str = user[1]  # [class, string]
+        return string
     return ERROR_STRINGS.get(code, f"Unknown error code {code}")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._constants import ERR_OTHER, ERR_REQUEST
 from ._errors import Exception as MPIException
@@ -73,7 +73,9 @@ class Grequest(Request):
         """Return a new pending generalized request; ``Complete()`` it when its work is done."""
         gen = _Generalized(query_fn, free_fn, cancel_fn, args or (), kwargs or {})
         rank = _current_rank()
-        return cls._of(gen, -1 if rank is None else rank, lambda: "Grequest.Start()")  # type: ignore[arg-type]
+        # _of makes an instance of cls; its annotations name only the simcluster requests it holds
+        req = cls._of(gen, -1 if rank is None else rank, lambda: "Grequest.Start()")  # type: ignore[arg-type]
+        return cast(Grequest, req)
 
     def _gen(self, call: str) -> _Generalized:
         gen = self._req

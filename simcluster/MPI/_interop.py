@@ -317,7 +317,7 @@ def _host_readable(address: int, nbytes: int) -> bool:
             lines = f.readlines()
     except OSError:
         return False
-    spans = []
+    spans: list[tuple[int, int]] = []
     for line in lines:
         span, perms = line.split(None, 2)[:2]
         if perms.startswith("r"):

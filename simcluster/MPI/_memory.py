@@ -19,6 +19,7 @@ and keeps that object alive.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -109,7 +110,7 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
         return None if self._released else self._obj
 
     @property
-    def nbytes(self) -> int:  # type: ignore[override]
+    def nbytes(self) -> int:
         """The number of bytes."""
         return 0 if self._released else int(self.size)
 
@@ -124,7 +125,7 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
         return "B"
 
     @property
-    def itemsize(self) -> int:  # type: ignore[override]
+    def itemsize(self) -> int:
         """The item size of the object the memory came from (1 for bytes)."""
         return self._size
 
@@ -132,12 +133,14 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
         """Let go of the memory: the buffer becomes empty."""
         self._released, self._obj = True, None
 
-    def cast(self, format: str, shape: Any = None) -> memoryview:  # noqa: A002 - mpi4py's name
+    def cast(self, format: str, shape: Any = None) -> memoryview[Any]:  # noqa: A002 - mpi4py's name
         """Return a ``memoryview`` of the bytes as ``format`` items (of ``shape``)."""
-        view = memoryview(self._host("cast")).cast("B")
-        return view.cast(format) if shape is None else view.cast(format, list(shape))
+        view = self._host("cast").data.cast("B")  # ndarray.data: memoryview(self)
+        # ``format`` is the caller's struct code, any of them: the item type is not known statically
+        as_format: Callable[..., memoryview[Any]] = view.cast
+        return as_format(format) if shape is None else as_format(format, list(shape))
 
-    def tobytes(self, order: Any = None) -> bytes:  # type: ignore[override]
+    def tobytes(self, order: Any = None) -> bytes:
         """Return the bytes."""
         return self._host("tobytes").view(np.ndarray).tobytes()
 

@@ -35,7 +35,7 @@ from ..ops import ReduceOp
 from ._datatypes import Datatype
 from ._constants import ERR_OP
 from ._errors import error
-from ._limits import UserSlots
+from ._limits import UserSlots, _Holder
 
 _ids = itertools.count(1)
 
@@ -97,6 +97,7 @@ class Op:
     _freed: bool
     _predefined: bool
     _buffer_ops: dict[int, ReduceOp]
+    _slot: _Holder | None  # the user-op slot Create took (None otherwise)
 
     def __new__(cls, op: Op | None = None) -> Op:
         if op is not None and not isinstance(op, Op):

@@ -43,7 +43,7 @@ from ._constants import (
 from ._errors import error
 from ._message import Message
 from ._pickle import check_transport, dumps, loads
-from ._requests import Finish, Prequest, Request, _Immediate, _noop
+from ._requests import Finish, Prequest, Request, _Deferred, _Immediate, _noop
 from ._state import CommState, dest, recv_tag, send_tag, source
 from ._status import Status
 
@@ -551,5 +551,5 @@ def _joined(rreq: Request, sreq: Request, call: Callable[[], str], st: CommState
     """One request for a receive and a send (``Isendrecv``): done when both are; its status and
     value are the receive's."""
     also = (sreq._req,) if isinstance(sreq._req, ScRequestType) else ()
-    assert rreq._req is not None
+    assert rreq._req is not None and not isinstance(rreq._req, _Deferred)  # a receive: never deferred
     return Request._of(rreq._req, st.sc.rank, call, rreq._finish, owner=st.rank_state, also=also)

@@ -31,7 +31,7 @@ def _cint(value: Any, what: str) -> int:
     """``value`` as a C int, or the TypeError/OverflowError mpi4py raises."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"Status.{what}: an integer is required, got {type(value).__name__}")
-    v = value.__index__()
+    v: int = value.__index__()
     if not -2**31 <= v < 2**31:
         raise OverflowError(f"Status.{what}: {v} does not fit a C int")
     return v

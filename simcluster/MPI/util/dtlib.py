@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import MPI
+from ... import MPI as _package
 from .._constants import (
     COMBINER_CONTIGUOUS, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,
     COMBINER_F90_REAL, COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR,
@@ -27,6 +27,8 @@ from .._constants import (
     COMBINER_SUBARRAY, COMBINER_VECTOR, ORDER_FORTRAN,
 )
 from .._typeinfo import _pair_value, _typealign, _typecode
+
+MPI: Any = _package  # names the package sets up at import (constants, datatypes) are not visible to mypy
 
 try:
     from numpy import dtype as _np_dtype

@@ -30,8 +30,14 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ... import MPI
-from ...MPI import ANY_SOURCE, ANY_TAG, PROC_NULL, Pickle, Status
+from ... import MPI as _package
+from .._comm import Comm as _Comm
+from .._comm import Intracomm as _Intracomm
+from .._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from .._pickle import Pickle
+from .._status import Status
+
+MPI: Any = _package  # names the package sets up at import (constants, datatypes) are not visible to mypy
 
 __all__ = ["Comm", "Intercomm", "Intracomm", "Message", "Pickle", "Request", "Status", "pickle"]
 
@@ -418,7 +424,7 @@ class Message(tuple):  # type: ignore[type-arg]
         return _mprobe(comm, MPI.Comm.Improbe, source, tag, status)
 
 
-class Comm(MPI.Comm):
+class Comm(_Comm):
     """A communicator whose lowercase methods use the pkl5 protocol (wrap any communicator)."""
 
     __slots__ = ()
@@ -509,7 +515,7 @@ class Comm(MPI.Comm):
         return [_unload(p) for p in MPI.Comm.alltoall(self, [_payload(o) for o in items])]
 
 
-class Intracomm(Comm, MPI.Intracomm):
+class Intracomm(Comm, _Intracomm):
     """An intracommunicator with the pkl5 lowercase methods."""
 
     __slots__ = ()

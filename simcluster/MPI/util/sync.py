@@ -51,11 +51,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ... import MPI
+from ... import MPI as _package
 from ...matching import ANY_SOURCE as _SC_ANY_SOURCE
 from .._blocking import READY, block, poll
 from .._constants import ERR_RANK
 from .._errors import error
+
+MPI: Any = _package  # names the package sets up at import (constants, datatypes) are not visible to mypy
 
 T = TypeVar("T")
 
