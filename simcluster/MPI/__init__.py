@@ -43,6 +43,7 @@ from ._ops import (
     BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM,
     Op,
 )
+from . import _packing
 from ._packing import Get_address
 from ._pickle import Pickle, pickle
 from ._grequest import Grequest
@@ -68,6 +69,8 @@ _handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
 
 for _name, _feature in _unsimulated.COMM_METHODS.items():
     setattr(Comm, _name, _unsimulated.method(_name, _feature))
+for _name, _method in _packing.METHODS.items():  # Pack, Unpack, ...: defined beside packing
+    setattr(Datatype, _name, _method)
 for _name, _method in _TOPOLOGY_METHODS.items():  # Create_cart, ...: defined beside Cartcomm
     setattr(Intracomm, _name, _method)
 

@@ -283,7 +283,8 @@ class Datatype(TypeAttributes):
         if dt is None:
             return "" if self._id == DATATYPE_NULL._id else f"V{self.extent}"
         assert dt._np is not None
-        return dt._np.str.lstrip("<>|=")
+        text: str = dt._np.str
+        return text.lstrip("<>|=")
 
     def tocode(self) -> str:
         """Return the type's numpy type character; ValueError for pairs and derived types."""
@@ -540,43 +541,7 @@ class Datatype(TypeAttributes):
                 return found
         return DATATYPE_NULL
 
-    # ---- packing (see _packing.py) ----
-
-    def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any) -> int:
-        """Pack ``inbuf``'s items of this type into ``outbuf`` from byte ``position``; return the new one."""
-        from ._packing import pack
-
-        return pack(self, inbuf, outbuf, position, comm, None)
-
-    def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any) -> int:
-        """Unpack items of this type from ``inbuf`` at byte ``position`` into ``outbuf``; return the new one."""
-        from ._packing import unpack
-
-        return unpack(self, inbuf, position, outbuf, comm, None)
-
-    def Pack_size(self, count: int, comm: Any) -> int:
-        """Return the bytes ``Pack`` needs for ``count`` items."""
-        from ._packing import pack_size
-
-        return pack_size(self, count, comm, None)
-
-    def Pack_external(self, datarep: str, inbuf: Any, outbuf: Any, position: int) -> int:
-        """Like ``Pack`` in a portable representation (``"external32"``: big-endian)."""
-        from ._packing import pack
-
-        return pack(self, inbuf, outbuf, position, None, datarep)
-
-    def Unpack_external(self, datarep: str, inbuf: Any, position: int, outbuf: Any) -> int:
-        """Like ``Unpack`` from ``Pack_external``'s representation."""
-        from ._packing import unpack
-
-        return unpack(self, inbuf, position, outbuf, None, datarep)
-
-    def Pack_external_size(self, datarep: str, count: int) -> int:
-        """Return the bytes ``Pack_external`` needs for ``count`` items."""
-        from ._packing import pack_size
-
-        return pack_size(self, count, None, datarep)
+    # ---- packing: Pack, Unpack, Pack_size and their external twins are _packing.METHODS ----
 
     # ---- what buffers use ----
 

@@ -16,6 +16,7 @@ input that ends early), where MPICH would write past the end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -138,3 +139,43 @@ def Get_address(location: Any) -> int:
         raise TypeError(f"MPI.Get_address(): a {type(location).__name__} is not a buffer; pass a "
                         "numpy array, bytearray or another object with the buffer protocol") from None
     return int(view.__array_interface__["data"][0])
+
+
+# ---- Datatype's packing methods (attached by MPI/__init__: _datatypes cannot import this module) ----
+
+
+def _pack_method(self: Datatype, inbuf: Any, outbuf: Any, position: int, comm: Any) -> int:
+    """Pack ``inbuf``'s items of this type into ``outbuf`` from byte ``position``; return the new one."""
+    return pack(self, inbuf, outbuf, position, comm, None)
+
+
+def _unpack_method(self: Datatype, inbuf: Any, position: int, outbuf: Any, comm: Any) -> int:
+    """Unpack items of this type from ``inbuf`` at byte ``position`` into ``outbuf``; return the new one."""
+    return unpack(self, inbuf, position, outbuf, comm, None)
+
+
+def _pack_size_method(self: Datatype, count: int, comm: Any) -> int:
+    """Return the bytes ``Pack`` needs for ``count`` items."""
+    return pack_size(self, count, comm, None)
+
+
+def _pack_external_method(self: Datatype, datarep: str, inbuf: Any, outbuf: Any, position: int) -> int:
+    """Like ``Pack`` in a portable representation (``"external32"``: big-endian)."""
+    return pack(self, inbuf, outbuf, position, None, datarep)
+
+
+def _unpack_external_method(self: Datatype, datarep: str, inbuf: Any, position: int, outbuf: Any) -> int:
+    """Like ``Unpack`` from ``Pack_external``'s representation."""
+    return unpack(self, inbuf, position, outbuf, None, datarep)
+
+
+def _pack_external_size_method(self: Datatype, datarep: str, count: int) -> int:
+    """Return the bytes ``Pack_external`` needs for ``count`` items."""
+    return pack_size(self, count, None, datarep)
+
+
+METHODS: dict[str, Callable[..., int]] = {
+    "Pack": _pack_method, "Unpack": _unpack_method, "Pack_size": _pack_size_method,
+    "Pack_external": _pack_external_method, "Unpack_external": _unpack_external_method,
+    "Pack_external_size": _pack_external_size_method,
+}

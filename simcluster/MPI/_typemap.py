@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -155,11 +155,13 @@ def cells(sizes: Sequence[int], picks: Sequence[NDArray[np.int64]], fortran: boo
     if not sizes:
         return np.zeros(1, dtype=np.int64)
     grids = np.meshgrid(*picks, indexing="ij")
-    order = "F" if fortran else "C"
+    order: Literal["C", "F"] = "F" if fortran else "C"
     flat = [g.ravel(order=order) for g in grids]
     if any(len(f) == 0 for f in flat):
         return np.zeros(0, dtype=np.int64)
-    return np.ravel_multi_index(flat, tuple(sizes), order=order).astype(np.int64)
+    index: NDArray[np.int64] = np.asarray(np.ravel_multi_index(tuple(flat), tuple(sizes), order=order),
+                                          dtype=np.int64)
+    return index
 
 
 def darray_picks(size: int, rank: int, gsizes: Sequence[int], distribs: Sequence[int],
@@ -213,8 +215,9 @@ def swap_order(tm: Typemap, leaf: Any, by_id: dict[int, Any]) -> NDArray[np.intp
 def _swap_template(dtype: np.dtype[Any]) -> NDArray[np.intp]:
     """Byte order of one element of ``dtype`` in big-endian form: each number's bytes reversed."""
     perm = np.arange(dtype.itemsize, dtype=np.intp)
+    fields = dtype.fields
     parts: list[tuple[int, np.dtype[Any]]] = (
-        [(dtype.fields[n][1], dtype.fields[n][0]) for n in dtype.names] if dtype.names else [(0, dtype)])
+        [(fields[n][1], fields[n][0]) for n in dtype.names] if dtype.names and fields else [(0, dtype)])
     for off, dt in parts:
         if dt.kind in "biufcm M" and dt.itemsize > 1:
             width = dt.itemsize // 2 if dt.kind == "c" else dt.itemsize
