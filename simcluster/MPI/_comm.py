@@ -450,6 +450,12 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
 
         Flush_buffer()
 
+    def Iflush_buffer(self) -> Any:
+        """The rank's buffered sends, flushed (one attach buffer a rank, as ``Attach_buffer``); a request."""
+        from ._env import Iflush_buffer
+
+        return Iflush_buffer()
+
 
 _SHARED_MEMORY = "mpi_shared_memory"
 """The ``mpi_hw_resource_type`` of a simulated node (MPI-4's name for shared memory)."""

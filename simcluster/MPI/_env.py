@@ -20,6 +20,7 @@ from typing import Any
 from .. import _sync
 from .._version import __version__ as _version
 from ..request import wait_all
+from . import _interop
 from ._blocking import READY, block
 from ._buffers import BUFFER_AUTOMATIC
 from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_BUFFER
@@ -124,8 +125,10 @@ def Attach_buffer(buf: Any) -> None:
     try:
         readonly = memoryview(buf).readonly
     except TypeError:
-        raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()",
-                    f"a {type(buf).__name__} is not a buffer", "pass e.g. bytearray(n)") from None
+        if not _interop.exports(buf):  # a DLPack or CUDA-array-interface exporter is taken too
+            raise error(ERR_BUFFER, state.world.rank, "Attach_buffer()",
+                        f"a {type(buf).__name__} is not a buffer", "pass e.g. bytearray(n)") from None
+        readonly = _interop.export(buf).readonly
     if readonly:
         raise BufferError(f"rank {state.world.rank}: Attach_buffer(): the {type(buf).__name__} is "
                           "read-only; attach writable memory, e.g. MPI.Alloc_mem(n)")

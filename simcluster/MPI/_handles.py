@@ -208,6 +208,18 @@ def _methods(kind: _Kind, code: int) -> dict[str, Any]:
             "f2py": classmethod(f2py)}
 
 
+def _topology_class(comm: Any) -> type:
+    """The class ``Comm.fromhandle`` gives ``comm``: its topology's (``Cartcomm``, ...), else ``Intracomm``."""
+    names = _package[0]
+    kind = comm.Get_topology()
+    for constant, name in (("CART", "Cartcomm"), ("GRAPH", "Graphcomm"), ("DIST_GRAPH", "Distgraphcomm")):
+        if kind == names[constant]:
+            cls: type = names[name]
+            return cls
+    cls = names["Intracomm"]
+    return cls
+
+
 _package: list[dict[str, Any]] = [{}]
 """The package's namespace (``MPI.COMM_WORLD``, ...), handed over by ``install``."""
 
@@ -235,8 +247,11 @@ def install(classes: dict[str, type], names: dict[str, Any]) -> None:
 
     def comm_make(cls: type, stored: Any) -> Any:
         if isinstance(stored, Comm):
-            return (Intracomm if cls is Comm and stored else cls)(stored)
-        return (Intracomm if cls is Comm else cls)._on(stored)  # type: ignore[attr-defined]
+            if cls is Comm and stored:
+                cls = _topology_class(Intracomm(stored))
+            return cls(stored)
+        comm = (Intracomm if cls is Comm else cls)._on(stored)  # type: ignore[attr-defined]
+        return _topology_class(comm)(comm) if cls is Comm else comm
 
     def request_key(obj: Any) -> Any:
         if not obj._alive:

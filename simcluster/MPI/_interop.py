@@ -99,6 +99,16 @@ def exports(obj: object) -> bool:
     return hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
 
 
+def nbytes_of(obj: Any) -> int:
+    """The bytes of a buffer-protocol object or of a DLPack / CUDA-array-interface exporter."""
+    try:
+        return memoryview(obj).nbytes
+    except TypeError:
+        if not exports(obj):
+            raise
+        return export(obj).nbytes
+
+
 def export(obj: Any) -> Exported:
     """Read ``obj``'s DLPack export, or else its CUDA array interface."""
     if hasattr(obj, "__dlpack__"):

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import payload as _payload
+from . import _interop
 from ._blocking import block, block_receive, poll
 from ._buffers import BUFFER_AUTOMATIC, Buf, message
 from ._constants import (
@@ -329,7 +330,7 @@ class PointToPoint:
         rs = st.rank_state
         need = b.nbytes + BSEND_OVERHEAD
         size = (0 if rs.bsend is None else sys.maxsize if rs.bsend is BUFFER_AUTOMATIC
-                else len(memoryview(rs.bsend).cast("B")))
+                else _interop.nbytes_of(rs.bsend))
         if rs.bsend_used + need > size:
             raise error(ERR_BUFFER, st.sc.rank, call(), f"the buffered send needs {need} bytes "
                         f"(data + MPI.BSEND_OVERHEAD) but the attached buffer has "
