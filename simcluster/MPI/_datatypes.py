@@ -152,7 +152,8 @@ class Datatype(TypeAttributes):
     # ---- facts ----
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Datatype) and other._id == self._id
+        # a freed type is DATATYPE_NULL, as MPI_Type_free sets the handle to MPI_DATATYPE_NULL
+        return isinstance(other, Datatype) and (other._id == self._id or (not self and not other))
 
     def __ne__(self, other: object) -> bool:
         return not self == other
@@ -324,7 +325,10 @@ class Datatype(TypeAttributes):
             self._freed = True
             self._forget_attrs()
 
-    free = Free
+    def free(self) -> None:
+        """``Free`` where it applies; nothing for predefined, null or freed types (mpi4py's safe free)."""
+        if self and not self._predefined:
+            self.Free()
 
     def Dup(self) -> Datatype:
         """Return a copy of the type (committed when this one is)."""

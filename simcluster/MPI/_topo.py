@@ -95,7 +95,10 @@ class Topocomm(Intracomm):
         """A handle on a communicator made from this one: of its topology's class, else Intracomm."""
         if state is None:
             return Comm._on(None)
-        return _class_of(state)._on(state)
+        cls = _class_of(state)
+        if cls is not Intracomm and isinstance(self, cls):  # a Dup or Clone: the handle's own subclass
+            cls = type(self)
+        return cls._on(state)
 
     def _topo(self) -> Topology:
         topo = topology_of(self._st)
