@@ -289,7 +289,7 @@ if rank == size - 1:
 def test_simcluster_mpirun_hosts_the_ranks_on_an_mpi_job(procs: int, tmp_path: Path) -> None:
     script = tmp_path / "ring.py"
     script.write_text(MPI4PY_SCRIPT)
-    common = ["-m", "simcluster", "mpirun", "-n", "5", "--latency", "alphabeta:1us,1GB/s"]
+    common = ["-m", "simcluster", "mpirun", "-n", "5", "--exact", "--latency", "alphabeta:1us,1GB/s"]
     memory = subprocess.run([sys.executable, *common, str(script)], capture_output=True,
                             text=True, timeout=120)
     assert memory.returncode == 3, memory.stderr

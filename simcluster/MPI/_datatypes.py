@@ -602,8 +602,16 @@ class Datatype(TypeAttributes):
 
 
 def _handle(dt: Datatype) -> Datatype:
-    """A new handle of a derived type (named types are returned themselves)."""
-    return dt if dt._named or dt._combiner in _F90 else Datatype(dt)
+    """A new handle of a derived type (named types are returned themselves).
+
+    Live even when the user freed the handle the type was built from: a type
+    in use by another stays, as MPI_Type_free leaves it to its users.
+    """
+    if dt._named or dt._combiner in _F90:
+        return dt
+    new = Datatype(dt)
+    new._freed = False
+    return new
 
 
 def _int_arg(call: str, what: str, value: Any, nonneg: bool = False) -> int:
