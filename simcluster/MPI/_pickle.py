@@ -15,12 +15,14 @@ hosts, accepts the lowercase methods only in runs made with
 from __future__ import annotations
 
 import pickle as _pickle
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..comm import Comm as ScComm
+from ..engine import current_task
 
 
 class Pickle:
@@ -57,7 +59,56 @@ class Pickle:
         return f"<MPI.Pickle protocol={self.PROTOCOL}>"
 
 
-pickle = Pickle()
+class _EachRank(Pickle):
+    """``MPI.pickle``: each rank's own codec, as each MPI process has its own.
+
+    ``MPI.pickle.__init__(dumps, loads)`` (how mpi4py swaps in dill or json)
+    swaps the calling rank's codec only; outside any rank, the process's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Pickle.__init__(_own(), *args, **kwargs)
+
+    @property
+    def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
+        return _own().PROTOCOL
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, value: int | None) -> None:  # noqa: N802
+        _own().PROTOCOL = value
+
+    @property
+    def THRESHOLD(self) -> int:  # noqa: N802
+        return _own().THRESHOLD
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, value: int) -> None:  # noqa: N802
+        _own().THRESHOLD = value
+
+    def dumps(self, obj: Any) -> bytes:
+        return _own().dumps(obj)
+
+    def loads(self, data: Any) -> Any:
+        return _own().loads(data)
+
+
+_codecs: weakref.WeakKeyDictionary[Any, Pickle] = weakref.WeakKeyDictionary()
+_process_codec = Pickle()
+
+
+def _own() -> Pickle:
+    """The calling rank's codec (keyed by its world communicator), made on first use."""
+    task = current_task()
+    world = None if task is None else task.comm
+    if world is None:
+        return _process_codec
+    codec = _codecs.get(world)
+    if codec is None:
+        codec = _codecs[world] = Pickle()
+    return codec
+
+
+pickle: Pickle = _EachRank.__new__(_EachRank)
 
 
 def dumps(obj: Any) -> np.ndarray[Any, Any]:

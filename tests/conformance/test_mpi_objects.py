@@ -378,3 +378,14 @@ def test_each_rank_holds_at_most_32_user_ops() -> None:
     for rank, text in enumerate(sc.run(too_many_ops, world_size=2)):
         assert text.startswith(f"rank {rank}: Op.Create(): cannot create more than 32 "
                                "user-defined ops at once")
+
+
+def codec_per_rank(comm: MPI.Intracomm) -> Any:
+    if comm.Get_rank() == 0:
+        MPI.pickle.PROTOCOL = 2  # swaps this rank's codec only, as in its own MPI process
+    comm.Barrier()
+    return MPI.pickle.PROTOCOL, comm.bcast({"from": 0}, root=0)
+
+
+def test_each_rank_has_its_own_pickle_codec() -> None:
+    assert list(sc.run(codec_per_rank, 2)) == [(2, {"from": 0}), (pickle.HIGHEST_PROTOCOL, {"from": 0})]

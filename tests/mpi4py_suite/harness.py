@@ -45,7 +45,8 @@ def command(launcher: str, n: int, suite: str, module: str, out: str) -> list[st
     """The command line that runs ``module`` on ``n`` ranks under ``launcher``."""
     args = [str(RUNNER), suite, module, out]
     if launcher == "simcluster":
-        return [sys.executable, "-m", "simcluster", "mpirun", "-n", str(n), "--timeout",
+        # --exact: no measured compute, so the ranks' interleaving, and every outcome, repeat
+        return [sys.executable, "-m", "simcluster", "mpirun", "-n", str(n), "--exact", "--timeout",
                 str(TIMEOUT - 30), *args]
     if launcher == "mpich":
         mpiexec = shutil.which("mpiexec") or os.path.join(os.path.dirname(sys.executable), "mpiexec")
