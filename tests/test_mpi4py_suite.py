@@ -40,6 +40,7 @@ def suite(request: pytest.FixtureRequest) -> str:
     return str(Path(path).resolve())
 
 
+@pytest.mark.timeout(1200)  # about 40 modules in processes of their own: minutes, not seconds
 @pytest.mark.parametrize("n", [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_simcluster_passes_what_mpich_passes(suite: str, n: int) -> None:
     ours = harness.run("simcluster", [n], suite, scope.MODULES, jobs=2, log=False)

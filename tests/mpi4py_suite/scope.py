@@ -35,6 +35,8 @@ OUT_OF_SCOPE: list[tuple[str, str]] = [
     (r"Inter", "intercommunicators are not simulated"),
     (r"Session", "MPI sessions are not simulated"),
     (r"Spawn|Port|Dynproc", "spawning and ports are not simulated"),
+    (r"^Test(MPI|PKL5)World\.testBigMPI$", "test_util_pkl5's testBigMPI calls Create_intercomm: "
+     "intercommunicators are not simulated"),
     (r"^Test(Counter|Mutex\w*|Condition\w*|Semaphore)(Self|World)\.",
      "test_util_sync runs these only where MPI.Win.Allocate works (one-sided windows, not "
      "simulated); simcluster's own tests cover mpi4py.util.sync's classes"),
