@@ -64,6 +64,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         super().__init__(comm.rank, comm.size)
         self._comm = comm
         self._group_name = group_name
+        self._group_desc = "undefined"
 
     # ---- facts ----
 
@@ -74,6 +75,25 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
+
+    # torch keeps a group's name and description on its C++ backend objects, which a
+    # process group written in Python has none of; these hold them in Python instead.
+
+    @property
+    def group_name(self) -> str:
+        """The name torch registered this group under (``_resolve_process_group`` finds it)."""
+        return self._group_name
+
+    @property
+    def group_desc(self) -> str:
+        """The description torch gave this group (``"default_pg"`` for the world)."""
+        return self._group_desc
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
 
     def __repr__(self) -> str:
         return (f"<ProcessGroupSimcluster {self._group_name!r} rank={self._comm.rank} "
