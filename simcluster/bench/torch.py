@@ -1,6 +1,6 @@
 """``simcluster bench torch``: the torch.distributed backend ``"simcluster"`` against torch's own.
 
-Two tables, each beside a baseline measured in the same run:
+Three tables, the first two beside a baseline measured in the same run:
 
 * latency: 4 ranks call ``dist.all_reduce`` on a one-float tensor ``calls``
   times in a loop (each call refills the tensor and checks the sum it gets
@@ -20,6 +20,13 @@ Two tables, each beside a baseline measured in the same run:
   own; one that takes longer than the budget is killed and reported as not
   finished. ``wall s`` is the job (spawn to return; thread start to join),
   ``process s`` the whole child process (interpreter, ``import torch``, the job).
+
+* training step: one step of a small transformer under FSDP2 + tensor
+  parallel on a (dp, tp) mesh of 64 (8 x 8) and 512 (64 x 8) ranks
+  (``torch_step``): setup, the first step (FSDP2's lazy initialisation) and
+  a second step apart, peak memory, the step's virtual time on a stated
+  network, and where the step's wall time goes; target: the step on 512
+  ranks under 60 s and the job under 8 GiB.
 
 torch is an extra: without it, ``main()`` exits with a message saying how to
 install it (``pip install 'simcluster[torch]'``).
@@ -46,6 +53,14 @@ TARGETS = {1024: 3.0, 4096: 20.0}
 """Wall seconds the scale job should stay under, per number of ranks."""
 BUDGET = 120.0
 """Wall seconds after which a scale job's process is killed (reported as not finished)."""
+TRAIN = ((8, 8), (64, 8))
+"""The (dp, tp) meshes of the training-step job: 64 and 512 ranks."""
+TRAIN_TARGET = 60.0
+"""Wall seconds the training step on 512 ranks should stay under (setup apart)."""
+TRAIN_MEMORY_MIB = 8192
+"""Peak resident memory (MiB) the 512-rank training job should stay under."""
+TRAIN_BUDGET = 900.0
+"""Wall seconds after which a training job's process is killed (reported as not finished)."""
 HARD_LIMIT = 600.0
 """Wall seconds after which the gloo job is given up."""
 
@@ -246,7 +261,17 @@ def scale_job(backend: str, ranks: int, budget: float = BUDGET) -> dict[str, Any
     (the job), ``process`` (the whole child), ``peak_kib`` and ``before_kib``
     (RSS before the job), ``correct`` (every rank got the sum ``ranks``).
     """
-    cmd = [sys.executable, "-m", "simcluster.bench.torch", "--child", backend, str(ranks)]
+    return _child_job(["simcluster.bench.torch", "--child", backend, str(ranks)], budget)
+
+
+def train_job(dp: int, tp: int, budget: float = TRAIN_BUDGET) -> dict[str, Any] | str:
+    """Run one FSDP2 + TP training job on dp x tp ranks in a fresh process (``torch_step``)."""
+    return _child_job(["simcluster.bench.torch_step", str(dp), str(tp)], budget)
+
+
+def _child_job(module_argv: list[str], budget: float) -> dict[str, Any] | str:
+    """Run ``python -m MODULE ARGS`` for at most ``budget`` s; its last stdout line's JSON, or why not."""
+    cmd = [sys.executable, "-m", *module_argv]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -303,9 +328,39 @@ def _verdict(got: dict[str, Any] | str, target: float | None) -> str:
     return "met" if got["wall"] <= target else "missed"
 
 
+def _train_table(train: dict[tuple[int, int], dict[str, Any] | str]) -> None:
+    from .torch_step import BATCH, DIM, HEADS, LAYERS, NETWORK, SEQ
+
+    alpha, beta = NETWORK
+    print(f"one training step of a transformer ({LAYERS} blocks, width {DIM}, {HEADS} heads, "
+          f"{BATCH} x {SEQ} tokens per dp rank) under FSDP2 over dp + tensor parallel over tp, "
+          f"AdamW; virtual time on a {alpha * 1e6:g} us + {1 / beta / 1e9:g} GB/s network, "
+          "compute charged as zero; one fresh process per job")
+    rows = []
+    for (dp, tp), got in train.items():
+        if isinstance(got, str):
+            rows.append([f"{dp * tp}", f"{dp} x {tp}", got, "", "", "", "", "", ""])
+            continue
+        big = dp * tp == TRAIN[-1][0] * TRAIN[-1][1]
+        met = (got["step"] <= TRAIN_TARGET and got["peak_mib"] <= TRAIN_MEMORY_MIB) if big else None
+        rows.append([f"{dp * tp}", f"{dp} x {tp}", f"{got['setup']:.1f}",
+                     f"{got['first_step']:.1f}", f"{got['step']:.1f}" +
+                     ("" if got["same_loss_in_each_dp_group"] else " (LOSSES DIFFER)"),
+                     f"{got['total']:.1f}", f"{got['peak_mib']:,.0f}",
+                     f"{got['virtual_step'] * 1e3:.3f} ms",
+                     "" if met is None else ("met" if met else "missed")])
+    print(table(rows, ["ranks", "dp x tp", "setup s", "first step s", "step s", "total s",
+                       "peak RSS MiB", "virtual step", f"< {TRAIN_TARGET:g} s, < 8 GiB"]))
+    for (dp, tp), got in train.items():
+        if isinstance(got, dict):
+            shares = ", ".join(f"{part} {share:.0%}" for part, share in got["where"].items())
+            print(f"where the step's wall time goes at {dp * tp} ranks: {shares}")
+
+
 def main(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
-         sizes: Sequence[int] = SIZES, budget: float = BUDGET) -> dict[str, Any]:
-    """Measure and print both tables; return the figures."""
+         sizes: Sequence[int] = SIZES, budget: float = BUDGET,
+         train: Sequence[tuple[int, int]] = TRAIN) -> dict[str, Any]:
+    """Measure and print the three tables; return the figures."""
     _need_torch()
     import torch
 
@@ -314,6 +369,7 @@ def main(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
     for ranks in sizes:
         jobs[ranks] = {"simcluster": scale_job("simcluster", ranks, budget),
                        "threaded": scale_job("threaded", ranks, budget)}
+    steps = {(dp, tp): train_job(dp, tp) for dp, tp in train}
 
     print(f"simcluster bench torch (torch {torch.__version__}; simcluster with its defaults: "
           "latency model zero, checks='strict')")
@@ -335,10 +391,12 @@ def main(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
                        "target", "met", "simcluster/threaded"]))
     print("threaded: torch's multi_threaded_pg (one OS thread per rank, all at once); "
           "KiB/rank: (peak RSS - RSS before the job) / ranks")
-    return {"latency": lat, "scale": jobs}
+    print()
+    _train_table(steps)
+    return {"latency": lat, "scale": jobs, "train": steps}
 
 
-QUICK = {"calls": 200, "rounds": 3, "sizes": (1024,), "budget": 30.0}
+QUICK = {"calls": 200, "rounds": 3, "sizes": (1024,), "budget": 30.0, "train": ((2, 4),)}
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":

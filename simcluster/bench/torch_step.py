@@ -1,0 +1,225 @@
+"""One training step of a small transformer under FSDP2 + tensor parallel on a 2-D mesh.
+
+The job ``simcluster bench torch`` runs at 64 ranks (8 x 8) and 512 ranks
+(64 x 8), each in a fresh process (``python -m simcluster.bench.torch_step
+DP TP``), printing one JSON line:
+
+* ``setup``: wall seconds from ``spawn`` to the first step (``init_process_group``,
+  ``init_device_mesh``, building the model, ``parallelize_module`` over "tp",
+  ``fully_shard`` over "dp", the optimizer);
+* ``step``: wall seconds of one training step (forward, loss, backward,
+  optimizer step) on every rank, from the first rank starting it to the last
+  rank finishing it (ranks are threads under one GIL, run one at a time);
+* ``virtual_step``: the virtual seconds the step took under ``NETWORK``
+  (compute charged as zero: the figure is the step's communication);
+* ``peak_mib``: the process's peak resident memory;
+* ``where``: the share of the step's wall time in each part of the stack,
+  from sampling the running rank's Python stack every millisecond
+  (``Sampler``), by the innermost frame that names a part: DTensor's and
+  FSDP2's Python code, torch's autograd, optimizer and forward ops (whose
+  DTensor dispatch runs in C++ and counts there), the simcluster backend
+  and engine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 128, 64, 8, 2, 16, 2
+"""The model: 2 blocks of 8-head attention and a 4x MLP, width 64; 2 sequences of 16 per dp rank."""
+NETWORK = (5e-6, 1 / 25e9)
+"""alpha (s) and beta (s/byte) of the network the virtual step time is charged on: 5 us, 25 GB/s."""
+
+
+# ---- where the time goes ----
+
+_PARTS = (("/simcluster/torch/", "simcluster backend"), ("/simcluster/", "simcluster engine"),
+          ("/torch/distributed/tensor/", "DTensor dispatch (Python)"),
+          ("/torch/distributed/fsdp/", "FSDP2 (Python)"),
+          ("/torch/autograd/", "autograd backward (C++, DTensor ops inside)"),
+          ("/torch/optim/", "optimizer (an op per DTensor parameter)"),
+          ("/torch/", "forward: modules and ops (C++, DTensor ops inside)"))
+
+
+def _part(frame: Any) -> str:
+    """The part of the stack a running frame belongs to: the innermost frame that names one."""
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        for marker, part in _PARTS:
+            if marker in name:
+                return part
+        frame = frame.f_back
+    return "model code"
+
+
+class Sampler:
+    """Samples which part of the stack the running thread is in, every ``interval`` seconds.
+
+    Ranks are threads that run one at a time and park on a semaphore (in
+    ``threading``) while another runs; the engine's thread parks the same
+    way while a rank runs. A thread whose innermost frame is in
+    ``threading`` is parked; the others are counted.
+    """
+
+    def __init__(self, interval: float = 1e-3) -> None:
+        self.interval = interval
+        self.counts: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.on = False
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval):
+            if not self.on:
+                continue
+            for ident, frame in sys._current_frames().items():
+                if ident == me or frame.f_code.co_filename == threading.__file__:
+                    continue
+                self.counts[_part(frame)] += 1
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.counts.values()) or 1
+        return {part: n / total for part, n in self.counts.most_common()}
+
+
+# ---- the job ----
+
+
+def _model() -> Any:
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):  # type: ignore[misc]  # torch is optional: not followed
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1 = nn.LayerNorm(DIM)
+            self.q, self.k, self.v = (nn.Linear(DIM, DIM) for _ in range(3))
+            self.out = nn.Linear(DIM, DIM)
+            self.norm2 = nn.LayerNorm(DIM)
+            self.up, self.down = nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
+
+        def forward(self, x: Any) -> Any:
+            b, s, _ = x.shape
+            h = self.norm1(x)
+            q, k, v = (p(h).view(b, s, -1, DIM // HEADS).transpose(1, 2)
+                       for p in (self.q, self.k, self.v))  # the local heads under TP
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out(a.transpose(1, 2).reshape(b, s, -1))
+            return x + self.down(nn.functional.gelu(self.up(self.norm2(x))))
+
+    class Transformer(nn.Module):  # type: ignore[misc]  # torch is optional: not followed
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, DIM)
+            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.norm = nn.LayerNorm(DIM)
+            self.head = nn.Linear(DIM, VOCAB)
+
+        def forward(self, tokens: Any) -> Any:
+            x = self.embed(tokens)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x).reshape(-1, DIM))  # 2-D: logits are no view
+
+    torch.manual_seed(0)
+    return Transformer()
+
+
+def _rank(rank: int, dp: int, tp: int, marks: dict[str, Any]) -> float:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from simcluster.engine import current_task
+
+    def now() -> float:
+        task = current_task()
+        assert task is not None and task.comm is not None, "inside simcluster.torch.spawn"
+        return task.comm.now
+
+    dist.init_process_group("simcluster")
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    model = _model()
+    for block in model.blocks:
+        parallelize_module(block, mesh["tp"], {"q": ColwiseParallel(), "k": ColwiseParallel(),
+                                               "v": ColwiseParallel(), "out": RowwiseParallel(),
+                                               "up": ColwiseParallel(),
+                                               "down": RowwiseParallel()})
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1 + mesh["dp"].get_local_rank())
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=gen)
+
+    def step() -> float:
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits, tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return float(loss.item())
+
+    for name in ("first", "step"):  # the first step also runs FSDP2's lazy initialisation
+        dist.barrier()
+        start = now()
+        marks.setdefault(f"{name}_start", time.perf_counter())
+        marks["sampler"].on = name == "step"
+        loss = step()
+        dist.barrier()
+        marks[f"{name}_end"] = time.perf_counter()
+        marks[f"virtual_{name}"] = max(marks.get(f"virtual_{name}", 0.0), now() - start)
+    marks["sampler"].on = False
+    dist.destroy_process_group()
+    return loss
+
+
+def job(dp: int, tp: int) -> dict[str, Any]:
+    """Run the job on dp x tp ranks in this process; return its figures."""
+    import simcluster as sc
+    import simcluster.torch as sctorch
+
+    from .scale import _rss_kib
+
+    marks: dict[str, Any] = {}
+    start = time.perf_counter()
+    with Sampler() as sampler:
+        marks["sampler"] = sampler
+        result = sctorch.spawn(_rank, args=(dp, tp, marks), nprocs=dp * tp,
+                               latency=sc.latency.AlphaBeta(*NETWORK))
+    end = time.perf_counter()
+    losses = list(result)
+    return {"ranks": dp * tp, "dp": dp, "tp": tp, "setup": marks["first_start"] - start,
+            "first_step": marks["first_end"] - marks["first_start"],
+            "step": marks["step_end"] - marks["step_start"], "total": end - start,
+            "virtual_step": marks["virtual_step"], "peak_mib": _rss_kib("VmHWM") / 1024,
+            "loss": losses[0], "same_loss_in_each_dp_group": _same_per_group(losses, dp, tp),
+            "where": sampler.shares()}
+
+
+def _same_per_group(losses: list[float], dp: int, tp: int) -> bool:
+    """Whether the tp ranks of each dp group agree on the loss (they compute the same one)."""
+    return all(len(set(losses[g * tp:(g + 1) * tp])) == 1 for g in range(dp))
+
+
+if __name__ == "__main__":
+    print(json.dumps(job(int(sys.argv[1]), int(sys.argv[2]))))
