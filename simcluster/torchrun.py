@@ -18,10 +18,14 @@ the script's lines); this module adds what torchrun gives its workers:
   group instead: ``_BackendMap`` wraps c10d's ``_new_process_group_helper``,
   which every group creation goes through (and ``_get_default_timeout``,
   which would warn that NCCL is not compiled in), for the run only. The
-  first time each backend name is mapped, one line on stderr says so.
+  first time each backend name is mapped, one line on stderr says so. A
+  group asked for as gloo (or with torch's default) still reports that name
+  from ``dist.get_backend`` (``REPORTED``), so torch's gloo-only
+  ``monitored_barrier`` runs on it.
 
 Rule 1: everything swapped in for a run is swapped back when it ends, also
-when it fails (the session, the group helper, the environment).
+when it fails (the session, the group helper, the environment), and the
+folder of the ranks' ``TORCHELASTIC_ERROR_FILE`` is removed.
 Rule 2: only the memory transport: thread ranks and the in-memory rendezvous
 live in this process, so ``--transport shm|tcp`` is refused, not approximated.
 """
@@ -30,7 +34,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import shutil
 import sys
+import tempfile
+import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
@@ -39,8 +47,14 @@ from . import mpirun
 PROG: Final = "simcluster torchrun"
 MAPPED: Final = ("gloo", "nccl", "ucc", "xccl", "undefined", "simcluster")
 """Backend names that run on simcluster's backend under ``simcluster torchrun``."""
+REPORTED: Final = ("gloo", "undefined")
+"""Backend names a group made under ``simcluster torchrun`` still reports from
+``dist.get_backend`` (torch's default reports ``"undefined"``); groups made with
+the others (nccl, ...) report ``"simcluster"``: nothing nccl-specific runs on CPU."""
 MASTER_ADDR: Final = "127.0.0.1"
 MASTER_PORT: Final = 29500
+SIGNALS: Final = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+"""torchrun's default ``--signals-to-handle`` (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""
 
 
 # ---- command line ----
@@ -62,17 +76,22 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="must be 0 (one node)")
     parser.add_argument("--standalone", action="store_true",
                         help="accepted, as torchrun's: the rendezvous is in memory anyway")
-    parser.add_argument("--master-addr", "--master_addr", dest="master_addr", default=MASTER_ADDR,
-                        help=f"the MASTER_ADDR ranks see (default {MASTER_ADDR}; nothing listens)")
+    parser.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None,
+                        help=f"the MASTER_ADDR ranks see (default {MASTER_ADDR}, localhost with "
+                             "--standalone; nothing listens)")
     parser.add_argument("--master-port", "--master_port", dest="master_port", type=int,
                         default=MASTER_PORT,
                         help=f"the MASTER_PORT ranks see (default {MASTER_PORT}; nothing listens)")
-    parser.add_argument("--rdzv-id", "--rdzv_id", dest="rdzv_id", default="none",
-                        help="the TORCHELASTIC_RUN_ID ranks see (default none)")
+    parser.add_argument("--rdzv-id", "--rdzv_id", dest="rdzv_id", default=None,
+                        help="the TORCHELASTIC_RUN_ID ranks see (default none; with --standalone "
+                             "a UUID made from --seed)")
     parser.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default=None,
                         help="accepted, as torchrun's: the rendezvous is in memory")
     parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=None,
                         help="accepted, as torchrun's: the rendezvous is in memory")
+    parser.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
+                        default=SIGNALS, metavar="SIGNALS",
+                        help=f"the TORCHELASTIC_SIGNALS_TO_HANDLE ranks see (default {SIGNALS})")
     mpirun.add_script_options(
         parser, transport="memory (the only one: torch ranks are threads of this process)",
         prepend=("--prepend-rank", "--prepend_rank"), module=("-m", "--module"))
@@ -124,28 +143,56 @@ def run_args(args: argparse.Namespace) -> int:
         return 2
     return torchrun(args.script, int(args.nproc_per_node), args.args, module=args.as_module,
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
-                    master_port=args.master_port, run_id=args.rdzv_id, **keywords)
+                    master_port=args.master_port, run_id=args.rdzv_id,
+                    standalone=args.standalone, signals_to_handle=args.signals_to_handle,
+                    **keywords)
 
 
 # ---- the launcher ----
 
 
 def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTER_ADDR,
-                     master_port: int = MASTER_PORT, run_id: str = "none") -> dict[str, str]:
-    """The environment variables torchrun gives worker ``rank`` of one node of ``nproc_per_node``."""
+                     master_port: int = MASTER_PORT, run_id: str = "none",
+                     signals_to_handle: str = SIGNALS, error_file: str | None = None
+                     ) -> dict[str, str]:
+    """The environment variables torchrun gives worker ``rank`` of one node of ``nproc_per_node``.
+
+    As torchrun (torch 2.13) sets them: ``OMP_NUM_THREADS`` is ``1`` when
+    there are several ranks and this process has none set (else this
+    process's), ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` this process's or ``1``,
+    and ``TORCHELASTIC_ERROR_FILE`` is ``error_file`` when given.
+    """
     size = str(nproc_per_node)
-    return {
+    env = {
         "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
         "ROLE_NAME": "default", "WORLD_SIZE": size, "LOCAL_WORLD_SIZE": size,
         "ROLE_WORLD_SIZE": size, "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port), "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": signals_to_handle,
     }
+    threads = os.environ.get("OMP_NUM_THREADS", "1" if nproc_per_node > 1 else None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = threads
+    if error_file is not None:
+        env["TORCHELASTIC_ERROR_FILE"] = error_file
+    return env
+
+
+def standalone_run_id(seed: int) -> str:
+    """The ``TORCHELASTIC_RUN_ID`` of ``--standalone``: a UUID as torchrun's, made from ``seed``.
+
+    torchrun makes a random one; the same seed gives the same output here.
+    """
+    return str(uuid.UUID(int=random.Random(f"torchrun {seed}").getrandbits(128), version=4))
 
 
 def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, module: bool = False,
-             prepend_rank: bool = False, master_addr: str = MASTER_ADDR,
-             master_port: int = MASTER_PORT, run_id: str = "none", **keywords: Any) -> int:
+             prepend_rank: bool = False, master_addr: str | None = None,
+             master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
+             signals_to_handle: str = SIGNALS, **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -155,7 +202,11 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     simcluster's backend. Lines go to this process's ``sys.stdout`` /
     ``sys.stderr`` in virtual-time order (ties by rank); ``keywords``
     (``latency``, ``seed``, ``trace``, ``timeout``, ``compute``, ...) go to
-    ``simcluster.run``.
+    ``simcluster.run``. ``master_addr`` and ``run_id`` default to torchrun's:
+    ``127.0.0.1`` and ``none``, or with ``standalone`` ``localhost`` and a
+    UUID (``standalone_run_id``). Each rank's ``TORCHELASTIC_ERROR_FILE``
+    (where ``@record`` writes the error that ends it) lies in a temporary
+    folder removed when the run ends.
 
     Returns:
         The exit status, as ``simcluster mpirun``'s: 0 when every rank
@@ -178,11 +229,25 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     if isinstance(spec, int):
         return spec
     spec["records"] = None
-    env = {rank: rank_environment(rank, nproc_per_node, master_addr=master_addr,
-                                  master_port=master_port, run_id=run_id)
-           for rank in range(nproc_per_node)}
-    session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr, env)
-    return session.launch(keywords)
+    if master_addr is None:
+        master_addr = "localhost" if standalone else MASTER_ADDR
+    if run_id is None:
+        run_id = standalone_run_id(keywords.get("seed") or 0) if standalone else "none"
+    errors = tempfile.mkdtemp(prefix="torchelastic_")  # torchrun's log folder, as it names it
+    try:
+        env = {}
+        for rank in range(nproc_per_node):
+            folder = os.path.join(errors, "attempt_0", str(rank))
+            os.makedirs(folder)
+            env[rank] = rank_environment(
+                rank, nproc_per_node, master_addr=master_addr, master_port=master_port,
+                run_id=run_id, signals_to_handle=signals_to_handle,
+                error_file=os.path.join(folder, "error.json"))
+        session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
+                                   env)
+        return session.launch(keywords)
+    finally:
+        shutil.rmtree(errors, ignore_errors=True)
 
 
 def _torch_script_rank(comm: Any, spec: dict[str, Any]) -> int:
@@ -275,11 +340,20 @@ class _BackendMap:
     def helper(self, group_size: int, group_rank: int, global_ranks_in_group: list[int],
                backend: str, *args: Any, **kwargs: Any) -> Any:
         """c10d's ``_new_process_group_helper``, with the backend mapped inside the run's ranks."""
+        from torch.distributed import distributed_c10d as c10d
+
         state = self.torch_session.current()
-        if state is not None:
-            backend = self.map(str(backend), state.rank)
-        return self.original(group_size, group_rank, global_ranks_in_group, backend,
-                             *args, **kwargs)
+        if state is None:
+            return self.original(group_size, group_rank, global_ranks_in_group, backend,
+                                 *args, **kwargs)
+        asked = str(backend)
+        pg, store = self.original(group_size, group_rank, global_ranks_in_group,
+                                  self.map(asked, state.rank), *args, **kwargs)
+        if asked.lower() in REPORTED and pg in c10d._world.pg_map:  # not for a non-member
+            # get_backend reads the name from c10d's world map: what the script asked for, so
+            # its own gloo branches and torch's gloo checks (monitored_barrier) go as under gloo
+            c10d._world.pg_map[pg] = (c10d.Backend(asked), store)
+        return pg, store
 
     @staticmethod
     def mapped(backend: str) -> bool:

@@ -45,8 +45,13 @@ def run_example(script: Path) -> subprocess.CompletedProcess[str]:
     """Run ``script`` in a fresh interpreter where any warning is an error."""
     return subprocess.run(
         [sys.executable, "-W", "error", *command_of(script)],
-        capture_output=True, text=True, timeout=60, cwd=script.parent,
+        capture_output=True, text=True, timeout=240, cwd=script.parent,
     )
+
+
+# Eight examples at a time on a 2-core machine: each takes a few seconds alone (the torch
+# ones up to 15), many times that together; the limits are for a hang, not for speed.
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")

@@ -264,6 +264,19 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimclusterWork:  # noqa: B008
         return self._work(self._comm.ibarrier(), [], op="barrier")
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """``dist.monitored_barrier`` on a group the script made as gloo (``simcluster torchrun``).
+
+        A barrier: ``timeout`` and ``wait_all_ranks`` change nothing (time is
+        virtual). A rank that never arrives ends the run with the deadlock
+        report, which names the ranks waiting in the barrier and each rank
+        that never entered it, with what it does instead (finished, or waits
+        elsewhere, at the script's line). torch lets
+        ``dist.monitored_barrier`` run only where ``dist.get_backend(group)``
+        is ``"gloo"``.
+        """
+        self.barrier().wait()
+
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimclusterWork:  # noqa: N803
         tensor = self._one("send", tensors)
         return self._work(self._comm.isend(tensor, dstRank, tag), tensors, op="send")

@@ -6,9 +6,11 @@ torch.distributed keeps its state in module globals of ``distributed_c10d``
 threads of one process that run one at a time (``_sync.ThreadRank``), so a
 ``Session`` gives each rank a ``RankState`` of its own and swaps it in
 whenever that rank resumes (``_sync.on_switch``): the c10d globals and the
-environment. Thread-local torch state (grad mode, autocast) is per thread
-already; the default generator is swapped by ``_sync``; the C++ group
-registry is made per thread (``_set_thread_isolation_mode``).
+environment, and DTensor's table of custom op handlers (which
+``loss_parallel()`` fills on entry and empties on exit). Thread-local torch
+state (grad mode, autocast) is per thread already; the default generator is
+swapped by ``_sync``; the C++ group registry is made per thread
+(``_set_thread_isolation_mode``).
 
 Rule 1: whatever a session changes in the process (the c10d globals, the
 environment, torch's rendezvous handlers, the C++ registry mode,
@@ -75,6 +77,18 @@ def _write_env(target: dict[str, str]) -> None:
             env[name] = value
 
 
+def _dtensor_dispatcher() -> Any:
+    """DTensor's op dispatcher once DTensor is imported, else None (importing it here is slow)."""
+    api = sys.modules.get("torch.distributed.tensor._api")
+    return getattr(getattr(api, "DTensor", None), "_op_dispatcher", None)
+
+
+def _fresh_dtensor_ops(dispatcher: Any) -> dict[Any, Any]:
+    """The custom op handlers DTensor has in a process that just imported it."""
+    ops: dict[Any, Any] = type(dispatcher)()._custom_op_handlers
+    return ops
+
+
 def _env_snapshot() -> dict[Any, Any]:
     """A copy of ``os.environ``, cheap to take and compare: has the environment changed since?
 
@@ -87,15 +101,16 @@ def _env_snapshot() -> dict[Any, Any]:
 
 
 class RankState:
-    """One rank's process state: its c10d globals and its environment."""
+    """One rank's process state: its c10d globals, environment and DTensor op handlers."""
 
-    __slots__ = ("rank", "comm", "c10d", "env")
+    __slots__ = ("rank", "comm", "c10d", "env", "dtensor_ops")
 
     def __init__(self, rank: int, comm: Comm, env: dict[str, str]) -> None:
         self.rank = rank
         self.comm = comm  # the rank's world simcluster Comm
         self.c10d = _fresh_c10d()
         self.env = env  # replaced, never changed in place: ranks share the process's until they differ
+        self.dtensor_ops: dict[Any, Any] | None = None  # made when the rank first runs with DTensor
 
     def __repr__(self) -> str:
         return f"<RankState rank={self.rank}>"
@@ -124,6 +139,9 @@ class Session:
         self._excepthook: Any = None
         self._identity: dict[int, int] | None = None  # the world's rank map, shared (Rule 3)
         self._env_seen: dict[Any, Any] = {}  # _env_snapshot() when the owner's env was written
+        self._dispatcher: Any = None  # DTensor's op dispatcher, once imported
+        self._process_dtensor_ops: dict[Any, Any] | None = None
+        self._fresh_ops: dict[Any, Any] | None = None
 
     # ---- process-wide ----
 
@@ -137,6 +155,9 @@ class Session:
         self._process_c10d = _read_c10d()
         self._process_env = dict(os.environ)
         self._excepthook = sys.excepthook
+        self._dispatcher = _dtensor_dispatcher()
+        if self._dispatcher is not None:
+            self._process_dtensor_ops = self._dispatcher._custom_op_handlers
         self._handlers.install()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         return self
@@ -146,6 +167,12 @@ class Session:
         try:
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
             self._handlers.restore()
+            dispatcher = self._dispatcher or _dtensor_dispatcher()
+            if dispatcher is not None:
+                ops = self._process_dtensor_ops
+                if ops is None:  # DTensor was imported during the run
+                    ops = _fresh_dtensor_ops(dispatcher)
+                dispatcher._custom_op_handlers = ops
             sys.excepthook = self._excepthook
             if self._owner is not None:
                 self._owner = None
@@ -182,7 +209,23 @@ class Session:
             if state.env is not owner.env and state.env != owner.env:
                 _write_env(state.env)
         self._env_seen = _env_snapshot()
+        self._switch_dtensor_ops(owner, state)
         self._owner = state
+
+    def _switch_dtensor_ops(self, owner: RankState | None, state: RankState) -> None:
+        """Give each rank its own DTensor custom op handlers, as each process has its own."""
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            dispatcher = self._dispatcher = _dtensor_dispatcher()
+            if dispatcher is None:
+                return
+        if owner is not None:
+            owner.dtensor_ops = dispatcher._custom_op_handlers
+        if state.dtensor_ops is None:
+            if self._fresh_ops is None:
+                self._fresh_ops = _fresh_dtensor_ops(dispatcher)
+            state.dtensor_ops = dict(self._fresh_ops)
+        dispatcher._custom_op_handlers = state.dtensor_ops
 
     def _share_rank_maps(self, group_ranks: dict[Any, dict[int, int]]) -> None:
         """Replace the identity maps of the world in ``group_ranks`` by the shared one (Rule 3)."""

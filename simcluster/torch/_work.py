@@ -47,6 +47,15 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         self._done = req is None
         self._source: int = -1
 
+    def __del__(self) -> None:
+        # torch's own code drops collective handles it never waits for (DDP under Join drops
+        # the all_reduce telling the others it has not joined yet). An in-place result lands
+        # when the operation completes, as gloo's does, so such a handle is no leak; a dropped
+        # send or receive is still reported, as the script's own.
+        req = self._req
+        if req is not None and self._finish is None and self._op not in ("send", "recv"):
+            req._engine._untrack(req)
+
     def _complete(self, value: Any) -> None:
         self._done = True
         self._req = None

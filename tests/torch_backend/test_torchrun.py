@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -348,3 +350,280 @@ def test_python_dash_m_simcluster_torchrun_runs_a_module(tmp_path: Path) -> None
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (0, NOTE.format("'gloo'") + "\n")
     assert proc.stdout.splitlines() == [f"rank {r}: 1.0 ['--epochs', '2']" for r in range(3)]
+
+
+# ---- what real torchrun does, side by side ----
+
+
+def real_torchrun(tmp_path: Path, *argv: object, env: dict[str, str] | None = None
+                  ) -> subprocess.CompletedProcess[str]:
+    """Run torch's own torchrun (``python -m torch.distributed.run`` is the ``torchrun`` command).
+
+    Its workers share one stdout: a script run by both writes each rank's lines in one write.
+    """
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *map(str, argv)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+
+def simcluster_torchrun(tmp_path: Path, *argv: object, env: dict[str, str] | None = None
+                        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simcluster", "torchrun", *map(str, argv)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# ---- get_backend and monitored_barrier ----
+
+BACKEND_SCRIPT = """
+    import datetime
+    import sys
+    import torch
+    import torch.distributed as dist
+
+    def monitored(group=None):
+        try:
+            dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=60),
+                                   wait_all_ranks=True)
+            return "passed"
+        except ValueError as exc:
+            return f"ValueError: {exc}"
+
+    backend = sys.argv[1] if len(sys.argv) > 1 else None
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1], backend=backend)
+    inherited = dist.new_group([1, 2])  # the default group's backend
+    lines = [f"get_backend() = {dist.get_backend()}"]
+    if rank < 2:
+        lines.append(f"get_backend(pair) = {dist.get_backend(pair)}")
+    if rank > 0:
+        lines.append(f"get_backend(inherited) = {dist.get_backend(inherited)}")
+    if dist.get_backend() == "gloo":
+        lines.append("the script's gloo branch")
+    lines.append(f"monitored_barrier: {monitored()}")
+    if rank < 2:
+        lines.append(f"monitored_barrier(pair): {monitored(pair)}")
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    lines.append(f"sum {total.item()}")
+    sys.stdout.write("".join(f"rank {rank}: {line}\\n" for line in lines))
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["gloo", None])
+def test_get_backend_and_monitored_barrier_print_what_they_print_under_real_torchrun(
+        tmp_path: Path, backend: str | None) -> None:
+    prog = script(tmp_path, BACKEND_SCRIPT)
+    argv = [prog, *([backend] if backend else [])]
+    real = real_torchrun(tmp_path, "--standalone", "--nproc-per-node", 3, *argv)
+    assert real.returncode == 0, real.stderr
+    sim = simcluster_torchrun(tmp_path, "--nproc-per-node", 3, *argv)
+    assert (sim.returncode, sim.stderr) == (0, (NOTE.format(repr(backend)) if backend
+                                                 else DEFAULT_NOTE) + "\n")
+    assert sorted(sim.stdout.splitlines()) == sorted(real.stdout.splitlines())
+    if backend == "gloo":  # what the comparison covered
+        assert "rank 0: get_backend() = gloo" in sim.stdout
+        assert "rank 2: monitored_barrier: passed" in sim.stdout
+    else:  # torch's default reports "undefined", and torch lets only gloo monitor barriers
+        assert "rank 0: monitored_barrier: ValueError: monitored_barrier is only implemented " \
+               "for GLOO backend." in sim.stdout
+
+
+def test_a_group_made_as_nccl_reports_simcluster_and_refuses_monitored_barrier(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # nothing nccl-specific can run on CPU: a script's nccl branches must not be taken
+    prog = script(tmp_path, BACKEND_SCRIPT)
+    rc, out, _err = torchrun(capsys, "--nproc-per-node", 3, prog, "nccl")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "rank 0: get_backend() = simcluster" in lines
+    assert "rank 1: get_backend(pair) = simcluster" in lines
+    assert "rank 2: get_backend(inherited) = simcluster" in lines
+    assert ("rank 0: monitored_barrier: ValueError: monitored_barrier is only implemented for "
+            "GLOO backend.") in lines
+    assert "rank 2: sum 6.0" in lines
+
+
+def _monitored_barrier_under_spawn(rank: int) -> tuple[str, str]:
+    import torch.distributed as dist
+
+    dist.init_process_group("simcluster")
+    try:
+        dist.monitored_barrier()
+        return dist.get_backend(), "passed"
+    except ValueError as exc:
+        return dist.get_backend(), str(exc)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_under_spawn_the_backend_is_simcluster_and_monitored_barrier_is_torchs_error() -> None:
+    import simcluster.torch as sctorch
+
+    result = sctorch.spawn(_monitored_barrier_under_spawn, nprocs=2)
+    assert list(result) == [("simcluster", "monitored_barrier is only implemented for GLOO "
+                                           "backend.")] * 2
+
+
+def test_a_rank_that_skips_monitored_barrier_is_named_not_waited_for(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import datetime
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() != 1:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True)
+        print("rank", dist.get_rank(), "done")
+        dist.destroy_process_group()
+    """, "skip.py")
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 3, prog)
+    assert (rc, out) == (1, "rank 1 done\n")
+    lines = err.splitlines()
+    assert lines[1] == ("simcluster torchrun: deadlock: 2 ranks blocked and no message in "
+                        "flight at virtual time 0s")
+    assert "  rank 0 waiting in ibarrier() at skip.py:7" in lines
+    assert "  rank 2 waiting in ibarrier() at skip.py:7" in lines
+    assert ("ranks 0, 2 are inside barrier() (collective #1 on comm 'world'), which rank 1 never "
+            "entered: rank 1 finished") in lines
+
+
+# ---- torchelastic's environment ----
+
+ENV_SCRIPT = """
+    import json
+    import os
+    import sys
+
+    parent = set(json.loads(os.environ["PARENT_NAMES"]))
+    env = {name: value for name, value in os.environ.items() if name not in parent}
+    folder = os.path.dirname(env.get("TORCHELASTIC_ERROR_FILE", ""))
+    sys.stdout.write(json.dumps({"env": env, "error_folder_exists": os.path.isdir(folder)}) + "\\n")
+"""
+
+
+def _worker_environments(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
+    """Each rank's printed environment (what torchrun added to its own), by RANK."""
+    assert proc.returncode == 0, proc.stderr
+    dumps = [json.loads(line) for line in proc.stdout.splitlines()]
+    return {dump["env"]["RANK"]: dump for dump in dumps}
+
+
+def _launch_environment() -> dict[str, str]:
+    """This process's environment, less what torchrun sets for a worker only when it is unset,
+    and the names in it (``PARENT_NAMES``): a worker prints the others, what torchrun added."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
+    env["PARENT_NAMES"] = json.dumps([*env, "PARENT_NAMES"])
+    return env
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+@pytest.mark.timeout(180)
+def test_standalone_workers_get_real_torchruns_variables(tmp_path: Path) -> None:
+    prog = script(tmp_path, ENV_SCRIPT)
+    argv, env = ["--standalone", "--nproc-per-node", 2, prog], _launch_environment()
+    real = _worker_environments(real_torchrun(tmp_path, *argv, env=env))
+    sim = _worker_environments(simcluster_torchrun(tmp_path, *argv, env=env))
+    assert sorted(sim) == sorted(real) == ["0", "1"]
+    for rank in ("0", "1"):
+        got, want = sim[rank]["env"], real[rank]["env"]
+        assert sorted(got) == sorted(want)
+        # a free port, a random run id and a temporary folder under real torchrun; here nothing
+        # listens on the port, the id is made from --seed, and the folder is removed at the end
+        differ = ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")
+        assert {k: v for k, v in got.items() if k not in differ} == \
+            {k: v for k, v in want.items() if k not in differ}
+        assert got["MASTER_ADDR"] == "localhost"
+        assert UUID.fullmatch(got["TORCHELASTIC_RUN_ID"]) and UUID.fullmatch(
+            want["TORCHELASTIC_RUN_ID"])
+        for variables in (got, want):
+            assert variables["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json")
+        assert sim[rank]["error_folder_exists"] and real[rank]["error_folder_exists"]
+        assert not Path(got["TORCHELASTIC_ERROR_FILE"]).parent.exists()  # removed at the end
+    assert sim["0"]["env"]["TORCHELASTIC_RUN_ID"] == sim["1"]["env"]["TORCHELASTIC_RUN_ID"]
+
+
+@pytest.mark.timeout(180)
+def test_static_rendezvous_workers_get_real_torchruns_values(tmp_path: Path) -> None:
+    prog = script(tmp_path, ENV_SCRIPT)
+    argv = ["--nproc-per-node", 3, "--master-port", free_port(), "--rdzv-id", "job7", prog]
+    env = _launch_environment()
+    real = _worker_environments(real_torchrun(tmp_path, *argv, env=env))
+    sim = _worker_environments(simcluster_torchrun(tmp_path, *argv, env=env))
+    for rank in ("0", "1", "2"):
+        got, want = dict(sim[rank]["env"]), dict(real[rank]["env"])
+        assert got.pop("TORCHELASTIC_ERROR_FILE") != want.pop("TORCHELASTIC_ERROR_FILE")
+        assert got == want
+        assert (got["OMP_NUM_THREADS"], got["TORCHELASTIC_RUN_ID"]) == ("1", "job7")
+
+
+def test_the_seed_makes_the_standalone_run_id(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    prog = script(tmp_path, "import os\nprint(os.environ['TORCHELASTIC_RUN_ID'])\n")
+    ids = {seed: torchrun(capsys, "--standalone", "--seed", seed, prog)[1] for seed in (0, 0, 1)}
+    assert len(ids) == 2 and all(UUID.fullmatch(run_id.strip()) for run_id in ids.values())
+
+
+def test_parents_variables_reach_the_workers_as_under_torchrun(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+    prog = script(tmp_path, """
+        import os
+        names = ["OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                 "TORCHELASTIC_SIGNALS_TO_HANDLE"]
+        print(" ".join(os.environ[name] for name in names))
+    """)
+    rc, out, _err = torchrun(capsys, "--nproc-per-node", 2, "--signals-to-handle", "SIGTERM",
+                             prog)
+    assert (rc, out) == (0, "3 0 SIGTERM\n" * 2)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    rc, out, _err = torchrun(capsys, "--nproc-per-node", 1, prog)
+    assert (rc, out) == (1, "")  # one worker: torchrun leaves OMP_NUM_THREADS unset
+
+
+@pytest.mark.timeout(180)
+def test_record_writes_the_error_file_as_under_real_torchrun(tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import json
+        import os
+        import sys
+        import time
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def main():
+            if os.environ["RANK"] == "1":
+                time.sleep(1)  # rank 0 is done first: a failure stops the other ranks
+                raise ValueError("rank 1 is unhappy")
+            sys.stdout.write(f"rank {os.environ['RANK']} is fine\\n")
+
+        if __name__ == "__main__":
+            try:
+                main()
+            except ValueError:
+                with open(os.environ["TORCHELASTIC_ERROR_FILE"]) as f:
+                    error = json.load(f)["message"]
+                last = error["extraInfo"]["py_callstack"].splitlines()[-1]
+                sys.stdout.write(f"error file: {error['message']} in {last}\\n")
+                raise
+    """)
+    real = real_torchrun(tmp_path, "--standalone", "--nproc-per-node", 2, prog)
+    sim = simcluster_torchrun(tmp_path, "--nproc-per-node", 2, prog)
+    assert real.returncode == sim.returncode == 1
+    assert sorted(sim.stdout.splitlines()) == sorted(real.stdout.splitlines()) == [
+        "error file: ValueError: rank 1 is unhappy in ValueError: rank 1 is unhappy",
+        "rank 0 is fine"]
+    assert sim.stderr.splitlines()[-1] == "ValueError: rank 1 is unhappy"

@@ -103,7 +103,8 @@ SCRIPT = '''
             schedule.step()
         out["stage_grad"] = stages[rank].weight.grad.sum().item()
 
-        print(json.dumps(out), flush=True)
+        sys.stdout.write(json.dumps(out) + "\\n")  # one write: torchrun's workers share stdout
+        sys.stdout.flush()
         dist.destroy_process_group()
 
 
