@@ -35,8 +35,9 @@ completed while a rank runs wakes its waiter in the next batch.
 Rule 3: a rank that fails ends the run at the virtual time it failed: the
 other ranks still run what is due at that instant (their lines printed then
 are not lost, as under mpiexec, where the other processes run on until the
-job is killed), and time does not move on. Ranks on OS threads (torch's)
-stop at once instead: one blocked inside C++ could never hand control back.
+job is killed), and time does not move on. A rank on an OS thread (torch's)
+that does not hand control back within ``_sync.FAILING_GRACE`` seconds then
+(blocked inside C++) is left behind.
 
 No event left, no rank runnable, no foreign await, and some rank unfinished:
 that is a deadlock, reported by ``_deadlock``.
@@ -469,8 +470,6 @@ class Kernel(ABC):
             self._unfinished -= 1
             if self._failing is None:  # the rank failed: the run ends with this instant (Rule 3)
                 self._failing = (task, exc)
-                if isinstance(task.coro, _sync.ThreadRank):  # ranks on OS threads (torch) stop at once:
-                    self._failure = self._failing  # one blocked inside C++ could never hand back
             return
         except BaseException as exc:
             task.state = FINISHED

@@ -40,6 +40,9 @@ import greenlet
 
 T = TypeVar("T")
 
+FAILING_GRACE = 5.0
+"""Wall seconds a rank on an OS thread gets to hand back once another rank failed (``ThreadRank``)."""
+
 _perf = _time.perf_counter
 _real_sleep = _time.sleep
 
@@ -153,7 +156,7 @@ class ThreadRank(SyncRank):
     schedule is the engine's, not the OS scheduler's: deterministic.
     """
 
-    __slots__ = ("_thread", "_go", "_back", "_out", "_finished")
+    __slots__ = ("_thread", "_go", "_back", "_out", "_finished", "_lost")
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                  comm: Any, rank: int, factor: float = 0.0) -> None:
@@ -163,6 +166,7 @@ class ThreadRank(SyncRank):
         self._back = threading.Semaphore(0)  # the rank hands control back
         self._out: tuple[bool, Any] = (False, None)  # (finished, value) or (False, yielded)
         self._finished = False
+        self._lost = False  # blocked past FAILING_GRACE in a failing run: never resumed again
 
     def _body(self) -> None:
         _thread_ranks.rank = self
@@ -193,7 +197,11 @@ class ThreadRank(SyncRank):
             if enter is not None:
                 enter()
             self._go.release()
-            self._back.acquire()
+            if not self._back.acquire(timeout=self._grace()):
+                self._lost = True
+                raise RuntimeError(
+                    f"rank {self.rank} did not hand control back within {FAILING_GRACE:g} s "
+                    "after another rank failed (blocked inside C++?); its later output is lost")
         finally:
             leave = self.leave
             if leave is not None:
@@ -207,6 +215,17 @@ class ThreadRank(SyncRank):
             raise StopIteration(value)
         return value
 
+    def _grace(self) -> float | None:
+        """How long to wait for the rank to hand back: for ever, unless the run is failing.
+
+        Once a rank failed, the others still run the failure's instant (the
+        kernel's Rule 3), but a rank on an OS thread blocked inside C++ (gloo
+        waiting for a peer that failed) would never hand back: it is given
+        ``FAILING_GRACE`` seconds, then left behind.
+        """
+        engine = getattr(self.comm, "_engine", None)
+        return None if engine is None or engine._failing is None else FAILING_GRACE
+
     def suspend(self, yielded: Any) -> None:
         self._out = (False, yielded)
         self._back.release()
@@ -216,7 +235,7 @@ class ThreadRank(SyncRank):
 
     def close(self) -> None:
         """Cancel the rank: its blocking call raises, its stack unwinds on its own thread."""
-        if self._thread is None or self._finished:
+        if self._thread is None or self._finished or self._lost:
             return
         self.closing = True
         self._go.release()

@@ -82,3 +82,16 @@ def test_without_torch_the_cli_prints_the_install_hint_and_fails() -> None:
     assert "Traceback" not in out.stderr
     assert out.stderr.startswith("simcluster bench torch: simcluster.torch needs torch")
     assert "pip install 'simcluster[torch]'" in out.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_training_step_job_reports_each_phase_and_where_the_time_goes() -> None:
+    got = bench.train_job(2, 2, budget=240)
+    assert isinstance(got, dict), got
+    assert (got["ranks"], got["dp"], got["tp"]) == (4, 2, 2)
+    assert got["same_loss_in_each_dp_group"] is True  # the tp ranks of a dp group agree
+    assert 0 < got["loss"] < 10
+    assert 0 < got["setup"] < got["total"] and 0 < got["step"] < got["total"]
+    assert got["virtual_step"] > 0  # the step's collectives cost time on the stated network
+    assert 0 < got["peak_mib"] < 8192
+    assert got["where"] and abs(sum(got["where"].values()) - 1) < 1e-9  # shares of the samples

@@ -109,13 +109,20 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         kind = opts.reduceOp.op
         op = _OPS.get(kind)
         if op is None:
-            raise ValueError(f"rank {self._comm.rank}: {call}(op={kind.name}): the simcluster "
+            raise ValueError(f"{self._who()}: {call}(op={kind.name}): the simcluster "
                              "backend has no PREMUL_SUM; multiply the tensor first and use SUM")
         return op
 
+    def _who(self) -> str:
+        """The rank in error messages: its world rank, and its rank in this group if different."""
+        comm = self._comm
+        if comm.world_rank == comm.rank:
+            return f"rank {comm.rank}"
+        return f"rank {comm.world_rank} (rank {comm.rank} of this group)"
+
     def _one(self, call: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         if len(tensors) != 1:
-            raise ValueError(f"rank {self._comm.rank}: {call}: expected one tensor per call, got "
+            raise ValueError(f"{self._who()}: {call}: expected one tensor per call, got "
                              f"{len(tensors)}; the simcluster backend has one device per rank")
         return tensors[0]
 
@@ -164,7 +171,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                               ) -> SimclusterWork:
         size = self._comm.size
         if input.numel() != size * output.numel():
-            raise ValueError(f"rank {self._comm.rank}: reduce_scatter_tensor: input has "
+            raise ValueError(f"{self._who()}: reduce_scatter_tensor: input has "
                              f"{input.numel()} elements, not world size {size} x output's "
                              f"{output.numel()}; size input as {size} outputs")
         parts = list(input.detach().reshape(-1).chunk(size))
@@ -216,7 +223,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                           ) -> SimclusterWork:
         size = self._comm.size
         if output.numel() != size * input.numel():
-            raise ValueError(f"rank {self._comm.rank}: all_gather_into_tensor: output has "
+            raise ValueError(f"{self._who()}: all_gather_into_tensor: output has "
                              f"{output.numel()} elements, not world size {size} x input's "
                              f"{input.numel()}; size output as {size} inputs")
         req = self._comm.iall_gather(input)
@@ -239,9 +246,9 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                           output_split_sizes: list[int], input_split_sizes: list[int],
                           opts: AllToAllOptions = AllToAllOptions()  # noqa: B008
                           ) -> SimclusterWork:
-        size, rank = self._comm.size, self._comm.rank
-        in_splits = _splits(input, input_split_sizes, size, rank, "input")
-        out_splits = _splits(output, output_split_sizes, size, rank, "output")
+        size, who = self._comm.size, self._who()
+        in_splits = _splits(input, input_split_sizes, size, who, "input")
+        out_splits = _splits(output, output_split_sizes, size, who, "output")
         pieces = list(torch.split(input.detach(), in_splits))
         req = self._comm.iall_to_all(pieces)
 
@@ -250,7 +257,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                 for target, value in zip(torch.split(output, out_splits), values):
                     if target.numel() != value.numel():
                         raise ValueError(
-                            f"rank {rank}: all_to_all_single: output_split_sizes={out_splits} "
+                            f"{who}: all_to_all_single: output_split_sizes={out_splits} "
                             f"expects {target.shape[0]} rows from a rank that sent "
                             f"{value.shape[0] if value.dim() else 0}; make each rank's output "
                             "split match what the peer's input split sends it")
@@ -344,15 +351,15 @@ class _Chained(SimclusterWork):
         return self._done
 
 
-def _splits(t: torch.Tensor, sizes: list[int], size: int, rank: int, what: str) -> list[int]:
+def _splits(t: torch.Tensor, sizes: list[int], size: int, who: str, what: str) -> list[int]:
     rows = t.shape[0] if t.dim() else 1
     if not sizes:
         if rows % size:
-            raise ValueError(f"rank {rank}: all_to_all_single: {what} has {rows} rows, not a "
+            raise ValueError(f"{who}: all_to_all_single: {what} has {rows} rows, not a "
                              f"multiple of world size {size}; pass {what}_split_sizes")
         return [rows // size] * size
     if len(sizes) != size or sum(sizes) != rows:
-        raise ValueError(f"rank {rank}: all_to_all_single: {what}_split_sizes={list(sizes)} must "
+        raise ValueError(f"{who}: all_to_all_single: {what}_split_sizes={list(sizes)} must "
                          f"have {size} entries summing to the {rows} rows of {what}")
     return list(sizes)
 

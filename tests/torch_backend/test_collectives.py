@@ -176,3 +176,14 @@ def test_all_to_all_single_with_splits_that_do_not_add_up() -> None:
 
     assert str(_cause(body, 2)) == ("rank 1: all_to_all_single: input_split_sizes=[1, 2] must have "
                                     "2 entries summing to the 4 rows of input")
+
+
+def test_an_error_on_a_subgroup_names_the_world_rank_and_the_group_rank() -> None:
+    def body(rank: int, size: int) -> None:
+        group = dist.new_group([1, 2])
+        if rank == 2:  # refused at the call, before any message
+            dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1], [1, 2], group=group)
+
+    assert str(_cause(body, 3)) == ("rank 2 (rank 1 of this group): all_to_all_single: "
+                                    "input_split_sizes=[1, 2] must have 2 entries summing to the 4 "
+                                    "rows of input")

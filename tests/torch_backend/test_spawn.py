@@ -74,6 +74,39 @@ def test_a_failing_rank_is_a_rank_error_with_its_exception() -> None:
     assert isinstance(info.value.__cause__, KeyError)
 
 
+def test_a_failing_rank_lets_the_others_finish_its_instant_and_leaves_a_stuck_one_behind(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    import threading
+    import time
+
+    from simcluster import _sync
+
+    never = threading.Event()
+
+    def fn(rank: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("simcluster")
+        if rank == 1:
+            dist.send(torch.ones(1), dst=2)  # rank 2 resumes after this rank has failed
+            raise ValueError("rank 1 fails")
+        if rank == 2:
+            dist.recv(torch.zeros(1), src=1)
+        print(f"rank {rank} at the failure's instant", flush=True)
+        if rank == 2:
+            never.wait(60)  # blocks without handing back, as a wait inside C++ would
+
+    start = time.perf_counter()
+    with pytest.raises(sc.RankError, match="rank 1: run: raised ValueError: rank 1 fails"):
+        sctorch.spawn(fn, nprocs=4)
+    took = time.perf_counter() - start
+    never.set()
+    assert sorted(capfd.readouterr().out.splitlines()) == [
+        f"rank {r} at the failure's instant" for r in (0, 2, 3)]
+    assert _sync.FAILING_GRACE <= took < _sync.FAILING_GRACE + 30
+
+
 def test_each_rank_has_its_own_environment_and_the_process_keeps_its_own() -> None:
     os.environ.pop("SIMCLUSTER_TEST_VAR", None)
 

@@ -224,6 +224,22 @@ def test_an_exception_prints_the_ranks_traceback_with_the_scripts_lines(
     ]
 
 
+def test_when_one_rank_raises_the_others_lines_of_that_instant_are_kept(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            raise ValueError("rank 1 is unhappy")
+        print(f"rank {rank} says hello")
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 3, prog)
+    assert rc == 1
+    assert out.splitlines() == ["rank 0 says hello", "rank 2 says hello"]
+    assert err.splitlines()[-1] == "ValueError: rank 1 is unhappy"
+
+
 def test_a_deadlock_exits_nonzero_with_the_report_naming_the_scripts_line(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     prog = script(tmp_path, """
