@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from simcluster import _build
+
 TRANSPORTS = [  # a third-party transport adds one line here
     pytest.param("memory", id="memory"),
     pytest.param("shm", id="shm", marks=pytest.mark.slow),
@@ -23,6 +25,9 @@ TRANSPORTS = [  # a third-party transport adds one line here
 
 MPI_JOB_SIZE = int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
 """The processes of the MPI job running these tests (MPICH sets PMI_SIZE, Open MPI its own); 1 outside one."""
+
+if not _build.active.compiled:  # the interpreted build said so once; the tests' children run it too
+    os.environ["SIMCLUSTER_PURE_PYTHON"] = "1"  # and say nothing (their stderr is compared)
 
 WORLD_SIZES = [1, 2, 3, 4, 7, 8]
 """Always include 1 and a non-power of two."""

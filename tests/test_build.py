@@ -158,6 +158,31 @@ def test_an_install_without_the_compiled_build_says_so_once_and_how_to_get_it(tm
     assert "compiled nothing" in run.stderr and "C compiler" in run.stderr
 
 
+def test_without_the_compiled_build_warnings_as_errors_and_pytest_still_run(tmp_path: Path) -> None:
+    package = _copy_package(tmp_path)
+    for path in [*package.iterdir(), *(package / "transports").iterdir()]:
+        if path.name.endswith(SUFFIX) or path.name == _build_manifest.RECORD:
+            path.unlink()
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMCLUSTER_PURE_PYTHON", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(package.parent)
+    strict = subprocess.run([sys.executable, "-W", "error", "-c", "import simcluster"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert strict.returncode == 0, strict.stderr
+    assert strict.stderr.count("simcluster runs interpreted") == 1
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+                                      "filterwarnings =\n    error\n")
+    (tests / "test_it.py").write_text("import simcluster\n\n"
+                                      "def test_it():\n"
+                                      "    assert not simcluster._build.active.compiled\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-W", "error", str(tests)], capture_output=True, text=True, env=env,
+                         cwd=tests, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+
+
 # ---- both builds behave the same ----
 
 
