@@ -6,6 +6,7 @@ Thin on purpose: argparse, then a call into the library.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import runpy
@@ -79,10 +80,40 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _launcher_for(source: str) -> str | None:
+    """The launcher for a script with no ``main``: ``mpirun`` if it imports mpi4py, ``torchrun``
+    if torch.distributed, else None. Scripts written for those run top to bottom on each rank."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None  # running it reports the error with its line
+    if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "main"
+           for node in tree.body):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+    if any(n == "mpi4py" or n.startswith("mpi4py.") for n in names):
+        return "mpirun -n N"
+    if any(n == "torch.distributed" or n.startswith("torch.distributed.") for n in names):
+        return "torchrun --nproc-per-node N"
+    return None
+
+
 def _load_main(script: str) -> Any:
     if not os.path.isfile(script):
         raise SystemExit(f"simcluster run: {script}: no such file; pass the path of a Python script "
                          "that defines async def main(comm)")
+    with open(script, encoding="utf-8", errors="replace") as f:
+        launcher = _launcher_for(f.read())
+    if launcher is not None:
+        kind = "an mpi4py" if launcher.startswith("mpirun") else "a torch.distributed"
+        raise SystemExit(f"simcluster run: {script} is {kind} script with no main(comm): run it "
+                         f"unmodified with simcluster {launcher} {script}; simcluster run takes a "
+                         "script that defines async def main(comm)")
     # like `python SCRIPT`: the script's folder comes first on the import path
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     namespace = runpy.run_path(script, run_name="__simcluster_script__")

@@ -145,6 +145,35 @@ def test_run_reports_bad_options_and_scripts(capsys: pytest.CaptureFixture[str],
         cli.main(["run", str(empty)])
 
 
+@pytest.mark.parametrize(("source", "launcher", "kind"), [
+    ("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n", "mpirun -n N", "an mpi4py"),
+    ("import mpi4py.MPI as MPI\n", "mpirun -n N", "an mpi4py"),
+    ("import torch.distributed as dist\ndist.init_process_group('gloo')\n",
+     "torchrun --nproc-per-node N", "a torch.distributed"),
+    ("from torch import distributed as dist\n", "torchrun --nproc-per-node N", "a torch.distributed"),
+])
+def test_run_points_an_mpi4py_or_torch_script_at_its_launcher(tmp_path: Path, source: str,
+                                                              launcher: str, kind: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", str(script)])
+    assert str(info.value) == (
+        f"simcluster run: {script} is {kind} script with no main(comm): run it unmodified with "
+        f"simcluster {launcher} {script}; simcluster run takes a script that defines async def "
+        "main(comm)")
+
+
+def test_run_takes_a_main_script_that_also_imports_torch_distributed(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("if False:  # named for the check, never imported (torch is optional)\n"
+                      "    import torch.distributed\n"
+                      "async def main(comm):\n    print(await comm.all_reduce(1))\n")
+    rc, out, _ = run_cli(capsys, "run", str(script), "-n", "2")
+    assert rc == 0 and out.splitlines()[:2] == ["2", "2"]
+
+
 def test_run_reports_a_deadlock_and_a_failing_rank(capsys: pytest.CaptureFixture[str],
                                                    tmp_path: Path) -> None:
     stuck = tmp_path / "stuck.py"
