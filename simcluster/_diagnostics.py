@@ -5,10 +5,16 @@ protocol's queues once something went wrong (or at the end of a strict
 run). ``Diagnostics`` extends the protocol's engine with them; ``deadlock_error``
 also builds the report of a multi-process run from the blocked ranks every
 hosting process describes.
+
+Reports stay readable at any world size: up to ``_ONE_BY_ONE`` ranks are
+listed one line each; beyond, ranks waiting in the same call at the same
+line share one line (how many, which, one example), at most ``_PLACES``
+such lines, and a long wait-for cycle shows its ends.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,17 +108,19 @@ class Diagnostics(P2P):
 
         ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
         """
-        lines = [f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s"]
+        ranks: list[tuple[int, str]] = []
         for task in self.tasks:  # helpers are their rank's nonblocking calls: the rank's line says
             if spinning is not None and task is spinning[0]:
-                lines.append(f"  rank {task.rank} running at {spinning[1]}")
+                ranks.append((task.rank, f"rank {task.rank} running at {spinning[1]}"))
             elif task.state == BLOCKED:
-                lines.append("  " + self._describe(task)[0])
+                ranks.append((task.rank, self._describe(task)[0]))
             elif task.state != FINISHED:
-                lines.append(f"  rank {task.rank} {_TASK_STATES[task.state]} at "
-                             f"{_frames.coroutine_line(task.coro)}")
-        lines.append("look for a rank that loops without awaiting, or awaits real I/O that never ends")
-        return "\n".join(lines)
+                ranks.append((task.rank, f"rank {task.rank} {_TASK_STATES[task.state]} at "
+                                         f"{_frames.coroutine_line(task.coro)}"))
+        return "\n".join([
+            f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s",
+            *summarise(ranks),
+            "look for a rank that loops without awaiting, or awaits real I/O that never ends"])
 
 def deadlock_error(entries: list[BlockedEntry], now: float,
                    members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
@@ -126,18 +134,17 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
     """
     blocked: dict[int, str] = {}
     edges: dict[int, list[int]] = {}
-    lines = []
     for rank, line, peers, _ in entries:
         blocked[rank] = line
         edges.setdefault(rank, []).extend(peers)
-        lines.append("  " + line)
+    lines = summarise([(rank, line) for rank, line, _, _ in entries])
     cycle = _find_cycle(edges)
     n = len(blocked)
     head = (f"deadlock: {n} rank{'s' if n != 1 else ''} blocked and no message in flight "
             f"at virtual time {now:.9g}s")
     gaps = _collective_gaps(entries, members)
     if cycle:
-        tail = "wait-for cycle: " + " -> ".join(map(str, cycle))
+        tail = "wait-for cycle: " + _cycle(cycle)
     elif gaps:
         tail = ("no wait-for cycle: ranks wait inside a collective that other members never "
                 "entered; every member of a comm must call its collectives, in the same order")
@@ -166,8 +173,9 @@ def _collective_gaps(entries: list[BlockedEntry],
         if world is None:  # gathered from several processes: only comm ranks are known
             outside = f"comm {_ranks(missing)} never entered"
         else:
-            absent = [_doing(world[r], doing) for r in missing[:_LISTED]]
-            if len(missing) > _LISTED:
+            shown = _LISTED if len(missing) <= _ONE_BY_ONE else 3  # examples, when many are out
+            absent = [_doing(world[r], doing) for r in missing[:shown]]
+            if len(missing) > shown:
                 absent.append("...")
             outside = f"{_ranks([world[r] for r in missing])} never entered: {'; '.join(absent)}"
         lines.append(f"{_ranks(sorted(entered.values()))} {'is' if len(entered) == 1 else 'are'} "
@@ -176,6 +184,57 @@ def _collective_gaps(entries: list[BlockedEntry],
 
 
 _LISTED = 8  # ranks named one by one in a report line; the rest are counted
+_ONE_BY_ONE = 16  # ranks a report lists a line each; beyond, ranks in one place share a line
+_PLACES = 40  # places (a call at a line) a report lists when it groups; the rest are counted
+_ARGUMENTS = re.compile(r"\([^()]*\)")
+
+
+def summarise(ranks: list[tuple[int, str]]) -> list[str]:
+    """The report's lines about ``(rank, "rank R waiting in ... at file:line")`` pairs.
+
+    Up to ``_ONE_BY_ONE`` ranks, a line each. Beyond, one line per place: a
+    call (its arguments left out) at a line of code, with how many ranks
+    wait there, which, and one of their lines as the example.
+    """
+    if len(ranks) <= _ONE_BY_ONE:
+        return ["  " + line for _, line in ranks]
+    places: dict[str, list[tuple[int, str]]] = {}
+    for rank, line in ranks:
+        prefix = f"rank {rank} "
+        what = line[len(prefix):] if line.startswith(prefix) else line
+        places.setdefault(_ARGUMENTS.sub("(...)", what), []).append((rank, line))
+    lines = []
+    for what, members in list(places.items())[:_PLACES]:
+        if len(members) == 1:
+            lines.append("  " + members[0][1])
+            continue
+        lines.append(f"  {len(members)} ranks {what}: {_spans([r for r, _ in members])}; "
+                     f"e.g. {members[0][1]}")
+    if len(places) > _PLACES:
+        rest = sum(len(m) for m in list(places.values())[_PLACES:])
+        lines.append(f"  ... and {rest} more ranks in {len(places) - _PLACES} other places")
+    return lines
+
+
+def _spans(ranks: Sequence[int]) -> str:
+    """``ranks 1-1999`` or ``ranks 0, 2-5, 9``: runs of consecutive ranks, at most ``_LISTED``."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    shown = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:_LISTED]]
+    more = f", ... ({len(runs) - _LISTED} more runs)" if len(runs) > _LISTED else ""
+    return "ranks " + ", ".join(shown) + more
+
+
+def _cycle(cycle: Sequence[int]) -> str:
+    """A wait-for cycle, its ends shown when it is long: ``0 -> 1 -> ... -> 9 -> 0 (10 ranks)``."""
+    if len(cycle) <= 2 * _LISTED:
+        return " -> ".join(map(str, cycle))
+    return (" -> ".join(map(str, cycle[:_LISTED])) + " -> ... -> "
+            + " -> ".join(map(str, cycle[-_LISTED // 2:])) + f" ({len(cycle) - 1} ranks)")
 
 
 def _ranks(ranks: Sequence[int]) -> str:

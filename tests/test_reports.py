@@ -176,6 +176,58 @@ def test_deadlock_in_a_large_world_counts_the_ranks_it_does_not_name() -> None:
         f"7, 8, ... (11 in all) never entered: {finished}; ...")
 
 
+def test_a_deadlock_of_many_ranks_in_one_place_is_a_few_short_lines() -> None:
+    lines: dict[str, int] = {}
+
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            lines["barrier"] = _line() + 1
+            await comm.barrier()
+        else:
+            lines["recv"] = _line() + 1
+            await comm.recv(src=(comm.rank + 1) % comm.size)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=3000)
+    report = str(info.value).splitlines()
+    assert len(report) == 5 and max(map(len, report)) < 400
+    assert report[0] == "deadlock: 3000 ranks blocked and no message in flight at virtual time 0s"
+    here = f"test_reports.py:{lines['recv']}"
+    assert report[2] == (f"  2999 ranks waiting in recv(...) at {here}: ranks 1-2999; e.g. rank 1 "
+                         f"waiting in recv(src=2, tag=ANY_TAG) at {here}")
+    assert report[3].endswith(f"never entered: rank 1 is waiting in recv(src=2, tag=ANY_TAG) at "
+                              f"{here}; rank 2 is waiting in recv(src=3, tag=ANY_TAG) at {here}; "
+                              f"rank 3 is waiting in recv(src=4, tag=ANY_TAG) at {here}; ...")
+    assert len(info.value.blocked) == 3000  # the whole picture stays on the error
+
+
+def test_a_long_wait_for_cycle_shows_its_ends() -> None:
+    async def main(comm: sc.Comm) -> None:
+        await comm.recv(src=(comm.rank + 1) % comm.size)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=500)
+    report = str(info.value).splitlines()
+    assert len(report) == 3
+    assert report[-1] == ("wait-for cycle: 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> ... -> 497 -> "
+                          "498 -> 499 -> 0 (500 ranks)")
+    assert info.value.cycle == [*range(500), 0]
+
+
+def test_a_report_groups_ranks_by_place_and_counts_the_places_beyond_its_limit() -> None:
+    from simcluster._diagnostics import summarise
+
+    few = [(r, f"rank {r} waiting in recv(src={r + 1}) at a.py:{r}") for r in range(16)]
+    assert summarise(few) == ["  " + line for _, line in few]  # few ranks: a line each
+    many = [(r, f"rank {r} waiting in recv(src={r + 1}) at a.py:{r % 50}") for r in range(1000)]
+    lines = summarise(many)
+    assert len(lines) == 41
+    assert lines[0] == ("  20 ranks waiting in recv(...) at a.py:0: ranks 0, 50, 100, 150, 200, "
+                        "250, 300, 350, ... (12 more runs); e.g. rank 0 waiting in recv(src=1) at "
+                        "a.py:0")
+    assert lines[-1] == "  ... and 200 more ranks in 10 other places"
+
+
 # ---- timeout: a rank that spins without awaiting ----
 
 
