@@ -110,6 +110,9 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     parser.add_argument("--compute", default=None, metavar="wall[:F]",
                         help="charge the wall time a rank computes (x F) to its virtual clock")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    parser.add_argument("--summary", action="store_true",
+                        help="after the run, one line on stderr: virtual time, wall time, "
+                             "messages and bytes")
     parser.add_argument(*prepend, dest="prepend_rank", action="store_true",
                         help="start every output line with [RANK] (as MPICH)")
     parser.add_argument(*module, dest="as_module", action="store_true",
@@ -143,7 +146,7 @@ def run_args(args: argparse.Namespace) -> int:
         # the lowercase methods pickle, as mpi4py does; these processes run the user's own script
         keywords["serializer"] = "pickle"
     return mpirun(args.script, args.world_size, args.args, module=args.as_module,
-                  prepend_rank=args.prepend_rank, **keywords)
+                  prepend_rank=args.prepend_rank, summary=args.summary, **keywords)
 
 
 def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
@@ -171,11 +174,13 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
 
 
 def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bool = False,
-           prepend_rank: bool = False, **keywords: Any) -> int:
+           prepend_rank: bool = False, summary: bool = False, **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) once per rank.
 
     Each rank's lines go to this process's ``sys.stdout`` / ``sys.stderr`` in
     virtual-time order (ties by rank); ``keywords`` go to ``simcluster.run``.
+    ``summary`` adds one line on stderr after a run that finished: its
+    virtual time, wall time, messages and bytes.
 
     Returns:
         The exit status: 0 when every rank finished; else the first nonzero
@@ -203,6 +208,7 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
     out, err = (sys.stdout, sys.stderr) if first else (io.StringIO(), io.StringIO())
     session = _Session(spec, world_size, prepend_rank, out, err)
     session.mpi = world
+    session.summary = summary
     try:
         return session.launch(keywords)
     finally:
@@ -490,6 +496,8 @@ class _Session:
         self.hosted_outcomes: dict[int, list[Any] | None] = {}
         self.notes = 0  # launcher lines filed so far (their order among themselves)
         self.mpi: Any = None  # the real MPI.COMM_WORLD when the ranks are hosted by an MPI job
+        self.summary = False  # --summary: one line on stderr after the run
+        self.result: Any = None  # the run's RunResult, once it finished
         self.gathered: dict[int, str] = {}  # rank -> its records, sent to MPI process 0
         # modules of the user's own (not the standard library's or an installed package's):
         # each rank imports its own copy, as each process of an MPI job does
@@ -553,10 +561,25 @@ class _Session:
         if self.records_dir is not None:
             self._collect()
         self.flush_all()
+        if self.summary and self.result is not None and self.mpi_first():
+            self.print_summary()
         status = self._status(error)
         if self.mpi is not None and not isinstance(error, errors.TransportError):
             status = self.mpi.bcast(status, root=0)  # every process exits as process 0 does
         return status
+
+    def mpi_first(self) -> bool:
+        """Whether this process reports for the run (always, unless an MPI job hosts the ranks)."""
+        return self.mpi is None or self.mpi.Get_rank() == 0
+
+    def print_summary(self) -> None:
+        """``--summary``: virtual time, wall time, messages and bytes, on one line of stderr."""
+        from .trace import _seconds
+
+        result = self.result
+        print(f"{self.prog}: elapsed {_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
+              f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes",
+              file=self.real[ERR])
 
     def _gather_records(self, error: BaseException | None) -> None:
         """MPI: bring the records of every process's ranks to process 0 (they may be on other machines).
@@ -585,7 +608,7 @@ class _Session:
         """Run ``_script_rank`` on every rank (``keywords`` go to ``simcluster.run``)."""
         from . import runner
 
-        runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
+        self.result = runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
 
     def _status(self, error: BaseException | None) -> int:
         from . import errors

@@ -145,7 +145,7 @@ def run_args(args: argparse.Namespace) -> int:
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
-                    **keywords)
+                    summary=args.summary, **keywords)
 
 
 # ---- the launcher ----
@@ -192,7 +192,7 @@ def standalone_run_id(seed: int) -> str:
 def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, module: bool = False,
              prepend_rank: bool = False, master_addr: str | None = None,
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
-             signals_to_handle: str = SIGNALS, **keywords: Any) -> int:
+             signals_to_handle: str = SIGNALS, summary: bool = False, **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -206,7 +206,8 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     ``127.0.0.1`` and ``none``, or with ``standalone`` ``localhost`` and a
     UUID (``standalone_run_id``). Each rank's ``TORCHELASTIC_ERROR_FILE``
     (where ``@record`` writes the error that ends it) lies in a temporary
-    folder removed when the run ends.
+    folder removed when the run ends. ``summary`` adds one line on stderr
+    after a run that finished: its virtual time, wall time, messages and bytes.
 
     Returns:
         The exit status, as ``simcluster mpirun``'s: 0 when every rank
@@ -245,6 +246,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
                 error_file=os.path.join(folder, "error.json"))
         session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
                                    env)
+        session.summary = summary
         return session.launch(keywords)
     finally:
         shutil.rmtree(errors, ignore_errors=True)
@@ -277,7 +279,8 @@ class _TorchrunSession(mpirun._Session):
         with Session(self.world_size) as torch_session, _BackendMap(self, torch_session):
             self.torch_session = torch_session
             try:
-                runner.run(_torch_script_rank, self.world_size, args=(self.spec,), **keywords)
+                self.result = runner.run(_torch_script_rank, self.world_size, args=(self.spec,),
+                                         **keywords)
             finally:
                 self.torch_session = None
 

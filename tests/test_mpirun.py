@@ -616,3 +616,23 @@ def test_a_failed_rank_ends_the_run_for_good_and_no_earlier_line_is_lost(
         assert out == "".join(f"hello from {r}\n" for r in range(4))
         assert "ValueError: rank 1 fails" in err
         assert "outside any rank" not in err and "still running" not in out
+
+
+def test_summary_prints_virtual_time_messages_and_bytes_after_the_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import numpy as np
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        if comm.Get_rank() == 0:
+            comm.Send(np.zeros(1000, dtype=np.uint8), dest=1)
+        else:
+            comm.Recv(np.empty(1000, dtype=np.uint8), source=0)
+    """)
+    rc, out, err = mpirun(capsys, "-n", 2, "--latency", "alphabeta:1us,1GB/s", "--summary", prog)
+    assert (rc, out) == (0, "")
+    assert re.fullmatch(r"simcluster mpirun: elapsed 2 us virtual, \d+\.\d{3} s wall, "
+                        r"1 messages, 1000 bytes\n", err), err
+    rc, out, err = mpirun(capsys, "-n", 2, prog)
+    assert (rc, out, err) == (0, "", "")  # without the flag, nothing is added

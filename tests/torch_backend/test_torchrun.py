@@ -643,3 +643,20 @@ def test_record_writes_the_error_file_as_under_real_torchrun(tmp_path: Path) -> 
         "error file: ValueError: rank 1 is unhappy in ValueError: rank 1 is unhappy",
         "rank 0 is fine"]
     assert sim.stderr.splitlines()[-1] == "ValueError: rank 1 is unhappy"
+
+
+def test_summary_prints_virtual_time_messages_and_bytes_after_the_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        dist.send(torch.zeros(250), dst=1) if dist.get_rank() == 0 else dist.recv(torch.zeros(250), src=0)
+    """)
+    rc, out, err = torchrun(capsys, "--nproc-per-node", 2, "--latency", "alphabeta:1us,1GB/s",
+                            "--summary", prog)
+    assert (rc, out) == (0, "")
+    assert err.splitlines() == [NOTE.format("'gloo'"), err.splitlines()[1]]
+    assert re.fullmatch(r"simcluster torchrun: elapsed 2 us virtual, \d+\.\d{3} s wall, "
+                        r"1 messages, 1000 bytes", err.splitlines()[1]), err
