@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="memory, shm, tcp or mpi (default memory; tcp with --nnodes > 1; "
                           "mpi: the processes of the mpiexec job running this command)")
     run.add_argument("--latency", default="zero",
-                     help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, loggp:L,o,g,G")
+                     help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, loggp:L,o,g,G, "
+                          "'hierarchical:8;INTRA;INTER', 'jitter:0.1;MODEL'")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     run.add_argument("--procs", type=int, default=None, help="OS processes hosting the ranks")

@@ -687,9 +687,11 @@ BANDWIDTH_UNITS: Final[Mapping[str, float]] = MappingProxyType(
 """Bytes per second per unit for bandwidths in :func:`parse` (KB = 1e3 bytes, KiB = 1024)."""
 
 FORMS: Final = (
-    "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G "
+    "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G, "
+    "hierarchical:RANKS_PER_NODE;INTRA;INTER, jitter:REL;MODEL "
     "(times take s, ms, us or ns; BETA, GAMMA and G take a bandwidth in B/s, KB/s, MB/s, GB/s, "
-    "KiB/s, MiB/s or GiB/s, or seconds per byte; a plain number is seconds or seconds per byte)"
+    "KiB/s, MiB/s or GiB/s, or seconds per byte; a plain number is seconds or seconds per byte; "
+    "INTRA, INTER and MODEL are specs themselves)"
 )
 """The spec forms :func:`parse` accepts, as quoted in its error messages."""
 
@@ -730,6 +732,30 @@ _SPECS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...], int, str, _Bu
         }
     )
 )
+
+
+_COMPOSITES: Final = {"hierarchical": "hierarchical:8;alphabeta:200ns,100GB/s;alphabeta:2us,25GB/s",
+                      "jitter": "jitter:0.1;alphabeta:1us,10GB/s"}
+"""The models made of other models, with an example spec of each."""
+
+
+def _composite(spec: str, name: str, rest: str) -> LatencyModel:
+    """``hierarchical:N;INTRA;INTER`` or ``jitter:REL;MODEL``: a number, then specs after ``;``."""
+    example = _COMPOSITES[name]
+    want = 3 if name == "hierarchical" else 2
+    parts = [part.strip() for part in rest.split(";", want - 1)]  # the last may be composite too
+    if len(parts) != want:
+        what = "ranks per node, an intra-node and an inter-node spec" if want == 3 else \
+            "a relative amplitude and the spec of the model it perturbs"
+        _parse_error(spec, f"{name} takes {want} parts separated by ';' ({what}), got "
+                     f"{len(parts)}", f"write it like {example!r}")
+    inner = [parse(part) for part in parts[1:]]
+    try:
+        if name == "hierarchical":
+            return Hierarchical(inner[0], inner[1], ranks_per_node=int(parts[0]))
+        return Jitter(inner[0], rel=float(parts[0]))
+    except (TypeError, ValueError) as exc:
+        _parse_error(spec, f"cannot read {parts[0]!r} ({exc})", f"write it like {example!r}")
 
 
 def _parse_error(spec: str, problem: str, fix: str) -> NoReturn:
@@ -774,6 +800,12 @@ def parse(spec: str) -> LatencyModel:
         alphabeta:1e-6,1e-10      the same, in seconds and seconds per byte
         alphabeta:1us,10GB/s,2GB/s  with gamma = 1 / (2 GB/s) = 5e-10 s/byte
         loggp:1us,100ns,200ns,10GB/s  LogGP(L=1e-06, o=1e-07, g=2e-07, G=1e-10)
+        hierarchical:8;alphabeta:200ns,100GB/s;alphabeta:2us,25GB/s
+                                  Hierarchical(AlphaBeta(...), AlphaBeta(...), ranks_per_node=8)
+        jitter:0.1;alphabeta:1us,10GB/s  Jitter(AlphaBeta(...), rel=0.1)
+
+    The two composite forms take other specs after ``;`` (quote them in a
+    shell); the last of them may be a composite spec itself.
 
     Times take ``s``, ``ms``, ``us`` (or ``µs``) or ``ns``; a plain number is
     seconds. Per-byte costs (beta, gamma, G) take a bandwidth in ``B/s``,
@@ -801,6 +833,8 @@ def parse(spec: str) -> LatencyModel:
         )
     head, _, rest = spec.strip().partition(":")
     name = head.strip().lower()
+    if name in _COMPOSITES:
+        return _composite(spec, name, rest)
     if name not in _SPECS:
         _parse_error(spec, f"unknown latency model {head.strip()!r}", f"accepted forms: {FORMS}")
     params, kinds, required, example, build = _SPECS[name]

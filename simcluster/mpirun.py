@@ -103,7 +103,7 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     """Add the options a script launcher shares (``mpirun``, ``torchrun``): run keywords, SCRIPT, ARGS."""
     parser.add_argument("--latency", default="zero",
                         help="latency model, e.g. zero, constant:5us, alphabeta:1us,10GB/s, "
-                             "loggp:L,o,g,G")
+                             "loggp:L,o,g,G, 'hierarchical:8;INTRA;INTER', 'jitter:0.1;MODEL'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", default="memory", help=transport)
     parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")

@@ -421,7 +421,8 @@ def test_parse_unknown_model_lists_accepted_forms(spec: str, name: str) -> None:
 
 def test_accepted_forms_name_every_model_and_unit() -> None:
     assert latency.FORMS.startswith(
-        "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G (times take s, ms, us"
+        "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G, "
+        "hierarchical:RANKS_PER_NODE;INTRA;INTER, jitter:REL;MODEL (times take s, ms, us"
     )
     for unit in ("ns", "B/s", "KB/s", "MB/s", "GB/s", "KiB/s", "MiB/s", "GiB/s"):
         assert unit in latency.FORMS
@@ -486,6 +487,29 @@ def test_accepted_forms_name_every_model_and_unit() -> None:
 )
 def test_parse_rejects_bad_specs_saying_what_to_write(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        parse(spec)
+
+
+def test_parse_builds_the_composite_models_from_specs_inside() -> None:
+    assert parse("hierarchical:8;alphabeta:200ns,100GB/s;alphabeta:2us,25GB/s") == Hierarchical(
+        AlphaBeta(alpha=2e-7, beta=1e-11), AlphaBeta(alpha=2e-6, beta=4e-11), ranks_per_node=8)
+    assert parse("Jitter: 0.1 ; constant:5us") == Jitter(Constant(5e-6), rel=0.1)
+    assert parse("jitter:0.5;hierarchical:2;zero;constant:1us") == Jitter(
+        Hierarchical(Zero(), Constant(1e-6), ranks_per_node=2), rel=0.5)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("jitter:0.1", "parse('jitter:0.1'): jitter takes 2 parts separated by ';' (a relative "
+     "amplitude and the spec of the model it perturbs), got 1; write it like "
+     "'jitter:0.1;alphabeta:1us,10GB/s'"),
+    ("hierarchical:4;zero", "parse('hierarchical:4;zero'): hierarchical takes 3 parts separated by "
+     "';' (ranks per node, an intra-node and an inter-node spec), got 2; write it like "
+     "'hierarchical:8;alphabeta:200ns,100GB/s;alphabeta:2us,25GB/s'"),
+    ("hierarchical:0;zero;zero", "parse('hierarchical:0;zero;zero'): cannot read '0' ("),
+    ("jitter:0.1;constant:", "parse('constant:'): constant takes 1 value (seconds), got 0"),
+])
+def test_parse_rejects_bad_composite_specs_saying_what_to_write(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         parse(spec)
 
 
