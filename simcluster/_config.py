@@ -223,6 +223,8 @@ def configure(
     nprocs, per = 1, world_size
     if multiprocess:
         nprocs, per = _layout(world_size, tp, procs, nnodes)
+    else:
+        check_memory(world_size)
     if nnodes > 1 and secret is None:
         master_addr, master_port = _rendezvous(master_addr, master_port, nnodes, serializer)
     return RunConfig(
@@ -235,6 +237,43 @@ def configure(
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
                         if name not in ("fn", "world_size"))
 """The keywords ``run`` and ``launch`` take, in the order docs/run.md lists them."""
+
+
+BYTES_PER_RANK: Final = 1300
+"""The least memory a rank takes in one process (a rank blocked in ``recv``; docs/benchmarks.md)."""
+
+
+def available_memory() -> int | None:
+    """This machine's available memory in bytes (Linux's ``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(world_size: int) -> None:
+    """Refuse, before any rank starts, a world that cannot fit in this machine's memory.
+
+    Only the engine's own least cost per rank (``BYTES_PER_RANK``) is
+    counted, so a world refused here could not have run whatever it does;
+    one that passes may still need more for what its ranks hold.
+
+    Raises:
+        UsageError: ``world_size * BYTES_PER_RANK`` is more than the memory available now.
+    """
+    available = available_memory()
+    need = world_size * BYTES_PER_RANK
+    if available is not None and need > available:
+        raise UsageError(None, f"run(world_size={world_size})",
+                         f"{world_size:,} ranks need at least {need / 2**30:.1f} GiB in one process "
+                         f"({BYTES_PER_RANK:,} bytes each, the engine's own), and this machine has "
+                         f"{available / 2**30:.1f} GiB available",
+                         "run fewer ranks, or spread them over processes and hosts "
+                         "(transport='tcp' with procs= and nnodes=)")
 
 
 def check_names(call: str, keywords: Mapping[str, Any]) -> None:

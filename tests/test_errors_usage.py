@@ -195,3 +195,25 @@ def test_mpirun_exits_2_for_a_usage_error(capsys: pytest.CaptureFixture[str], tm
     out, err = capsys.readouterr()
     assert (rc, out) == (2, "")
     assert err.startswith("simcluster mpirun: run(procs=2): the memory transport hosts every rank")
+
+
+def test_a_world_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from simcluster import _config
+
+    started: list[int] = []
+
+    async def main(comm: sc.Comm) -> None:
+        started.append(comm.rank)
+
+    monkeypatch.setattr(_config, "available_memory", lambda: 2**30)  # 1 GiB left
+    with pytest.raises(sc.UsageError) as info:
+        sc.run(main, world_size=2**20)
+    assert str(info.value) == (
+        "run(world_size=1048576): 1,048,576 ranks need at least 1.3 GiB in one process (1,300 bytes "
+        "each, the engine's own), and this machine has 1.0 GiB available; run fewer ranks, or "
+        "spread them over processes and hosts (transport='tcp' with procs= and nnodes=)")
+    assert started == []
+    assert list(sc.run(main, world_size=4)) == [None] * 4  # 5 KB fit
+    monkeypatch.setattr(_config, "available_memory", lambda: None)  # unknown: never refused
+    assert len(sc.run(main, world_size=1000)) == 1000
