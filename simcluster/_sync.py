@@ -210,10 +210,22 @@ class ThreadRank(SyncRank):
                 _states.torch_out(self)
         finished, value = self._out
         if finished:
+            self._join()
             if isinstance(value, BaseException):
                 raise value
             raise StopIteration(value)
         return value
+
+    def _join(self) -> None:
+        """Wait for the rank's thread to end once its function returned (a moment later).
+
+        A process that exits while a rank's thread still unwinds torch's
+        thread-local C++ state can abort ("terminate called without an active
+        exception"), so the run ends only after its threads did.
+        """
+        thread = self._thread
+        if thread is not None:
+            thread.join(FAILING_GRACE)
 
     def _grace(self) -> float | None:
         """How long to wait for the rank to hand back: for ever, unless the run is failing.
@@ -240,6 +252,7 @@ class ThreadRank(SyncRank):
         self.closing = True
         self._go.release()
         self._back.acquire()
+        self._join()
 
     @property
     def thread_ident(self) -> int | None:
