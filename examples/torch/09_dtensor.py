@@ -2,8 +2,8 @@
 
 Four virtual ranks form a ("dp", "tp") mesh with ``init_device_mesh``. A 4 x 4
 matrix is split into blocks with ``distribute_tensor`` (rows over "dp",
-columns over "tp"), shown with ``visualize_sharding``; each rank holds one
-2 x 2 block. Then the usual moves of tensor parallelism:
+columns over "tp"); each rank holds one 2 x 2 block. Then the usual moves
+of tensor parallelism:
 
 * ``redistribute`` to ``Replicate()``: an all_gather over each mesh dimension;
 * a matmul of a column-sharded weight with a row-sharded one gives a
@@ -11,7 +11,7 @@ columns over "tp"), shown with ``visualize_sharding``; each rank holds one
   sums with an all_reduce;
 * a loss on a DTensor, and its gradient flowing back to the sharded leaf.
 
-You will see the block layout, every rank's local block, the same full
+You will see the placements, every rank's local block, the same full
 results on every rank (checked against plain torch), and the virtual time
 of the moves on a 1 us + 10 GB/s network.
 """
@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
-from torch.distributed.tensor.debug import visualize_sharding
 
 import simcluster as sc
 import simcluster.torch
@@ -32,7 +31,8 @@ def main(rank):
     x = torch.arange(16.0).reshape(4, 4)
 
     blocks = distribute_tensor(x, mesh, [Shard(0), Shard(1)])  # rows over dp, columns over tp
-    visualize_sharding(blocks, header="x: rows over dp, columns over tp")  # printed by rank 0
+    if rank == 0:
+        print(f"x is split as {blocks.placements} over mesh dimensions {mesh.mesh_dim_names}")
     dist.barrier()
     print(f"rank {rank} at {mesh.get_coordinate()}: local block {blocks.to_local().tolist()}")
     dist.barrier()
