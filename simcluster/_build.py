@@ -1,8 +1,10 @@
 """Which build is active: the compiled hot path (mypyc) or the same modules interpreted.
 
 ``import simcluster`` imports this module first. It uses the compiled
-modules only when the build compiled every one of them and each ``.py`` is
-unchanged since (the build records their sha256); otherwise, and whenever
+modules only when the build compiled every one of them for this Python and
+every ``.py`` of the package is unchanged since (the build records their
+sha256: the compiled modules bake in what they import from the others);
+otherwise, and whenever
 ``SIMCLUSTER_PURE_PYTHON=1`` is set, it makes Python load the ``.py`` files,
 so an edited source in an editable install is never shadowed by a stale
 extension. Either way the behaviour is the same; only the speed differs.
@@ -49,13 +51,21 @@ def decide(package: Path, environ: dict[str, str] | os._Environ[str]) -> Build:
         compiler, sources = str(record["compiler"]), dict(record["sources"])
     except (OSError, ValueError, KeyError, TypeError):
         return Build(False, "", "the install compiled nothing (no C compiler or mypyc at build time)")
+    abi = record.get("abi")
+    if abi is None:
+        return Build(False, "", "the compiled modules were built by an older simcluster")
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    if abi not in suffixes:
+        return Build(False, "", f"the compiled modules are for another Python ({abi})")
     for name in manifest.COMPILED:
         source = package / manifest.source(name)
         if not any(source.with_suffix(suffix).exists() for suffix in suffixes):
             return Build(False, "", f"the compiled {name} is missing for this Python")
-        if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest() != sources.get(name):
-            return Build(False, "", f"{manifest.source(name)} changed since it was compiled")
+    now = manifest.source_hashes(str(package))
+    for path, digest in sorted(sources.items()):
+        # A file the install left out cannot be imported, so it cannot make anything stale.
+        if path in now and now[path] != digest:
+            return Build(False, "", f"{path} changed since it was compiled")
     return Build(True, compiler, "")
 
 

@@ -3,6 +3,8 @@
 No imports of the package here: ``setup.py`` loads this file before the package exists.
 """
 
+import hashlib
+import json
 import os
 
 COMPILED = ("_kernel", "_protocol", "_diagnostics", "engine", "_hosted_engine", "matching", "request",
@@ -26,7 +28,30 @@ GROUP = "simcluster._native"
 """mypyc's group name: the shared library is ``simcluster/_native__mypyc*.so``."""
 
 RECORD = "_compiled.json"
-"""Written beside the modules by a build that compiled every one: the compiler and each source's sha256."""
+"""Written beside the modules by a build that compiled every one: the compiler, the Python ABI
+(the extension suffix) and the sha256 of every source of the package. Every source, not only the
+compiled ones: mypyc bakes in what they import from the others (a NamedTuple's field positions,
+``Final`` constants), so an edit anywhere can leave a compiled module stale."""
+
+
+def source_hashes(package: str) -> dict[str, str]:
+    """The sha256 of every ``.py`` file under ``package`` (links followed), by ``/``-path relative to it."""
+    hashes = {}
+    for folder, dirs, files in os.walk(package, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for file in sorted(files):
+            if file.endswith(".py"):
+                path = os.path.join(folder, file)
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                hashes[os.path.relpath(path, package).replace(os.sep, "/")] = digest
+    return hashes
+
+
+def build_key(compiler: str, abi: str, sources: dict[str, str], build_script: str) -> str:
+    """One hash of everything a compiled build depends on: equal keys, identical builds."""
+    text = json.dumps([compiler, abi, sorted(sources.items()), build_script])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def stale_extensions(package: str, suffix: str) -> list[str]:

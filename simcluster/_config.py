@@ -19,27 +19,23 @@ package's imports form no cycle).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import numbers
 import os
 import pickle
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from simcluster.transports.base import Transport
 from simcluster.transports.memory import MemoryTransport
-from simcluster.transports.mpi import MpiTransport
-from simcluster.transports.shm import ShmTransport
-from simcluster.transports.tcp import TcpTransport
 
-from . import _mpi_job, _schedule, _sync
+from . import _schedule, _sync
 from . import latency as _latency
-from ._hosted_engine import HostedEngine
-from ._hosted_views import HostTrace as _HostTrace
 from .collectives import check_algorithms
-from .MPI._comm import world_of as _mpi_world
 from .comm import Group
 from .engine import Engine, Task
 from .errors import UsageError, UsageTypeError
@@ -55,9 +51,19 @@ Serializer = Literal["msgpack", "pickle"]
 SECRET_ENV: Final = "SIMCLUSTER_SECRET"
 """The shared secret of a multi-node run (``_coordinator``); pickle across hosts requires it."""
 
-_TRANSPORTS: dict[str, Callable[[], Transport]] = {
-    "memory": MemoryTransport, "shm": ShmTransport, "tcp": TcpTransport,
+_TRANSPORTS: dict[str, str] = {  # name -> module: imported when a run asks for it
+    "memory": "simcluster.transports.memory:MemoryTransport",
+    "shm": "simcluster.transports.shm:ShmTransport",
+    "tcp": "simcluster.transports.tcp:TcpTransport",
 }
+
+
+def is_multiprocess(transport: Transport) -> bool:
+    """Whether ``transport`` connects hosting processes (shm, tcp and mpi all derive from tcp's)."""
+    # Only a loaded tcp module can have made such a transport: looking it up instead of
+    # importing it keeps `import simcluster` free of the socket transports.
+    tcp = sys.modules.get("simcluster.transports.tcp")
+    return tcp is not None and isinstance(transport, tcp.TcpTransport)
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ class RunConfig:
     @property
     def multiprocess(self) -> bool:
         """Whether hosting processes run the ranks (shm and tcp: ``_coordinator``)."""
-        return isinstance(self.transport, TcpTransport)  # ShmTransport is one too
+        return is_multiprocess(self.transport)
 
     def block(self, proc: int) -> tuple[int, int]:
         """The world ranks ``[lo, hi)`` that process ``proc`` hosts."""
@@ -196,6 +202,8 @@ def configure(
         raise _usage(exc) from None
     secret, shares = None, ""
     if transport == "mpi":  # hosted by the processes of an mpiexec job (_mpi_job)
+        from . import _mpi_job
+        from simcluster.transports.mpi import MpiTransport
         placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
         if placement is None or placement.nnodes == 1 or placement.shares == "receive":
             transport = "memory"  # the ranks run here (or, for a process hosting none, nowhere)
@@ -206,7 +214,7 @@ def configure(
             secret = placement.secret
         shares = "" if placement is None else placement.shares
     tp = make_transport(transport)
-    multiprocess = isinstance(tp, TcpTransport)  # ShmTransport and MpiTransport are too
+    multiprocess = is_multiprocess(tp)
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
     try:
         _schedule.check(schedule, tp.name if multiprocess else None)
@@ -288,12 +296,14 @@ def make_transport(transport: object) -> Transport:
     """The transport ``run(transport=...)`` names (or the Transport object it was given)."""
     if isinstance(transport, Transport):
         return transport
-    factory = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
-    if factory is None:
+    where = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
+    if where is None:
         valid = ", ".join(sorted([*_TRANSPORTS, "mpi"]))
         cls = UsageError if isinstance(transport, str) else UsageTypeError
         raise cls(None, f"run(transport={transport!r})", "unknown transport", f"valid: {valid}, "
                   "or a simcluster.transports.base.Transport object")
+    module, _, name = where.partition(":")
+    factory: Callable[[], Transport] = getattr(importlib.import_module(module), name)
     return factory()
 
 
@@ -383,7 +393,7 @@ def check_fidelity(fidelity: object) -> None:
 def _layout(world_size: int, transport: Transport, procs: int | None,
             nnodes: int) -> tuple[int, int]:
     """``(processes used, ranks per process)`` of a shm or tcp run."""
-    if nnodes > 1 and isinstance(transport, ShmTransport):
+    if nnodes > 1 and transport.name == "shm":
         raise UsageError(None, f"run(transport='shm', nnodes={nnodes})", "shared memory does not "
                          "reach other hosts", "use transport='tcp'")
     if nnodes > 1:
@@ -493,6 +503,9 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         trace: Trace | None = Trace(w) if config.tracing else None
     else:
         lo, hi = block
+        from ._hosted_engine import HostedEngine  # only hosting processes need these
+        from ._hosted_views import HostTrace as _HostTrace
+        from simcluster.transports.tcp import TcpTransport
         if not isinstance(transport, TcpTransport):
             raise TypeError(f"build_world(block={block!r}): a hosting process needs its own "
                             f"shm or tcp transport, got {transport!r}")
@@ -514,6 +527,8 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         task = tasks[rank] = Task(rank, None)  # type: ignore[arg-type]
         local.append(task)
     plain = not _sync.is_async(fn)  # a plain function gets simcluster.MPI's COMM_WORLD
+    if plain:
+        from .MPI._comm import world_of as _mpi_world
     try:
         for task in local:
             comm = world.member(task.rank)

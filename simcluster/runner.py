@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _gc, _mpi_job
+from . import _gc
 from ._config import Checks as Checks
 from ._config import Fidelity as Fidelity
 from ._config import Serializer as Serializer
@@ -72,6 +72,7 @@ async def _launch(fn: Callable[..., Any], world_size: int, *,
     # _progress(finished, world_size, now) about ten times a wall second.
     config = configure(fn, world_size, **keywords)
     if config.shares:  # an MPI job with processes that host no rank: process 0 hands the outcome on
+        from . import _mpi_job
         return await _mpi_job.shared(config.shares, lambda: _run(fn, config, _progress))  # type: ignore[no-any-return]
     return await _run(fn, config, _progress)
 

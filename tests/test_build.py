@@ -8,7 +8,6 @@ runs.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import json
 import os
@@ -50,15 +49,15 @@ def _fake_package(tmp_path: Path) -> Path:
     """A package directory that looks like a complete compiled build."""
     package = tmp_path / "pkg"
     package.mkdir()
-    sources = {}
     for name in _build_manifest.COMPILED:
-        text = f"# {name}\n".encode()
         source = package / _build_manifest.source(name)
         source.parent.mkdir(parents=True, exist_ok=True)
-        source.write_bytes(text)
+        source.write_bytes(f"# {name}\n".encode())
         source.with_suffix(SUFFIX).write_bytes(b"")
-        sources[name] = hashlib.sha256(text).hexdigest()
-    (package / _build_manifest.RECORD).write_text(json.dumps({"compiler": "mypyc 9.9", "sources": sources}))
+    (package / "transports" / "base.py").write_text("class Envelope: ...\n")  # not compiled
+    record = {"compiler": "mypyc 9.9", "abi": SUFFIX,
+              "sources": _build_manifest.source_hashes(str(package))}
+    (package / _build_manifest.RECORD).write_text(json.dumps(record))
     return package
 
 
@@ -78,6 +77,47 @@ def test_an_edited_source_is_run_interpreted_and_named(tmp_path: Path) -> None:
         f.write("x = 1\n")
     build = _build.decide(package, {})
     assert not build.compiled and build.reason == "_kernel.py changed since it was compiled"
+
+
+def test_an_edit_to_a_module_the_compiled_ones_import_makes_the_build_stale(tmp_path: Path) -> None:
+    # mypyc bakes in what compiled modules import (a NamedTuple's field positions, Final
+    # constants), so every source of the package is part of the build's key
+    package = _fake_package(tmp_path)
+    (package / "transports" / "base.py").write_text("class Envelope: x: int\n")
+    build = _build.decide(package, {})
+    assert not build.compiled and build.reason == "transports/base.py changed since it was compiled"
+
+
+def test_a_source_the_install_left_out_or_added_changes_nothing(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path)
+    (package / "transports" / "base.py").unlink()
+    (package / "new_tool.py").write_text("x = 1\n")
+    assert _build.decide(package, {}).compiled
+
+
+def test_modules_compiled_for_another_python_run_interpreted(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path)
+    record = json.loads((package / _build_manifest.RECORD).read_text())
+    (package / _build_manifest.RECORD).write_text(json.dumps({**record, "abi": ".cpython-99-x.so"}))
+    build = _build.decide(package, {})
+    assert not build.compiled and build.reason == "the compiled modules are for another Python (.cpython-99-x.so)"
+
+
+def test_the_build_key_changes_with_every_input() -> None:
+    sources = {"_kernel.py": "a", "transports/base.py": "b"}
+    key = _build_manifest.build_key("mypyc 1", SUFFIX, sources, "s")
+    assert key == _build_manifest.build_key("mypyc 1", SUFFIX, dict(reversed(sources.items())), "s")
+    assert len({key, _build_manifest.build_key("mypyc 2", SUFFIX, sources, "s"),
+                _build_manifest.build_key("mypyc 1", ".other.so", sources, "s"),
+                _build_manifest.build_key("mypyc 1", SUFFIX, {**sources, "x.py": "c"}, "s"),
+                _build_manifest.build_key("mypyc 1", SUFFIX, {**sources, "_kernel.py": "z"}, "s"),
+                _build_manifest.build_key("mypyc 1", SUFFIX, sources, "t")}) == 6
+
+
+@needs_compiled
+def test_the_installed_record_covers_every_source_of_the_package() -> None:
+    record = json.loads((PACKAGE / _build_manifest.RECORD).read_text())
+    assert set(record["sources"]) >= {"_kernel.py", "transports/base.py", "comm.py", "MPI/_comm.py"}
 
 
 def test_an_install_that_compiled_nothing_runs_interpreted(tmp_path: Path) -> None:
