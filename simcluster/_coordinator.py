@@ -439,22 +439,24 @@ class Coordinator:
         for proc in self.procs:
             self.send(proc, C.Stop(exc))
 
-    async def close(self) -> None:
-        """Close every link and the listener; give processes a grace period, then kill them.
+    async def close(self, grace: float = _GRACE) -> None:
+        """Close every link and the listener; give processes ``grace`` seconds, then kill them.
 
         A hosting process exits when its control link closes, so closing the
-        links is what ends them after a good run.
+        links is what ends them after a good run. An interrupted run
+        (Ctrl-C) passes 0: its processes are killed at once.
         """
         for proc in self.procs:
             if proc.link is not None:
-                try:
-                    await asyncio.wait_for(proc.link.drain(), 0.5)
-                except (asyncio.TimeoutError, OSError, RuntimeError):
-                    pass
+                if grace:
+                    try:
+                        await asyncio.wait_for(proc.link.drain(), 0.5)
+                    except (asyncio.TimeoutError, OSError, RuntimeError):
+                        pass
                 proc.link.close()
         if self.server is not None:
             self.server.close()
-        await _reap([p.process for p in self.procs if p.process is not None], _GRACE)
+        await _reap([p.process for p in self.procs if p.process is not None], grace)
         for task in self._pumps:
             task.cancel()
 
@@ -674,6 +676,7 @@ async def _launch_local(config: RunConfig, fn: Any,
     run_id = secrets.token_hex(4)
     coordinator = Coordinator(config, secret, run_id, progress=progress, check_digest=False)
     ctx = _context()
+    grace = _GRACE
     try:
         address = await coordinator.listen("127.0.0.1", 0)
         for proc in coordinator.procs:
@@ -685,9 +688,12 @@ async def _launch_local(config: RunConfig, fn: Any,
             proc.pid = process.pid
             _watch(proc, coordinator)
         return await _drive(coordinator)
+    except asyncio.CancelledError:  # Ctrl-C under run(): stop the processes now, not in _GRACE
+        grace = 0.0
+        raise
     finally:
         _unwatch(coordinator.procs)
-        await coordinator.close()
+        await coordinator.close(grace)
         if isinstance(config.transport, _shm.ShmTransport):
             _shm.cleanup(run_id)
 

@@ -131,6 +131,7 @@ from ._rounds import Rounds
 from .engine import Task
 
 _TICK = 0.1  # wall seconds between progress ticks to the coordinator
+_BREATHE = 0.02  # wall seconds between turns of the event loop during rounds
 
 # ---- serving one block of ranks ----
 
@@ -326,7 +327,7 @@ class Host:
         blocks = [config.block(p) for p in range(config.nprocs)]
         rounds = Rounds(me, [hi - lo for lo, hi in blocks], float(config.latency.lookahead()))
         idle = Envelope(EAGER, 0, me, -1, 0, 0, 0, 0.0)
-        shown = _time.monotonic()
+        shown = breathed = _time.monotonic()
         while True:
             plan = rounds.plan()
             report: C.Report | None = None
@@ -342,8 +343,14 @@ class Host:
                 self.send(C.Done(outcome.time, rounds.rounds, rounds.windows, rounds.unfinished,
                                  outcome.deadlock, outcome.rank, outcome.proc, outcome.exc))
                 return
-            if me == 0 and _time.monotonic() - shown >= _TICK:  # for a progress display
-                shown = _time.monotonic()
+            wall = _time.monotonic()
+            if wall - breathed >= _BREATHE:
+                # Rounds may never suspend while the peers keep up; a turn of the event loop
+                # lets the control link's pump see a coordinator that stopped us or died.
+                breathed = wall
+                await asyncio.sleep(0)
+            if me == 0 and wall - shown >= _TICK:  # for a progress display
+                shown = wall
                 self.send(C.Tick(config.world_size - sum(rounds.unfinished), rounds.time))
 
     def _answer_timeout(self) -> None:

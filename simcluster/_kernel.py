@@ -167,6 +167,11 @@ class Kernel(ABC):
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
         self._use_schedule(schedule, model)
 
+    @property
+    def unfinished(self) -> int:
+        """How many of this engine's ranks have not returned yet."""
+        return self._unfinished
+
     # ---- the calendar ----
 
     def _end_instant(self) -> bool:

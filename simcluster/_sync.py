@@ -321,7 +321,11 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
         _close(awaitable)
         abandon(rank)
     if rank.factor:
-        _charge(rank)
+        try:
+            _charge(rank)  # may suspend the rank, which may be cancelled there
+        except BaseException:
+            _close(awaitable)
+            raise
     it = awaitable.__await__()
     try:
         yielded = it.__next__()

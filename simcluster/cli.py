@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from . import _build
 from ._version import __version__
-from .trace import _seconds
+from .trace import format_seconds
 
 __all__ = ["main"]
 
@@ -136,7 +136,7 @@ class _Progress:
         self.width = 0
 
     def __call__(self, finished: int, world_size: int, now: float) -> None:
-        line = f"simcluster: {finished}/{world_size} ranks finished, virtual time {_seconds(now)}"
+        line = f"simcluster: {finished}/{world_size} ranks finished, virtual time {format_seconds(now)}"
         self.stream.write("\r" + line.ljust(self.width))
         self.stream.flush()
         self.width = len(line)
@@ -195,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for rank, value in enumerate(result):
         if value is not None:
             print(f"rank {rank}: {value!r}")
-    print(f"elapsed {_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
+    print(f"elapsed {format_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
           f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes")
     if args.trace:
         print(f"wrote {args.trace}")
@@ -242,7 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"run": _cmd_run, "bench": _cmd_bench, "trace": _cmd_trace, "mpirun": _cmd_mpirun,
                 "torchrun": _cmd_torchrun}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line on where the run stood, no traceback
+        print(str(exc) or f"simcluster {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -574,10 +574,10 @@ class _Session:
 
     def print_summary(self) -> None:
         """``--summary``: virtual time, wall time, messages and bytes, on one line of stderr."""
-        from .trace import _seconds
+        from .trace import format_seconds
 
         result = self.result
-        print(f"{self.prog}: elapsed {_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
+        print(f"{self.prog}: elapsed {format_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
               f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes",
               file=self.real[ERR])
 

@@ -30,6 +30,7 @@ from ._result import RunResult as RunResult
 from ._result import Stats as Stats
 from .engine import Engine
 from .errors import RankError, SimclusterError, SimclusterWarning
+from .trace import format_seconds
 
 __all__ = ["RunResult", "Stats", "launch", "run"]
 
@@ -65,25 +66,56 @@ async def launch(fn: Callable[..., Any], world_size: int, **keywords: Any) -> Ru
     return result
 
 
+class _Stood:
+    """Where a run stood: read when Ctrl-C stops it, for the one line ``run`` raises."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None  # the memory transport's engine, read directly
+        self.finished, self.world_size, self.now = 0, 0, 0.0  # else the hosts' last progress tick
+
+    def note(self, finished: int, world_size: int, now: float) -> None:
+        self.finished, self.world_size, self.now = finished, world_size, now
+
+    def line(self) -> str:
+        engine = self.engine
+        if engine is not None:
+            self.note(engine.world_size - engine.unfinished, engine.world_size, engine.now)
+        if not self.world_size:
+            return "simcluster: interrupted before the ranks started"
+        return (f"simcluster: interrupted at virtual time {format_seconds(self.now)}, with "
+                f"{self.finished} of {self.world_size} ranks finished")
+
+
 async def _launch(fn: Callable[..., Any], world_size: int, *,
                   _progress: Callable[[int, int, float], None] | None = None,
-                  **keywords: Any) -> RunResult:
+                  _stood: _Stood | None = None, **keywords: Any) -> RunResult:
     # _progress (private, for the command line): called as
     # _progress(finished, world_size, now) about ten times a wall second.
     config = configure(fn, world_size, **keywords)
     if config.shares:  # an MPI job with processes that host no rank: process 0 hands the outcome on
         from . import _mpi_job
-        return await _mpi_job.shared(config.shares, lambda: _run(fn, config, _progress))  # type: ignore[no-any-return]
-    return await _run(fn, config, _progress)
+        return await _mpi_job.shared(config.shares, lambda: _run(fn, config, _progress, _stood))  # type: ignore[no-any-return]
+    return await _run(fn, config, _progress, _stood)
 
 
 async def _run(fn: Callable[..., Any], config: RunConfig,
-               _progress: Callable[[int, int, float], None] | None) -> RunResult:
+               _progress: Callable[[int, int, float], None] | None,
+               stood: _Stood | None = None) -> RunResult:
     wall_start = _time.perf_counter()
     if config.multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
         from . import _coordinator
 
-        return await _coordinator.launch(fn, config, _progress)
+        if stood is None:
+            return await _coordinator.launch(fn, config, _progress)
+        noted = stood
+        noted.note(0, config.world_size, 0.0)  # until the hosts' first tick
+
+        def progress(finished: int, world_size: int, now: float) -> None:
+            noted.note(finished, world_size, now)
+            if _progress is not None:
+                _progress(finished, world_size, now)
+
+        return await _coordinator.launch(fn, config, progress)
     trace = config.trace
     world: World | None = None
     # like Engine.run: collecting while a large world is built cost half the time of a 2^18-rank run
@@ -91,6 +123,8 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
         try:
             world = build_world(config, fn)
             engine = world.engine
+            if stood is not None:
+                stood.engine = engine
             if _progress is None:
                 await engine.run()
             else:
@@ -140,9 +174,14 @@ def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
     else:
         raise RuntimeError("run(): called from a running event loop; use `await sc.launch(...)` there")
     __tracebackhide__ = True  # pytest: show the caller's line, then the report
+    stood = _Stood()
     try:
         check_names("run", keywords)
-        result = asyncio.run(_launch(fn, world_size, **keywords))
+        result = asyncio.run(_launch(fn, world_size, _stood=stood, **keywords))
+    except KeyboardInterrupt:
+        # Ctrl-C: asyncio cancelled the run (the ranks, the hosting processes) and raises this;
+        # one line on where the run stood says more than asyncio's two tracebacks
+        raise KeyboardInterrupt(stood.line()).with_traceback(None) from None
     except SimclusterError as exc:
         # the report (a deadlock's blocked calls, a rank's error with its own traceback as
         # __cause__, a bad keyword) says what happened; our frames and asyncio's would add 60
@@ -162,7 +201,7 @@ async def _with_progress(engine: Engine, report: Callable[[int, int, float], Non
     async def tick() -> None:
         while True:
             await asyncio.sleep(0.1)
-            report(engine.world_size - engine._unfinished, engine.world_size, engine.now)
+            report(engine.world_size - engine.unfinished, engine.world_size, engine.now)
 
     ticker = asyncio.ensure_future(tick())
     try:

@@ -48,7 +48,7 @@ def _unit(seconds: float) -> tuple[str, float, str]:
     return _UNITS[-1]
 
 
-def _seconds(seconds: float) -> str:
+def format_seconds(seconds: float) -> str:
     """Format a virtual time with a unit for its magnitude: ``0 s``, ``4.0055 us``, ``12.3 ms``."""
     symbol, scale, _ = _unit(seconds)
     return f"{seconds / scale:.6g} {symbol}"

@@ -46,7 +46,7 @@ class Row:
 
 
 def _code(cell: str) -> str:
-    found = _CODE.findall(cell)
+    found: list[str] = _CODE.findall(cell)
     assert len(found) == 1, f"expected one `code` span in {cell!r}"
     return found[0]
 

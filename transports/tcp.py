@@ -154,8 +154,14 @@ class Link:
 
         The frame is joined into one bytes object (one copy), so the caller's
         array buffers are free again when this returns, whatever asyncio keeps.
+        A link that is lost or closed drops the frame, as asyncio would (after
+        logging "socket.send() raised exception." from the fifth on: a screen
+        of them when a run is interrupted); ``pump`` reports the loss.
         """
-        self.writer.write(b"".join(wire.encode_frame(envelope)))
+        writer = self.writer
+        if writer.transport.is_closing():
+            return
+        writer.write(b"".join(wire.encode_frame(envelope)))
 
     async def drain(self) -> None:
         """Wait until asyncio's write buffer is below its limit (empty for peer links)."""

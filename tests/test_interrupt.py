@@ -1,0 +1,156 @@
+"""Ctrl-C and a killed parent: a run stops at once, says where it stood, and leaves nothing behind.
+
+A terminal's Ctrl-C sends SIGINT to the whole foreground process group (the
+run and its hosting processes); each test starts the run in a session of its
+own and signals that group, as a terminal would. The run prints a line once
+it is under way, so the signal never lands while Python is still starting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LOOP = '''
+import sys
+async def main(comm):
+    await comm.barrier()
+    if comm.rank == 0:
+        print("started", flush=True)
+    for _ in range(10**7):
+        await comm.barrier()
+'''
+
+LIBRARY = '''
+import sys
+import simcluster as sc
+
+async def main(comm):
+    await comm.barrier()
+    if comm.rank == 0:
+        print("started", flush=True)
+    for _ in range(10**7):
+        await comm.barrier()
+
+if __name__ == "__main__":
+    sc.run(main, 64, transport=sys.argv[1], latency=sc.latency.AlphaBeta(1e-6, 1e-9))
+'''
+
+MPI_LOOP = '''
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+if comm.Get_rank() == 0:
+    print("started", flush=True)
+for _ in range(10**7):
+    comm.Barrier()
+'''
+
+LINE = re.compile(r"simcluster: interrupted at virtual time [0-9.]+ (s|ms|us|ns), "
+                  r"with 0 of (\d+) ranks finished")
+STOP_WITHIN = 3.0  # seconds; the run stops in about 0.1 s, the rest is room for a loaded machine
+
+
+def _start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True,
+                            # a shell's background job ignores SIGINT; a terminal's does not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line != "started\n":
+        proc.kill()
+        pytest.fail(f"the run did not start: {line!r} {proc.communicate()}")
+    return proc
+
+
+def _alive(group: int) -> list[str]:
+    """The processes of ``group`` that still run (zombies waiting for init are not)."""
+    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(group)], capture_output=True,
+                        text=True).stdout.split("\n")
+    return [line for line in ps if line.strip() and "Z" not in line.split()[1]]
+
+
+def _interrupt(proc: subprocess.Popen[str], sig: int) -> tuple[float, str]:
+    start = time.monotonic()
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        ps = subprocess.run(["ps", "-o", "pid,stat,args", "-g", str(proc.pid)], capture_output=True,
+                            text=True).stdout
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the run did not stop: {proc.communicate()}\n{ps}")
+    took = time.monotonic() - start
+    while _alive(proc.pid) and time.monotonic() - start < 10:
+        time.sleep(0.05)
+    left = _alive(proc.pid)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert left == [], "processes outlived the run"
+    return took, err
+
+
+def _segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob("simcluster_*")} if shm.is_dir() else set()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["memory", "shm", "tcp"])
+def test_ctrl_c_stops_simcluster_run_at_once_with_one_line(transport: str, tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    before = _segments()
+    proc = _start([sys.executable, "-m", "simcluster", "run", "loop.py", "-n", "256",
+                   "--transport", transport, "--latency", "alphabeta:1us,1GB/s"], tmp_path)
+    took, err = _interrupt(proc, signal.SIGINT)
+    assert proc.returncode == 130
+    assert took < STOP_WITHIN
+    assert LINE.fullmatch(err.strip()), err  # one line: no traceback, no asyncio noise
+    assert LINE.fullmatch(err.strip()).group(2) == "256"  # type: ignore[union-attr]
+    assert _segments() <= before
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["memory", "tcp"])
+def test_ctrl_c_in_a_script_raises_keyboard_interrupt_saying_where_time_stood(
+        transport: str, tmp_path: Path) -> None:
+    (tmp_path / "script.py").write_text(LIBRARY)
+    proc = _start([sys.executable, "script.py", transport], tmp_path)
+    took, err = _interrupt(proc, signal.SIGINT)
+    assert took < STOP_WITHIN
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("KeyboardInterrupt: ") and LINE.fullmatch(last.split(": ", 1)[1]), err
+    # the script's own line, then the exception: none of asyncio's frames or its CancelledError
+    assert "sc.run(main" in err and "asyncio" not in err and "CancelledError" not in err, err
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_simcluster_mpirun_without_unawaited_call_warnings(tmp_path: Path) -> None:
+    pytest.importorskip("greenlet")
+    (tmp_path / "loop.py").write_text(MPI_LOOP)
+    proc = _start([sys.executable, "-m", "simcluster", "mpirun", "-n", "64", "loop.py"], tmp_path)
+    took, err = _interrupt(proc, signal.SIGINT)
+    assert proc.returncode == 130 and took < STOP_WITHIN
+    assert LINE.fullmatch(err.strip()), err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_killed_parent_takes_its_hosting_processes_with_it(transport: str, tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    proc = _start([sys.executable, "-m", "simcluster", "run", "loop.py", "-n", "256",
+                   "--transport", transport, "--procs", "2"], tmp_path)
+    took, _ = _interrupt(proc, signal.SIGKILL)  # asserts every process of the group is gone
+    assert took < STOP_WITHIN  # the hosts' ends of the pipes closed too: they exited
