@@ -480,6 +480,12 @@ def model_rng(seed: int) -> random.Random:
     return random.Random(f"latency:{seed}")
 
 
+def _mpi_world(comm: Any) -> Any:
+    """simcluster.MPI's COMM_WORLD over the world ``comm`` (the facade loads on first use)."""
+    from .MPI._comm import world_of
+    return world_of(comm)
+
+
 def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transport | None = None,
                 block: tuple[int, int] | None = None) -> World:
     """Make the engine, the world communicator and the rank tasks of ``config``; start every rank.
@@ -527,8 +533,6 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         task = tasks[rank] = Task(rank, None)  # type: ignore[arg-type]
         local.append(task)
     plain = not _sync.is_async(fn)  # a plain function gets simcluster.MPI's COMM_WORLD
-    if plain:
-        from .MPI._comm import world_of as _mpi_world
     try:
         for task in local:
             comm = world.member(task.rank)

@@ -1,0 +1,138 @@
+"""The core's structure, counted: reaches into other objects' private attributes, type-level
+import knots, and the size of the engine class. Each count has a ceiling it may not exceed, so
+the engine's parts only ever get more separate; lower a ceiling when a change lowers its count.
+
+``python tests/test_structure.py`` prints the counts.
+
+The core is the package without its facades and tools (``MPI``, ``torch``, ``bench``).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import itertools
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
+OUTSIDE_THE_CORE = ("MPI", "torch", "bench")
+
+CEILINGS = {"private reaches": 163, "modules in import knots": 35, "engine methods": 61}
+
+
+def core_files() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py"))
+            if not set(p.relative_to(PACKAGE).parts) & set(OUTSIDE_THE_CORE)]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def private_reaches() -> collections.Counter[str]:
+    """``x._name`` where ``x`` is not ``self`` or ``cls``, by module."""
+    found: collections.Counter[str] = collections.Counter()
+    for path in core_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                found[module_name(path)] += 1
+    return found
+
+
+def import_knots() -> list[list[str]]:
+    """Groups of core modules that import each other, directly or not; type-level imports count."""
+    files = core_files()
+    names = {module_name(p) for p in files}
+    edges: dict[str, set[str]] = {n: set() for n in names}
+    for path in files:
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            edges[name].update(t for t in targets if t in names and t != name)
+    return [sorted(c) for c in _strong_components(edges) if len(c) > 1]
+
+
+def _strong_components(edges: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = itertools.count()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = next(counter)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            found.append(component)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def engine_methods() -> int:
+    """Methods of the in-process engine, its base classes' included."""
+    from simcluster.engine import Engine
+    return len({name for cls in Engine.__mro__ if cls.__module__.startswith("simcluster")
+                for name, value in vars(cls).items() if callable(value) or isinstance(value, property)})
+
+
+def counts() -> dict[str, int]:
+    return {"private reaches": sum(private_reaches().values()),
+            "modules in import knots": sum(len(k) for k in import_knots()),
+            "engine methods": engine_methods()}
+
+
+def test_the_core_counts_stay_under_their_ceilings() -> None:
+    got = counts()
+    over = {what: (n, CEILINGS[what]) for what, n in got.items() if n > CEILINGS[what]}
+    assert over == {}, f"(count, ceiling): {over}; see tests/test_structure.py"
+
+
+def test_the_counter_sees_a_private_reach_and_a_knot(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    package = tmp_path / "simcluster"
+    package.mkdir()
+    (package / "a.py").write_text("from . import b\n\ndef f(x):\n    return x._hidden + b.y\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from . import a\ny = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert private_reaches() == {"simcluster.a": 1}
+    assert import_knots() == [["simcluster.a", "simcluster.b"]]
+
+
+if __name__ == "__main__":
+    for what, n in counts().items():
+        print(f"{what}: {n} (ceiling {CEILINGS[what]})")
+    for knot in import_knots():
+        print(f"knot of {len(knot)}: {' '.join(knot)}")
