@@ -29,6 +29,7 @@ from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 
 from . import arrays as _arrays
+from ._coll_check import SignatureRecord
 
 __all__ = [
     "BYE", "BLOCKED", "DESCRIBE", "DONE", "ERROR", "FINAL", "FINISH", "GO", "HELLO", "LINES",
@@ -282,21 +283,22 @@ class Report(Message):
     unfinished: int
     next: float | None
     failure: Failure | None = None
-    firsts: list[list[Any]] = field(default_factory=list)
+    firsts: list[SignatureRecord] = field(default_factory=list)
     held: bool = False
     open: int = 0
 
     def encode(self) -> list[Any]:
         return [self.time, self.sent, self.earliest, self.unfinished, self.next,
-                None if self.failure is None else self.failure.encode(), self.firsts, self.held,
-                self.open]
+                None if self.failure is None else self.failure.encode(),
+                [list(record) for record in self.firsts], self.held, self.open]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Report:
         _expect(items, 9)
         time, sent, earliest, unfinished, next_time, failure, firsts, held, open_ = items
         return cls(float(time), _ints(sent), _time(earliest), int(unfinished), _time(next_time),
-                   None if failure is None else Failure.decode(failure), _lists(firsts),
+                   None if failure is None else Failure.decode(failure),
+                   [SignatureRecord.of(record) for record in _lists(firsts)],
                    bool(held), int(open_))
 
 

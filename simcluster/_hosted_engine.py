@@ -15,7 +15,7 @@ from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, make_env
 from simcluster.transports.tcp import TcpTransport
 
 from . import _control, _remote
-from .comm import take_first
+from ._coll_check import CallCheck, HostedCallCheck, SignatureRecord
 from ._diagnostics import _info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
@@ -44,10 +44,9 @@ class HostedEngine(Engine):
                  schedule: object = "batch") -> None:
         self.lo = lo
         self.hi = hi
-        # which world ranks are hosted here, and how many per process (comm.Group.here, .procs)
-        self.hosted = (lo, hi, per or hi - lo)
-        self.coll_firsts: list[list[Any]] = []  # first signatures seen here, for the next REPORT
-        self.coll_pending: dict[int, list[list[Any]]] = {}  # for communicators not made here yet
+        self.per = per or hi - lo  # world ranks per process
+        self.coll_firsts: list[SignatureRecord] = []  # first signatures seen here, for the next REPORT
+        self.coll_pending: dict[int, list[SignatureRecord]] = {}  # for communicators not made here yet
         self._inner_ports = ports
         super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), seed=seed, eager_limit=eager_limit,
                          strict=strict, timeout=timeout, model=model, schedule=schedule)
@@ -58,6 +57,17 @@ class HostedEngine(Engine):
         # envelopes charged on their send side, waiting for their receive side (_land):
         # (instant they were charged at, 1 for rendezvous data else 0, envelope)
         self._landing: list[tuple[float, int, Envelope]] = []
+
+    def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
+        """The collective verification of a new communicator, whose members may live elsewhere."""
+        lo, hi, per = self.lo, self.hi, self.per
+        procs = sorted({w // per for w in world_ranks})
+        check = HostedCallCheck(ctx, sum(1 for w in world_ranks if lo <= w < hi),
+                                procs if len(procs) < -(-self.world_size // per) else None,
+                                self.coll_firsts)
+        for record in self.coll_pending.pop(ctx, ()):  # another process's members entered first
+            check.take_first(record)
+        return check
 
     # ---- delivery of envelopes from other processes ----
 
@@ -278,8 +288,8 @@ class HostedEngine(Engine):
         """Pop every event at time ``<= limit`` (the bounded twin of the main loop)."""
         self._run_events(limit, -1)  # a negative budget never runs out
 
-    async def phase(self, now: float, counts: list[int], firsts: list[list[Any]],
-                    payloads: list[list[Any]], close: bool = False,
+    async def phase(self, now: float, counts: list[int], firsts: list[SignatureRecord],
+                    payloads: list[SignatureRecord], close: bool = False,
                     until: float | None = None) -> _control.Report:
         """Run one STEP at virtual time ``now`` (``_control.Step``'s fields) and return its Report.
 
@@ -296,13 +306,13 @@ class HostedEngine(Engine):
         self.now = now
         limit = now if until is None else until
         for record in firsts:  # before any step: a member entering now is compared with them
-            group = self.groups.get(record[0])
+            group = self.groups.get(record.ctx)
             if group is None:
-                self.coll_pending.setdefault(record[0], []).append(record)
+                self.coll_pending.setdefault(record.ctx, []).append(record)
             else:
-                take_first(group, record)
+                _hosted_check(group.check).take_first(record)
         for record in payloads:
-            take_first(self.groups[record[0]], record, reported=True)
+            _hosted_check(self.groups[record.ctx].check).take_first(record, reported=True)
         await self.transport.receive(counts)
         self._land()
         self._closing = close or until is not None
@@ -369,6 +379,11 @@ class HostedEngine(Engine):
         """The per-rank lines of the timeout report."""
         return self._timeout_report().splitlines()[1:-1]
 
+
+
+def _hosted_check(check: CallCheck) -> HostedCallCheck:
+    assert isinstance(check, HostedCallCheck)  # call_check made every communicator's here
+    return check
 
 
 def _landing_order(item: tuple[float, int, Envelope]) -> tuple[float, int, float, int]:

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from . import _control as C
 from . import _remote
-from .comm import merge_firsts
+from ._coll_check import SignatureRecord, merge_firsts
 
 
 class Plan(NamedTuple):
@@ -78,8 +78,8 @@ class Rounds:
         self.unfinished = list(unfinished)
         self.held = [False] * n
         self.open = [0] * n
-        self.firsts: list[list[Any]] = []  # for this process's next run (``_control.Step``)
-        self.payloads: list[list[Any]] = []
+        self.firsts: list[SignatureRecord] = []  # for this process's next run (``_control.Step``)
+        self.payloads: list[SignatureRecord] = []
         self.now = 0.0
         self.time = 0.0  # the latest virtual time any process reached
         self.close = False
@@ -103,7 +103,7 @@ class Rounds:
         self.windows += until is not None
         return Plan(self.now, until, self.close, runs)
 
-    def take_collective(self) -> tuple[list[list[Any]], list[list[Any]]]:
+    def take_collective(self) -> tuple[list[SignatureRecord], list[SignatureRecord]]:
         """The collective firsts and payloads for this process's run now (then forgotten)."""
         firsts, payloads = self.firsts, self.payloads
         self.firsts, self.payloads = [], []
@@ -156,25 +156,25 @@ class Rounds:
         process, CollectiveMismatchError as plain data)`` for each member that
         differs.
         """
-        calls: dict[tuple[int, int], list[tuple[float, int, list[Any]]]] = {}
+        calls: dict[tuple[int, int], list[tuple[float, int, SignatureRecord]]] = {}
         for p, report in enumerate(reports):
             for record in report.firsts if report is not None else ():
-                calls.setdefault((record[0], record[1]), []).append((record[12], p, record))
+                calls.setdefault((record.ctx, record.seq), []).append((record.time, p, record))
         found: list[tuple[float, int, int, C.ExcData]] = []
         for entered in calls.values():
             entered.sort(key=lambda item: (item[0], item[1]))
             seen = [(p, record) for _, p, record in entered]
             merged, errors = merge_firsts([record for _, record in seen])
-            when = {record[7]: record[12] for _, record in seen}
+            when = {record.world_rank: record.time for _, record in seen}
             found += [(when[rank], rank, seen[0][0], _remote.encode_exception(error))
                       for rank, error in errors]
-            hosts = merged[11]  # the processes that host members of that comm (None: all)
+            hosts = merged.procs  # the processes that host members of that comm (None: all)
             if hosts is not None and self.me not in hosts:
                 continue
             mine = next((record for p, record in seen if p == self.me), None)
             if mine is None:
                 self.firsts.append(merged)
-            elif mine[4] is None and merged[4] is not None:
+            elif mine.payload is None and merged.payload is not None:
                 self.payloads.append(merged)
         return found
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 from . import _awaits, _p2p_calls
 from ._coll_context import TAG_UB as TAG_UB, CollContext as CollContext  # compiled (its own module)
 from .collectives._methods import CollectiveMethods
-from .errors import CollectiveMismatchError
 from .matching import ANY_SOURCE, ANY_TAG
 from .payload import check_buffer
 from .request import Request, Status
@@ -41,7 +40,7 @@ class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
     __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "endpoints", "name", "tasks", "coll", "key",
-                 "entered", "here", "procs", "firsts", "setups")
+                 "check", "setups")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
                  tasks: list[Task], *, private: bool = False) -> None:
@@ -58,31 +57,14 @@ class Group:
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
         self.key = "world"
-        # collective verification (_verify): call number -> [signature, first member, members
-        # entered here, forced, member whose payload the signature holds], kept until every
-        # member hosted here has entered that call
-        self.entered: dict[int, list[Any]] = {}
+        # collective verification: local, or across the processes hosting the members
+        self.check = engine.call_check(ctx, world_ranks)
         # what a repeated collective call works out before it starts, shared by the members
         # (collectives._methods: _all_reduce_call): key -> the call's setup
         self.setups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        hosted: tuple[int, int, int] | None = getattr(engine, "hosted", None)  # _hosted_engine.HostedEngine
-        self.here = len(world_ranks)  # members hosted in this process
-        self.procs: list[int] | None = None  # several processes: those hosting members (None: all)
-        if hosted is not None:
-            lo, hi, per = hosted
-            self.here = sum(1 for w in world_ranks if lo <= w < hi)
-            procs = sorted({w // per for w in world_ranks})
-            if len(procs) < -(-engine.world_size // per):
-                self.procs = procs
-        # several processes: the first signatures seen here, for the coordinator's next round
-        self.firsts: list[list[Any]] | None = getattr(engine, "coll_firsts", None)
         engine.groups[ctx] = self
         if not private:
             self.coll = Group(engine, ctx + 1, world_ranks, name, tasks, private=True)
-            pending = getattr(engine, "coll_pending", None)
-            if pending and ctx in pending:  # another process's members entered first
-                for record in pending.pop(ctx):
-                    take_first(self, record)
 
     def local_rank(self, world_rank: int) -> int:
         """Return the rank in this communicator of a world rank."""
@@ -492,18 +474,10 @@ class Comm(CollectiveMethods):
         every member must pass alike, None where nothing is compared, ``op``: a
         user op's definition) is compared with that of the first member that
         entered the same call; a difference raises CollectiveMismatchError here,
-        at the call (``_verify``). ``forced``: the algorithm was asked for.
+        at the call (``_coll_check``). ``forced``: the algorithm was asked for.
         """
         self._coll_seq = seq = self._coll_seq + 1
-        sig = (call, algorithm, payload, op)
-        group = self._group
-        first = group.entered.get(seq)
-        if first is not None and first[0] == sig:  # the usual case: one lookup, one comparison
-            first[2] += 1
-            if first[2] == group.here:
-                del group.entered[seq]
-        else:
-            _verify(self, seq, sig, forced, first)
+        self._group.check.enter(self, seq, (call, algorithm, payload, op), forced)
         return CollContext(self, seq, call, algorithm)
 
     async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
@@ -555,138 +529,6 @@ class Comm(CollectiveMethods):
             self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
         return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
-
-
-# ---- collective verification ----
-
-Signature = tuple[str, str, "str | None", str]
-"""What every member of a collective call must agree on: (call, algorithm, payload, op)."""
-
-
-def _verify(comm: Comm, seq: int, sig: Signature, forced: bool, first: list[Any] | None) -> None:
-    """The rest of ``Comm._collective``'s check: register the first member, or compare with it.
-
-    Raises:
-        CollectiveMismatchError: ``sig`` differs from the first member's signature.
-    """
-    group = comm._group
-    if first is None:  # the first member (hosted here) to enter call number seq
-        if group.here > 1:
-            group.entered[seq] = [sig, comm.rank, 1, forced, comm.rank]
-        if group.firsts is not None:  # other processes learn it at the next round
-            group.firsts.append(_record(group, seq, sig, comm, forced))
-        return
-    error = mismatch(comm.rank, seq, group.name, sig, forced, first[0], first[1], first[3], first[4])
-    if error is not None:
-        raise error
-    if first[0][2] is None and sig[2] is not None:
-        # a broadcast placeholder: the first array passed is what later members must match
-        first[0], first[4] = sig, comm.rank
-        if group.firsts is not None:
-            group.firsts.append(_record(group, seq, sig, comm, first[3]))
-    first[2] += 1
-    if first[2] == group.here:
-        del group.entered[seq]
-
-
-def _record(group: Group, seq: int, sig: Signature, comm: Comm, forced: bool) -> list[Any]:
-    """A first signature as processes exchange them (``_hosting``, ``_coordinator``).
-
-    ``[context, call number, call, algorithm, payload, op, comm rank, world rank,
-    forced, comm rank whose payload it holds, comm name, hosting processes,
-    virtual time of the call]``: plain values, packed by ``transports.wire``;
-    the hosting processes are None when every process hosts members of the comm.
-    """
-    return [group.ctx, seq, *sig, comm.rank, comm._world_rank, forced, comm.rank, group.name,
-            group.procs, comm._engine.now]
-
-
-def take_first(group: Group, record: list[Any], reported: bool = False) -> None:
-    """Note a first signature (a ``_record``) a member in another process passed, for members here.
-
-    The coordinator compared it with every signature this process reported for
-    the same call, so it only fills in what this process lacks: the entry
-    itself (no member here has entered that call yet), or, where this process
-    ``reported`` the call with placeholders only, the payload to compare with.
-    """
-    seq = record[1]
-    sig: Signature = (record[2], record[3], record[4], record[5])
-    first = group.entered.get(seq)
-    if first is not None:
-        if first[0][2] is None and sig[2] is not None:
-            first[0], first[4] = sig, record[9]
-    elif not reported:
-        group.entered[seq] = [sig, record[6], 0, record[8], record[9]]
-
-
-def merge_firsts(records: list[list[Any]]) -> tuple[list[Any], list[tuple[int, Any]]]:
-    """Compare the first signatures several processes reported for one call (coordinator side).
-
-    ``records`` are ``_record`` lists for one (context, call number), in the
-    order the members count as having entered (the lowest process first).
-    Returns the merged first record, and ``(world rank, CollectiveMismatchError)``
-    for each record that differs from it.
-    """
-    merged = records[0]
-    errors: list[tuple[int, Any]] = []
-    for record in records[1:]:
-        sig: Signature = (record[2], record[3], record[4], record[5])
-        first: Signature = (merged[2], merged[3], merged[4], merged[5])
-        error = mismatch(record[6], record[1], record[10], sig, record[8], first, merged[6], merged[8],
-                         merged[9])
-        if error is not None:
-            errors.append((record[7], error))
-        elif merged[4] is None and record[4] is not None:
-            merged = [*merged[:4], record[4], *merged[5:9], record[9], *merged[10:]]
-    return merged, errors
-
-
-def mismatch(rank: int, seq: int, name: str, mine: Signature, mine_forced: bool, first: Signature,
-             first_rank: int, first_forced: bool, payload_rank: int) -> CollectiveMismatchError | None:
-    """Return the error for member ``rank`` whose signature ``mine`` differs from ``first``, or None.
-
-    None when they agree: equal, or different only where one member passed a
-    broadcast placeholder (payload None).
-    """
-    call, algorithm, payload, op = mine
-    first_call, first_algorithm, first_payload, first_op = first
-    if call != first_call:
-        name_of = call.partition("(")[0]
-        if name_of != first_call.partition("(")[0]:
-            fix = "every rank must call collectives in the same order"
-        else:
-            mine_args, first_args = _call_args(call), _call_args(first_call)
-            differ = [k for k in (*mine_args, *(k for k in first_args if k not in mine_args))
-                      if mine_args.get(k) != first_args.get(k)]
-            fix = f"every rank must pass the same {' and '.join(differ) or 'arguments'}"
-        return CollectiveMismatchError(
-            rank, call, f"this is collective #{seq} on comm {name!r}, but rank {first_rank} called "
-            f"{first_call}", fix)
-    if op != first_op:
-        return CollectiveMismatchError(
-            rank, call, f"rank {first_rank} passed {_op_text(first_op)} but this rank passed "
-            f"{_op_text(op)}", "every rank must pass an op made from the same function")
-    if payload != first_payload and payload is not None and first_payload is not None:
-        return CollectiveMismatchError(
-            rank, call, f"rank {payload_rank} passed {first_payload or 'an object'} but this rank "
-            f"passed {payload or 'an object'}", "every rank must pass arrays of one shape and dtype")
-    if algorithm != first_algorithm:
-        fix = "pass the same algorithm= on every rank" if mine_forced or first_forced else \
-            "pass the same kind of payload (array or object) on every rank, or force algorithm="
-        return CollectiveMismatchError(
-            rank, call, f"rank {first_rank} runs collective #{seq} with algorithm {first_algorithm!r} "
-            f"but this rank chose {algorithm!r}", fix)
-    return None
-
-
-def _call_args(call: str) -> dict[str, str]:
-    """``{"src": "0"}`` for ``broadcast(src=0)``."""
-    inner = call.partition("(")[2].rpartition(")")[0]
-    return dict(part.partition("=")[::2] for part in inner.split(", ") if part)
-
-
-def _op_text(op: str) -> str:
-    return f"op {op}" if op else "a built-in op"
 
 
 class _StrictComm(Comm):

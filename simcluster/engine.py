@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._coll_check import CallCheck
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
@@ -65,3 +66,7 @@ class Engine(Diagnostics):
                          timeout=timeout, model=model, schedule=schedule)
         self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
         self.fidelity = "message"  # or "analytic": collectives resolve in one step (Kernel.meet)
+
+    def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
+        """The collective verification of a new communicator (every member lives here)."""
+        return CallCheck(len(world_ranks))

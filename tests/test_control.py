@@ -5,11 +5,11 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-import numpy as np
 import pytest
 
 from simcluster import _control as C
 from simcluster import _remote
+from simcluster._coll_check import SignatureRecord
 from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 
@@ -18,6 +18,9 @@ _TRACE = C.TraceParts([[0, "send", 0.0, 1e-6, {"dst": 1}]],
                       [[1, 0, 1, 5, 8, 0.0, 1e-6, "world"]], [[0, 1, 2e-6]])
 _RESULTS = C.Results([{"sum": 3}, [1, 2], None], [0.0, 1e-6, 2e-6],
                      [[1, 0, 2], [8, 0, 16], [0, 1, 1], [0, 8, 8]], ["rank 1: a leak"], _TRACE)
+
+_FIRST = SignatureRecord(4, 1, "broadcast(src=0)", "binomial", "float64[3]", "", 0, 8, False, 0,
+                         "world", [0, 2], 2e-6)
 
 MESSAGES: list[C.Message] = [
     C.Start([("127.0.0.1", 4000), ("10.0.0.2", 4001)]),
@@ -31,7 +34,7 @@ MESSAGES: list[C.Message] = [
     C.FinalResult(_RESULTS, 2, (40, 17)),
     C.Hello(4242, ("127.0.0.1", 5000), "main world_size=4 procs=2"),
     C.Ready(),
-    C.Report(2e-6, [0, 2], 2.5e-6, 1, 3e-6, None, [[0, 1, "barrier"]], True),
+    C.Report(2e-6, [0, 2], 2.5e-6, 1, 3e-6, None, [_FIRST], True),
     C.Report(2e-6, [1, 0], None, 4, 2.5e-6, None, [], False, 3),
     C.Report(0.0, [0, 0], None, 0, None, C.Failure(3, _EXC)),
     C.Blocked(1.0, [(0, "rank 0 waiting in recv(src=1, tag=3) at x.py:5", [1], None)],
@@ -75,11 +78,13 @@ def test_every_opcode_has_one_message_class() -> None:
         assert cls.__name__.upper().startswith(C.OP_NAMES[op][:4])
 
 
-def test_arrays_travel_in_collective_records() -> None:
-    report = C.Report(0.0, [0], None, 1, None, None, [[4, 1, "broadcast", np.arange(3.0)]])
+def test_collective_records_travel_whole() -> None:
+    report = C.Report(0.0, [0], None, 1, None, None, [_FIRST, _FIRST._replace(procs=None)])
     got = C.read(C.envelope(report, 0))
     assert isinstance(got, C.Report)
-    assert np.array_equal(got.firsts[0][3], np.arange(3.0))
+    assert got.firsts == [_FIRST, _FIRST._replace(procs=None)]
+    assert all(isinstance(record, SignatureRecord) for record in got.firsts)
+    assert got.firsts[0].payload == "float64[3]" and got.firsts[0].procs == [0, 2]
 
 
 class _Point:
@@ -96,7 +101,8 @@ def test_only_the_runs_values_use_the_runs_serializer() -> None:
     got = C.read(env, pickle.loads)
     assert isinstance(got, C.FinalResult) and got.results.values == [_Point(1)]
     with pytest.raises(wire.Unsendable):  # a control message never pickles, whatever the run's serializer
-        C.envelope(C.Report(0.0, [0], None, 1, None, None, [[0, 1, _Point(2)]]), 0, pickle.dumps)
+        C.envelope(C.Report(0.0, [0], None, 1, None, None, [_FIRST._replace(payload=_Point(2))]),
+                   0, pickle.dumps)
 
 
 def _raw(op: int, payload: Any) -> Envelope:
