@@ -37,6 +37,7 @@ from . import _schedule, _sync
 from . import latency as _latency
 from .collectives import check_algorithms
 from .comm import Group
+from ._settings import EngineSettings
 from .engine import Engine, Task
 from .errors import UsageError, UsageTypeError
 from .trace import Trace
@@ -66,7 +67,7 @@ def is_multiprocess(transport: Transport) -> bool:
     return tcp is not None and isinstance(transport, tcp.TcpTransport)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """The checked keywords of one run, and how its ranks are spread over processes.
 
@@ -236,10 +237,13 @@ def configure(
     if nnodes > 1 and secret is None:
         master_addr, master_port = _rendezvous(master_addr, master_port, nnodes, serializer)
     return RunConfig(
-        world_size, tp, model, tuple(args), dict(kwargs or {}), seed, schedule, eager_limit,
-        trace, checks, forced, timeout, compute_factor, fidelity, serializer, nnodes, node_rank,
-        master_addr, master_port, getattr(fn, "__qualname__", "main"), nprocs, per, secret, shares,
-        poll_cost=float(poll_cost))
+        world_size=world_size, transport=tp, latency=model, args=tuple(args),
+        kwargs=dict(kwargs or {}), seed=seed, schedule=schedule, eager_limit=eager_limit,
+        trace=trace, checks=checks, algorithms=forced, timeout=timeout, compute=compute_factor,
+        fidelity=fidelity, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
+        master_addr=master_addr, master_port=master_port,
+        name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=secret,
+        shares=shares, poll_cost=float(poll_cost))
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
@@ -499,14 +503,18 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
     """
     w = config.world_size
     ports = config.latency.bind(w, model_rng(config.seed))
-    settings: dict[str, Any] = dict(seed=config.seed, eager_limit=config.eager_limit,
-                                    strict=config.strict, model=config.latency,
-                                    schedule=config.schedule)
+    pickled = config.serializer == "pickle"
+    settings = EngineSettings(
+        seed=config.seed, eager_limit=config.eager_limit, strict=config.strict,
+        timeout=config.timeout, model=config.latency, schedule=config.schedule,
+        algorithms=dict(config.algorithms), compute=config.compute, poll_cost=config.poll_cost,
+        fidelity=config.fidelity, dumps=pickle.dumps if pickled else None,
+        loads=pickle.loads if pickled else None)
     engine: Engine
     if block is None:
         lo, hi = 0, w
-        engine = Engine(w, transport or config.transport, ports, timeout=config.timeout, **settings)
         trace: Trace | None = Trace(w) if config.tracing else None
+        engine = Engine(w, transport or config.transport, ports, settings, trace)
     else:
         lo, hi = block
         from ._hosted_engine import HostedEngine  # only hosting processes need these
@@ -515,17 +523,8 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         if not isinstance(transport, TcpTransport):
             raise TypeError(f"build_world(block={block!r}): a hosting process needs its own "
                             f"shm or tcp transport, got {transport!r}")
-        engine = HostedEngine(w, transport, ports, lo, hi, config.per or w, **settings)
-        trace = _HostTrace(w) if config.tracing else None
-    engine.algorithms = dict(config.algorithms)
-    engine.compute = config.compute
-    engine.poll_cost = config.poll_cost
-    engine.fidelity = config.fidelity
-    if config.serializer == "pickle":
-        engine._dumps = pickle.dumps
-        engine._loads = pickle.loads
-    if trace is not None:
-        engine.trace = trace
+        engine = HostedEngine(w, transport, ports, lo, hi, config.per or w, settings,
+                              _HostTrace(w) if config.tracing else None)
     tasks: list[Any] = [None] * w  # the world's tasks by rank; other processes' stay None
     world = Group(engine, 0, list(range(w)), "world", tasks)
     local: list[Task] = []

@@ -22,7 +22,9 @@ from ._kernel import Task, _finish_request
 from ._protocol import _by_source_and_id, _serial, sort_by_source, pack_time, transfer_start, unpack_time
 from .engine import Engine
 from ._hosted_views import SplitPorts as _SplitPorts
-from .latency import LatencyModel, Ports
+from ._settings import EngineSettings
+from .latency import Ports
+from .trace import Trace
 from .request import Request
 
 
@@ -39,17 +41,14 @@ class HostedEngine(Engine):
     """
 
     def __init__(self, world_size: int, transport: TcpTransport, ports: Ports, lo: int, hi: int,
-                 per: int | None = None, *, seed: int = 0, eager_limit: int = 65536, strict: bool = True,
-                 timeout: float | None = None, model: LatencyModel | None = None,
-                 schedule: object = "batch") -> None:
+                 per: int | None, settings: EngineSettings, trace: Trace | None = None) -> None:
         self.lo = lo
         self.hi = hi
         self.per = per or hi - lo  # world ranks per process
         self.coll_firsts: list[SignatureRecord] = []  # first signatures seen here, for the next REPORT
         self.coll_pending: dict[int, list[SignatureRecord]] = {}  # for communicators not made here yet
         self._inner_ports = ports
-        super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), seed=seed, eager_limit=eager_limit,
-                         strict=strict, timeout=timeout, model=model, schedule=schedule)
+        super().__init__(world_size, transport, _SplitPorts(ports, lo, hi), settings, trace)
         self.transport: TcpTransport = transport
         self._orphans: dict[int, list[Envelope]] = {}  # envelopes for communicators not made here yet
         self._data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing

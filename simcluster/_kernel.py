@@ -62,6 +62,7 @@ from .request import SPIN_LIMIT, Request, _format_op
 
 if TYPE_CHECKING:
     from .comm import CollContext, Comm
+    from ._settings import EngineSettings
     from .latency import LatencyModel
     from .trace import Trace
 
@@ -126,18 +127,17 @@ class Kernel(ABC):
     Abstract: ``engine.Engine`` is the kernel with every layer on top.
     """
 
-    def __init__(self, world_size: int, *, seed: int = 0, strict: bool = True,
-                 timeout: float | None = None, schedule: object = "batch",
-                 model: LatencyModel | None = None) -> None:
+    def __init__(self, world_size: int, settings: EngineSettings, trace: Trace | None = None) -> None:
         self.world_size = world_size
+        seed = settings.seed
         self.rng = random.Random(seed)
         self.seed = seed
-        self.strict = strict
-        self.timeout = timeout
-        self.compute = 0.0  # run(compute="wall:F"): F, charged by synchronous ranks
+        self.strict = settings.strict
+        self.timeout = settings.timeout
+        self.compute = settings.compute  # run(compute="wall:F"): F, charged by synchronous ranks
         self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
         self._last_fn: tuple[object, bool] = (None, False)  # (fn, is it async): every rank runs the same fn
-        self.trace: Trace | None = None  # set by run(trace=...)
+        self.trace: Trace | None = trace  # run(trace=...)
         self.now = 0.0
         # the event queue: what is due now, and later times' events by time (a calendar;
         # a heap of single events costs log(events) tuple comparisons per event at scale)
@@ -159,13 +159,13 @@ class Kernel(ABC):
         self._failure: tuple[Task, BaseException] | None = None
         # a rank that failed while others may still run at this instant (Rule 3)
         self._failing: tuple[Task, BaseException] | None = None
-        self.poll_cost = 1e-6  # run(poll_cost=...): virtual seconds a synchronous rank's fruitless poll costs
+        self.poll_cost = settings.poll_cost  # virtual seconds a synchronous rank's fruitless poll costs
         self.pollers = 0  # synchronous ranks sleeping off a fruitless poll right now
         self.stalled_polls = 0  # fruitless polls in a row while nothing but polls was pending
         self._unfinished = 0
         self._events = 0
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
-        self._use_schedule(schedule, model)
+        self._use_schedule(settings.schedule, settings.model)
 
     @property
     def unfinished(self) -> int:

@@ -56,8 +56,10 @@ from .payload import describe
 from .request import Request, Status, _format_op
 
 if TYPE_CHECKING:
+    from ._settings import EngineSettings
     from .comm import Comm, Group
     from .latency import LatencyModel, Ports
+    from .trace import Trace
 
 # Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
 _tuple_new: Final = tuple.__new__
@@ -124,19 +126,9 @@ class _RecvRequest(Request[Any]):
 class P2P(Kernel):
     """The kernel plus point-to-point messages: what ``Comm`` posts its sends and receives to."""
 
-    def __init__(
-        self,
-        world_size: int,
-        transport: Transport,
-        ports: Ports,
-        *,
-        seed: int = 0,
-        eager_limit: int = 65536,
-        strict: bool = True,
-        timeout: float | None = None,
-        model: LatencyModel | None = None,
-        schedule: object = "batch",
-    ) -> None:
+    def __init__(self, world_size: int, transport: Transport, ports: Ports,
+                 settings: EngineSettings, trace: Trace | None = None) -> None:
+        model = settings.model
         self.transport = transport
         self.ports = ports
         # a built-in model's compiled ports: called natively, not as a Python object
@@ -148,12 +140,12 @@ class P2P(Kernel):
         self._rdv_bookings: list[list[Any]] = []  # those of rendezvous data cleared to send now
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
-        self.eager_limit = eager_limit
+        self.eager_limit = settings.eager_limit
         # Rule 5: how long a request to send takes to reach its receiver (the model's lookahead)
         self._rts_delay = 0.0 if model is None else float(model.lookahead())
         # run(serializer="pickle"): what msgpack cannot carry is pickled (wire.EXT_PICKLE)
-        self._dumps: Callable[[object], bytes] | None = None
-        self._loads: Callable[[bytes], object] | None = None
+        self._dumps: Callable[[object], bytes] | None = settings.dumps
+        self._loads: Callable[[bytes], object] | None = settings.loads
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
         self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
@@ -178,8 +170,7 @@ class P2P(Kernel):
         self.bytes_recv = [0] * world_size
         self._arrive_key = self._arrive  # bound once: an event per message names it
         self._noisy = False  # the latency model draws from one RNG per message (explore's footprints)
-        super().__init__(world_size, seed=seed, strict=strict, timeout=timeout, schedule=schedule,
-                         model=model)
+        super().__init__(world_size, settings, trace)
         transport.open(world_size, self._deliver)
 
     def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:

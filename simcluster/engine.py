@@ -26,11 +26,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._coll_check import CallCheck
+from ._settings import EngineSettings
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
 if TYPE_CHECKING:
-    from .latency import LatencyModel, Ports
+    from .latency import Ports
+    from .trace import Trace
     from .transports.base import Transport
 
 __all__ = [
@@ -42,30 +44,18 @@ __all__ = [
 class Engine(Diagnostics):
     """Steps rank coroutines in virtual-time order, moves their messages, and reports problems.
 
-    Takes ``P2P``'s arguments; adds the run's collective settings, which
-    ``Comm``'s collectives read.
+    Takes the world size, the transport, the ports bound from the latency
+    model, the run's ``EngineSettings`` (defaults without) and its trace, if
+    it records one.
     """
 
-    # P2P's parameters spelled out, not forwarded as **keywords: the compiled build
-    # (mypyc) passes forwarded keywords to keyword-only parameters wrongly.
-
-    def __init__(
-        self,
-        world_size: int,
-        transport: Transport,
-        ports: Ports,
-        *,
-        seed: int = 0,
-        eager_limit: int = 65536,
-        strict: bool = True,
-        timeout: float | None = None,
-        model: LatencyModel | None = None,
-        schedule: object = "batch",
-    ) -> None:
-        super().__init__(world_size, transport, ports, seed=seed, eager_limit=eager_limit, strict=strict,
-                         timeout=timeout, model=model, schedule=schedule)
-        self.algorithms: dict[str, str] = {}  # run(algorithms=...), checked by the runner
-        self.fidelity = "message"  # or "analytic": collectives resolve in one step (Kernel.meet)
+    def __init__(self, world_size: int, transport: Transport, ports: Ports,
+                 settings: EngineSettings | None = None, trace: Trace | None = None) -> None:
+        if settings is None:
+            settings = EngineSettings()
+        super().__init__(world_size, transport, ports, settings, trace)
+        self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
+        self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
 
     def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
         """The collective verification of a new communicator (every member lives here)."""
