@@ -2,7 +2,7 @@
 
 Nothing here runs on the hot path: these read the kernel's tasks and the
 protocol's queues once something went wrong (or at the end of a strict
-run). ``Diagnostics`` extends the protocol's engine with them; ``deadlock_error``
+run). ``Diagnostics`` reads an engine through its declared seam (``Inspected``); ``deadlock_error``
 also builds the report of a multi-process run from the blocked ranks every
 hosting process describes.
 
@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _frames
 from ._kernel import _TASK_STATES, BLOCKED, FINISHED, Task
-from ._protocol import P2P, checksum
+from ._protocol import checksum
 from .errors import BufferHazardError, DeadlockError, SimclusterError
 from ._waits import CANCELLED, PENDING, WaitAny as _WaitAny
 from .request import Request
+
+if TYPE_CHECKING:
+    from .comm import Group
+    from .matching import Endpoints
 
 
 CollectiveInfo = tuple[int, str, int, str, int, int]
@@ -33,17 +37,46 @@ BlockedEntry = tuple[int, str, list[int], Any]
 """(rank, "rank R waiting in ... at file:line", world ranks it waits on, Task.collective)."""
 
 
-class Diagnostics(P2P):
-    """The protocol plus its reports: what went wrong, where, and who waits for whom."""
+class Inspected(Protocol):
+    """What the reports read from an engine: its declared seam, and all they may use.
+
+    ``tests/test_structure.py`` checks that ``Diagnostics`` reads nothing else.
+    """
+
+    now: float
+    timeout: float | None
+    tasks: list[Task]
+    groups: dict[int, Group]
+    endpoints: Endpoints
+
+    def helper_tasks(self) -> list[Task]: ...
+
+    def tracked_requests(self) -> list[Request[Any]]: ...
+
+    def unfinished_sends(self) -> list[Request[Any]]: ...
+
+    def untrack(self, req: Request[Any]) -> None: ...
+
+
+class Diagnostics:
+    """An engine's reports: what went wrong, where, and who waits for whom.
+
+    The kernel asks for them (``Kernel.reports``) when a run deadlocks or
+    times out, a request checks its send buffer with ``check_hazard``, and
+    the runner lists a strict run's ``leaks``.
+    """
+
+    def __init__(self, engine: Inspected) -> None:
+        self.engine = engine
 
     def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
-        self._untrack(req)
+        """Check that a completed nonblocking send's buffers are unchanged since it was posted."""
+        self.engine.untrack(req)
         arrays, sums, line = guard
         for a, s in zip(arrays, sums):
             if checksum(a) != s:
-                owner = req._task.rank if req._task is not None else None
                 raise BufferHazardError(
-                    owner, req.op,
+                    req.owner, req.op,
                     f"the send buffer changed before the request completed (posted at {line})",
                     "wait for the request before writing to the buffer, or send a copy")
 
@@ -54,11 +87,12 @@ class Diagnostics(P2P):
         receive is already listed (a posted receive, a send nobody received)
         is not listed again.
         """
+        engine = self.engine
         lines: list[str] = []
         listed: set[int] = set()
-        for ctx, rank, mq in self.endpoints.queues():
+        for ctx, rank, mq in engine.endpoints.queues():
             posted, unexpected = mq.leftovers()
-            group = self.groups[ctx]
+            group = engine.groups[ctx]
             for req in posted:
                 listed.add(id(req))
                 lines.append(f"rank {rank}: {req.op} was never matched")
@@ -66,17 +100,16 @@ class Diagnostics(P2P):
                 lines.append(
                     f"rank {rank}: a message from rank {group.local_rank(env.src)} "
                     f"(tag={env.tag}, {env.nbytes} bytes) on comm {group.name!r} was never received")
-        listed.update(id(entry[0]) for entry in self._rdv_sends.values())
-        listed.update(id(req) for req in self._sync_sends.values())
-        for req in self._tracked.values():
-            if req._retrieved or req._state == CANCELLED or id(req) in listed:
+        listed.update(id(req) for req in engine.unfinished_sends())
+        for req in engine.tracked_requests():
+            if req.retrieved or req.cancelled or id(req) in listed:
                 continue
-            owner = req._task.rank if req._task is not None else "?"
-            state = "never completed" if req._state == PENDING else "completed but was never waited or tested"
+            owner = "?" if req.owner is None else req.owner
+            state = "completed but was never waited or tested" if req.done() else "never completed"
             lines.append(f"rank {owner}: {req.op} {state}")
         return lines
 
-    def _describe(self, task: Task) -> tuple[str, list[int]]:
+    def describe(self, task: Task) -> tuple[str, list[int]]:
         """Return a line about what a blocked task waits for, and the ranks it waits on."""
         waiting = task.waiting
         reqs = waiting.requests if isinstance(waiting, _WaitAny) else [waiting]
@@ -89,38 +122,47 @@ class Diagnostics(P2P):
             inside = f" inside {info[3]} (collective #{info[2]} on comm {info[1]!r})"
         return f"rank {task.rank} waiting in {ops}{inside} at {where}", peers
 
-    def blocked_entries(self) -> list[BlockedEntry]:
-        """Describe every blocked rank and helper, ranks first: what ``deadlock_error`` reads."""
+    def blocked_entries(self, tasks: list[Task] | None = None) -> list[BlockedEntry]:
+        """Describe every blocked one of ``tasks`` (default: the ranks, then the helpers)."""
+        if tasks is None:
+            tasks = [*self.engine.tasks, *self.engine.helper_tasks()]
         entries = []
-        for task in [*self.tasks, *self._helpers.values()]:
+        for task in tasks:
             if task.state == BLOCKED:
-                line, peers = self._describe(task)
-                entries.append((task.rank, line, peers, _info(task)))
+                line, peers = self.describe(task)
+                entries.append((task.rank, line, peers, collective_info(task)))
         return entries
 
-    def _deadlock(self) -> SimclusterError:
-        groups = self.groups
-        return deadlock_error(self.blocked_entries(), self.now,
+    def deadlock(self) -> SimclusterError:
+        """The error for a run whose unfinished ranks are all blocked."""
+        groups = self.engine.groups
+        return deadlock_error(self.blocked_entries(), self.engine.now,
                               members=lambda ctx: groups[ctx].world_ranks)
 
-    def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
+    def timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
         """Say what each unfinished rank was doing when the timeout passed.
 
         ``spinning`` is the rank the watchdog interrupted, and its line: it shows as running.
         """
+        engine = self.engine
+        return "\n".join([
+            f"timed out after {engine.timeout}s of wall time at virtual time {engine.now:.9g}s",
+            *self.timeout_lines(spinning),
+            "look for a rank that loops without awaiting, or awaits real I/O that never ends"])
+
+    def timeout_lines(self, spinning: tuple[Task, str] | None = None) -> list[str]:
+        """The per-rank lines of the timeout report (helpers are their ranks' nonblocking calls)."""
         ranks: list[tuple[int, str]] = []
-        for task in self.tasks:  # helpers are their rank's nonblocking calls: the rank's line says
+        for task in self.engine.tasks:
             if spinning is not None and task is spinning[0]:
                 ranks.append((task.rank, f"rank {task.rank} running at {spinning[1]}"))
             elif task.state == BLOCKED:
-                ranks.append((task.rank, self._describe(task)[0]))
+                ranks.append((task.rank, self.describe(task)[0]))
             elif task.state != FINISHED:
                 ranks.append((task.rank, f"rank {task.rank} {_TASK_STATES[task.state]} at "
                                          f"{_frames.coroutine_line(task.coro)}"))
-        return "\n".join([
-            f"timed out after {self.timeout}s of wall time at virtual time {self.now:.9g}s",
-            *summarise(ranks),
-            "look for a rank that loops without awaiting, or awaits real I/O that never ends"])
+        return summarise(ranks)
+
 
 def deadlock_error(entries: list[BlockedEntry], now: float,
                    members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
@@ -254,7 +296,7 @@ def _doing(rank: int, doing: dict[int, str]) -> str:
     return prefix + "is " + line[len(prefix):] if line.startswith(prefix) else line
 
 
-def _info(task: Task) -> CollectiveInfo | None:
+def collective_info(task: Task) -> CollectiveInfo | None:
     """The collective call a task is inside, as reports carry it (None outside collectives)."""
     return None if task.collective is None else task.collective.info
 

@@ -16,7 +16,7 @@ from simcluster.transports.tcp import TcpTransport
 
 from . import _control, _remote
 from ._coll_check import CallCheck, HostedCallCheck, SignatureRecord
-from ._diagnostics import _info
+from ._diagnostics import Diagnostics, collective_info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
 from ._protocol import _by_source_and_id, _serial, sort_by_source, pack_time, transfer_start, unpack_time
@@ -272,14 +272,12 @@ class HostedEngine(Engine):
             self._adopt(comm._ctx)
         return super().iprobe(comm, src, tag)
 
-    def leaks(self) -> list[str]:
-        lines = super().leaks()
-        for envs in self._orphans.values():
-            for env in envs:
-                lines.append(f"rank {env.dst}: a message from world rank {env.src} (tag={env.tag}, "
-                             f"{env.nbytes} bytes) on a communicator this rank never created was "
-                             "never received")
-        return lines
+    def make_reports(self) -> Diagnostics:
+        return _HostedDiagnostics(self)
+
+    def orphan_envelopes(self) -> list[Envelope]:
+        """Envelopes for communicators this process never created (the leak report names them)."""
+        return [env for envs in self._orphans.values() for env in envs]
 
     # ---- one round ----
 
@@ -364,20 +362,29 @@ class HostedEngine(Engine):
 
     def blocked_split(self) -> _control.Blocked:
         """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""
-        def entries(tasks: list[Task]) -> list[_control.BlockedEntry]:
-            out: list[_control.BlockedEntry] = []
-            for task in tasks:
-                if task.state == _PARKED:
-                    line, peers = self._describe(task)
-                    out.append((task.rank, line, peers, _info(task)))
-            return out
-        return _control.Blocked(self.now, entries(self.tasks),
-                                entries(list(self._helpers.values())))
+        diagnostics = self.diagnostics
+        return _control.Blocked(self.now, diagnostics.blocked_entries(self.tasks),
+                                diagnostics.blocked_entries(self.helper_tasks()))
 
     def timeout_lines(self) -> list[str]:
         """The per-rank lines of the timeout report."""
-        return self._timeout_report().splitlines()[1:-1]
+        return self.diagnostics.timeout_lines()
 
+
+class _HostedDiagnostics(Diagnostics):
+    """The reports of one hosting process: its leaks include messages for communicators never made here."""
+
+    def __init__(self, engine: HostedEngine) -> None:
+        super().__init__(engine)
+        self.hosted = engine
+
+    def leaks(self) -> list[str]:
+        lines = super().leaks()
+        for env in self.hosted.orphan_envelopes():
+            lines.append(f"rank {env.dst}: a message from world rank {env.src} (tag={env.tag}, "
+                         f"{env.nbytes} bytes) on a communicator this rank never created was "
+                         "never received")
+        return lines
 
 
 def _hosted_check(check: CallCheck) -> HostedCallCheck:

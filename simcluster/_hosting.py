@@ -415,7 +415,7 @@ class Host:
             [task.time for task in self.tasks],
             [engine.msgs_sent[lo:hi], engine.bytes_sent[lo:hi],
              engine.msgs_recv[lo:hi], engine.bytes_recv[lo:hi]],
-            engine.leaks() if self.config is not None and self.config.strict else [],
+            engine.diagnostics.leaks() if self.config is not None and self.config.strict else [],
             trace)
 
 

@@ -19,8 +19,10 @@ The kernel's API, for the layers above it:
   and ``meet`` (requests the kernel completes itself);
 * hooks a subclass fills in: ``_end_instant`` (charge what the instant that
   just ended left behind: ``_protocol`` books its messages there),
-  ``_instant_open`` and ``cancel`` (``_protocol``), ``check_hazard``,
-  ``_deadlock`` and ``_timeout_report`` (``_diagnostics``).
+  ``_instant_open`` and ``cancel`` (``_protocol``);
+* ``reports`` (a ``Reports``: the deadlock and timeout reports and the
+  buffer-hazard check), which the engine hands the kernel when it is made
+  (``_diagnostics.Diagnostics``, a part of its own, not a layer).
 
 Rule 1: time only moves in ``_run_events``, to the earliest time that has
 events once none is left at the current one. A rank runs at the time of the
@@ -53,7 +55,7 @@ import time as _time
 import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from . import _awaits, _gc, _schedule, _sync, _watchdog
 from .errors import RunTimeoutError, SimclusterError, UsageTypeError
@@ -121,11 +123,24 @@ class Task:
         return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
 
 
+class Reports(Protocol):
+    """What the kernel asks of the reports (``_diagnostics.Diagnostics``): its declared seam."""
+
+    def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None: ...
+
+    def deadlock(self) -> SimclusterError: ...
+
+    def timeout_report(self, spinning: tuple[Task, str] | None = None) -> str: ...
+
+
 class Kernel(ABC):
     """Steps rank coroutines in virtual-time order; the layers above move their messages.
 
-    Abstract: ``engine.Engine`` is the kernel with every layer on top.
+    Abstract: ``engine.Engine`` is the kernel with every layer on top, and
+    hands it its ``reports``.
     """
+
+    reports: Reports  # what went wrong, where (``_diagnostics``); the engine sets it when made
 
     def __init__(self, world_size: int, settings: EngineSettings, trace: Trace | None = None) -> None:
         self.world_size = world_size
@@ -545,21 +560,15 @@ class Kernel(ABC):
         """
         return False
 
-    @abstractmethod
-    def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None:
-        """Check that a completed nonblocking send's buffers are unchanged (``_diagnostics``)."""
+    # ---- the parts the kernel reads: the engine's reports (``_diagnostics``) ----
 
-    # ---- reports: filled in by _diagnostics ----
+    def helper_tasks(self) -> list[Task]:
+        """The live helper tasks: ranks' nonblocking collectives, in the order they started."""
+        return list(self._helpers.values())
 
-    @abstractmethod
-    def _deadlock(self) -> SimclusterError:
-        """The error for a run whose unfinished ranks are all blocked."""
-
-    @abstractmethod
-    def _timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
-        """What each unfinished rank was doing when the run's timeout passed."""
-
-    # ---- the main loop ----
+    def tracked_requests(self) -> list[Request[Any]]:
+        """Strict runs: the nonblocking requests not yet waited for, for the leak report."""
+        return list(self._tracked.values())
 
     def _run_until_quiescent(self) -> None:
         """Pop events in virtual-time order until none is left that may run now.
@@ -600,7 +609,7 @@ class Kernel(ABC):
             spinning: tuple[Task, str] | None = (failure[0], _watchdog.spinning_line(overtime))
         else:
             spinning = None
-        raise RunTimeoutError(None, "run", self._timeout_report(spinning), "") from None
+        raise RunTimeoutError(None, "run", self.reports.timeout_report(spinning), "") from None
 
     async def _simulate(self, deadline: float | None) -> None:
         """Run events, breathing to asyncio, until every rank finished or something stopped the run."""
@@ -611,7 +620,7 @@ class Kernel(ABC):
                     raise self._failure[1]  # the timeout interrupted a rank: _run reports it
                 return
             if deadline is not None and _time.monotonic() > deadline:
-                raise RunTimeoutError(None, "run", self._timeout_report(), "")
+                raise RunTimeoutError(None, "run", self.reports.timeout_report(), "")
             if self._foreign and not (self._ready or self._due):
                 loop = asyncio.get_running_loop()
                 self._wake_future = loop.create_future()
@@ -619,7 +628,7 @@ class Kernel(ABC):
                 try:
                     await asyncio.wait_for(asyncio.shield(self._wake_future), remaining)
                 except asyncio.TimeoutError:
-                    raise RunTimeoutError(None, "run", self._timeout_report(), "") from None
+                    raise RunTimeoutError(None, "run", self.reports.timeout_report(), "") from None
                 finally:
                     self._wake_future = None
                 continue
@@ -628,7 +637,7 @@ class Kernel(ABC):
                 continue
             break
         if self._unfinished:
-            raise self._deadlock()
+            raise self.reports.deadlock()
 
     def close(self) -> None:
         """Cancel every unfinished rank.
@@ -735,7 +744,8 @@ class Kernel(ABC):
     def _track(self, req: Request[Any]) -> None:
         self._tracked[id(req)] = req
 
-    def _untrack(self, req: Request[Any]) -> None:
+    def untrack(self, req: Request[Any]) -> None:
+        """Stop tracking ``req`` for the leak report: it was waited for."""
         self._tracked.pop(id(req), None)
 
 def _finish_request(req: Request[Any]) -> None:

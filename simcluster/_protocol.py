@@ -286,6 +286,10 @@ class P2P(Kernel):
             self._send_envelope(env)
         return req
 
+    def unfinished_sends(self) -> list[Request[Any]]:
+        """Rendezvous sends waiting for their clear to send, and synchronous sends not yet matched."""
+        return [entry[0] for entry in self._rdv_sends.values()] + list(self._sync_sends.values())
+
     def _send_envelope(self, env: Envelope) -> None:
         """Hand an eager message or a request to send to the transport (in process: to ``_deliver``)."""
         if self._in_process:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ._coll_check import CallCheck
 from ._settings import EngineSettings
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
+from ._protocol import P2P
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-class Engine(Diagnostics):
+class Engine(P2P):
     """Steps rank coroutines in virtual-time order, moves their messages, and reports problems.
 
     Takes the world size, the transport, the ports bound from the latency
@@ -54,8 +55,14 @@ class Engine(Diagnostics):
         if settings is None:
             settings = EngineSettings()
         super().__init__(world_size, transport, ports, settings, trace)
+        self.diagnostics = self.make_reports()
+        self.reports = self.diagnostics  # the same, as the kernel sees it (Reports)
         self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
         self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
+
+    def make_reports(self) -> Diagnostics:
+        """This engine's reports (``reports``): deadlocks, timeouts, leaks, buffer hazards."""
+        return Diagnostics(self)
 
     def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
         """The collective verification of a new communicator (every member lives here)."""

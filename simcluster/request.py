@@ -86,6 +86,17 @@ class Request(Generic[T]):
         return self._peer
 
     @property
+    def owner(self) -> int | None:
+        """The world rank that made this request (None for one made outside any rank)."""
+        task = self._task
+        return None if task is None else task.rank
+
+    @property
+    def retrieved(self) -> bool:
+        """Whether the request was waited for, or tested true (its result taken)."""
+        return self._retrieved
+
+    @property
     def op(self) -> str:
         """The call that made this request, as ``send(dst=1, tag=0)``."""
         op = self._op
@@ -186,7 +197,7 @@ class Request(Generic[T]):
         self._retrieved = True
         if self._guard is not None:
             guard, self._guard = self._guard, None
-            self._engine.check_hazard(self, guard)
+            self._engine.reports.check_hazard(self, guard)
         if self._error is not None:  # raised again on every later wait or test
             raise self._error
         value: T = self._value

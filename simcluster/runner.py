@@ -141,7 +141,7 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
                 if world.engine.trace is not None and isinstance(trace, (str, os.PathLike)):
                     world.engine.trace.save(trace)  # also after a failure, when a trace helps most
     tasks = world.tasks
-    leaks = engine.leaks() if config.strict else []
+    leaks = engine.diagnostics.leaks() if config.strict else []
     stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
                   tuple(engine.msgs_recv), tuple(engine.bytes_recv))
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,

@@ -7,7 +7,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 INTERNALS = [  # source lines of simcluster's own frames that a failure used to print
-    "raise self._deadlock()",
+    "raise self.reports.deadlock()",
     "asyncio.run(_launch(",
     "Keywords as in DESIGN.md",
     "await engine.run()",
