@@ -63,7 +63,6 @@ from ._waits import PENDING, WaitAny as _WaitAny
 from .request import SPIN_LIMIT, Request, _format_op
 
 if TYPE_CHECKING:
-    from .comm import CollContext, Comm
     from ._settings import EngineSettings
     from .latency import LatencyModel
     from .trace import Trace
@@ -108,19 +107,36 @@ class Task:
     def __init__(self, rank: int, coro: Coroutine[Any, Any, Any]) -> None:
         self.rank = rank
         self.coro = coro
-        self.comm: Comm | None = None
+        self.comm: RankComm | None = None
         self.state = READY
         self.waiting: Any = None
         self.result: Any = None
         self.time = 0.0
         self.spins = 0
         # the collective call in progress, for reports: (ctx, comm name, number, call, comm rank)
-        self.collective: CollContext | None = None
+        self.collective: CollectiveCall | None = None
         self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
         self.serial = 0  # 0 for a rank, n for its n-th helper: orders its simultaneous messages
 
     def __repr__(self) -> str:
         return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
+
+
+class RankComm(Protocol):
+    """A rank's world communicator, as the kernel keeps it for the layers above (``Task.comm``)."""
+
+    rank: int
+
+
+class CollectiveCall(Protocol):
+    """The collective call a task is inside (``Task.collective``), as reports and traces read it."""
+
+    call: str
+    seq: int
+    algorithm: str
+
+    @property
+    def info(self) -> tuple[int, str, int, str, int, int]: ...
 
 
 class Reports(Protocol):
@@ -371,7 +387,7 @@ class Kernel(ABC):
 
     # ---- tasks: start, step, park, resume ----
 
-    def start_rank(self, task: Task, comm: Comm, fn: Callable[..., Any], args: Sequence[Any],
+    def start_rank(self, task: Task, comm: RankComm, fn: Callable[..., Any], args: Sequence[Any],
                    kwargs: dict[str, Any], *, handle: Any = None) -> None:
         """Give ``task`` its world ``comm`` and start ``fn(handle, *args, **kwargs)`` as its rank.
 
@@ -412,7 +428,7 @@ class Kernel(ABC):
         self.schedule(0.0, self._resume_key, task)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], op: str,
-              collective: CollContext | None = None) -> Request[Any]:
+              collective: CollectiveCall | None = None) -> Request[Any]:
         """Run ``coro`` as a helper of the current rank; return a request for its result.
 
         Nonblocking collectives use this: the helper progresses on its own while

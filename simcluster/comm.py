@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from . import _awaits, _p2p_calls
+from ._kernel import CollectiveCall, current_task
 from ._coll_context import TAG_UB as TAG_UB, CollContext as CollContext  # compiled (its own module)
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG
@@ -34,6 +35,14 @@ R = TypeVar("R")
 
 _send_call: Final = _p2p_calls.send  # (one global lookup per message rather than two)
 _recv_call: Final = _p2p_calls.recv
+
+
+def current_comm() -> Comm | None:
+    """The world ``Comm`` of the rank running now, or None outside any rank."""
+    task = current_task()
+    comm = None if task is None else task.comm
+    assert comm is None or isinstance(comm, Comm)  # the kernel keeps it as an opaque RankComm
+    return comm
 
 
 class Group:
@@ -497,7 +506,7 @@ class Comm(CollectiveMethods):
 
     def _enter_collective(self, call: str, algorithm: str = "", payload: str | None = None,
                           op: str = "", forced: bool = False
-                          ) -> tuple[CollContext, CollContext | None, float]:
+                          ) -> tuple[CollContext, CollectiveCall | None, float]:
         """Start a blocking collective: return its context, the call it nests in, and the time."""
         task = self._engine.current
         if task is None:
@@ -507,7 +516,7 @@ class Comm(CollectiveMethods):
         task.collective = ctx
         return ctx, outer, self._engine.now
 
-    def _leave_collective(self, outer: CollContext | None) -> None:
+    def _leave_collective(self, outer: CollectiveCall | None) -> None:
         """End what ``_enter_collective`` started (also when it failed)."""
         task = self._engine.current
         if task is not None:

@@ -52,6 +52,7 @@ import numpy as np
 
 from . import _awaits
 from .comm import Comm
+from .comm import current_comm
 from .engine import current_task
 from .matching import ANY_SOURCE
 from .ops import ReduceOp as ReduceOp
@@ -79,8 +80,7 @@ Op = ReduceOp | str
 # ---- finding the rank and its communicator ----
 
 def _world(name: str) -> Comm:
-    task = current_task()
-    comm = None if task is None else task.comm
+    comm = current_comm()
     if comm is None:
         raise RuntimeError(f"simcluster.dist.{name}(): called outside a rank; call it from the "
                            "function passed to sc.run")

@@ -41,6 +41,7 @@ from ._info import INFO_NULL, Info
 from ._objects import ObjectCollectives
 from ._p2p import PointToPoint
 from ._requests import Request, immediate
+from ..comm import current_comm
 from ..engine import current_task
 from ._state import TAG_MAX, CommState, node_of, outside, rank_state
 from ._topology import inherit as inherit_topology, kind_of as topology_kind
@@ -55,8 +56,7 @@ class _Current:
         self.which = which
 
     def resolve(self) -> CommState:
-        task = current_task()
-        world = None if task is None else task.comm
+        world = current_comm()
         if world is None:
             raise outside(f"MPI.{self.which}")
         state = rank_state(world)

@@ -28,7 +28,7 @@ from typing import Any, Final
 from .. import _sync
 from .. import latency as _latency
 from ..comm import Comm as ScComm
-from ..engine import current_task
+from ..comm import current_comm
 from ..matching import ANY_SOURCE as SC_ANY_SOURCE
 from ..matching import ANY_TAG as SC_ANY_TAG
 from ..request import Request as ScRequest
@@ -142,8 +142,7 @@ def current() -> RankState:
     Raises:
         RuntimeError: called outside any rank.
     """
-    task = current_task()
-    world = None if task is None else task.comm
+    world = current_comm()
     if world is None:
         raise outside("MPI")
     return rank_state(world)

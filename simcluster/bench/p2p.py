@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _build, _sync, runner
 from ..comm import Comm
-from ..engine import current_task
+from ..comm import current_comm
 from . import BUILDS, in_build, median_time, table
 
 ROUND_TRIPS = 20_000
@@ -41,9 +41,8 @@ async def _pingpong(comm: Comm, n: int) -> None:
 
 def _sync_pingpong(_mpi_world: object, n: int) -> None:
     """``_pingpong`` from a synchronous rank: the same calls, blocking instead of awaited."""
-    task = current_task()
-    assert task is not None and task.comm is not None
-    comm, block = task.comm, _sync.block
+    comm, block = current_comm(), _sync.block
+    assert comm is not None
     if comm.rank == 0:
         for i in range(n):
             block(comm.send(i, dst=1))

@@ -103,11 +103,11 @@ def _sync_all_reduce(comm: Any) -> None:
 
 
 def current_engine() -> Any:
-    from ..engine import current_task
+    from ..comm import current_comm
 
-    task = current_task()
-    assert task is not None and task.comm is not None
-    return task.comm._engine
+    comm = current_comm()
+    assert comm is not None
+    return comm._engine
 
 
 def _child_collective(fidelity: str, collective: str, ranks: int, model: str,

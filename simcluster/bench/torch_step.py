@@ -150,12 +150,12 @@ def _rank(rank: int, dp: int, tp: int, marks: dict[str, Any]) -> float:
         parallelize_module,
     )
 
-    from simcluster.engine import current_task
+    from simcluster.comm import current_comm
 
     def now() -> float:
-        task = current_task()
-        assert task is not None and task.comm is not None, "inside simcluster.torch.spawn"
-        return task.comm.now
+        comm = current_comm()
+        assert comm is not None, "inside simcluster.torch.spawn"
+        return comm.now
 
     dist.init_process_group("simcluster")
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))

@@ -41,6 +41,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from simcluster import _sync
 from simcluster.comm import Comm
+from simcluster.comm import current_comm
 from simcluster.engine import current_task
 from simcluster.errors import SimclusterError
 from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
@@ -187,8 +188,9 @@ class Session:
     def start_rank(self) -> RankState:
         """From a new rank's thread: make its state and have it swapped in whenever it resumes."""
         task = current_task()
-        assert task is not None and task.comm is not None, "called from a spawned rank"
-        state = RankState(task.rank, task.comm, self._process_env)
+        comm = current_comm()
+        assert task is not None and comm is not None, "called from a spawned rank"
+        state = RankState(task.rank, comm, self._process_env)
         self.ranks[task.rank] = state
         _sync.on_switch(lambda: self._switch(state), None)
         return state
