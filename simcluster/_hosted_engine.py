@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, make_envelope, retimed
+from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, retimed
 from simcluster.transports.tcp import TcpTransport
 
 from . import _control, _remote
@@ -19,7 +19,7 @@ from ._coll_check import CallCheck, HostedCallCheck, SignatureRecord
 from ._diagnostics import Diagnostics, collective_info
 from ._kernel import BLOCKED as _PARKED
 from ._kernel import Task, _finish_request
-from ._protocol import _by_source_and_id, _serial, sort_by_source, pack_time, transfer_start, unpack_time
+from ._protocol import Booking, _by_source_and_id, _serial, sort_by_source, pack_time, transfer_start, unpack_time
 from .engine import Engine
 from ._hosted_views import SplitPorts as _SplitPorts
 from ._settings import EngineSettings
@@ -104,8 +104,9 @@ class HostedEngine(Engine):
                 self._rdv_landing[(sender, env.msg_id)] = req  # Engine._data_arrived completes it
             else:
                 self._data_waits[(sender, env.msg_id)] = req  # the receiver's ACK completes it
-            self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                       env.nbytes, start, header, buffers, False, b"", _serial(req)])
+            self._rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                              env.nbytes, start, header, buffers, False, b"",
+                                              _serial(req)))
             return
         if self.lo <= receiver < self.hi:
             Engine._clear_to_send(self, env)
@@ -158,15 +159,14 @@ class HostedEngine(Engine):
         now = self.now
         lo, hi = self.lo, self.hi
         instant = pack_time(now)
-        for fields in items:  # in posting order: receivers keep each source's order (_land)
-            if fields[0] != RTS:
-                fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
-            fields.pop()  # the task's serial
-            if lo <= fields[3] < hi:
-                self._landing.append((now, phase, make_envelope(fields)))
+        for b in items:  # in posting order: receivers keep each source's order (_land)
+            if b.kind != RTS:
+                b.time = send_side(b.src, b.dst, b.nbytes, b.time)[1]
+            if lo <= b.dst < hi:
+                self._landing.append((now, phase, b.envelope()))
             else:
-                fields[11] = instant  # the receiver charges its side in the order of instants
-                self.transport.send(make_envelope(fields))
+                b.meta = instant  # the receiver charges its side in the order of instants
+                self.transport.send(b.envelope())
         return True
 
     def _land(self) -> None:

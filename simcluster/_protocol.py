@@ -32,7 +32,6 @@ never goes through a ``Comm``.
 
 from __future__ import annotations
 
-import operator
 import struct
 import zlib
 from collections import deque
@@ -73,6 +72,63 @@ def _new_envelope(fields: list[Any] | tuple[Any, ...]) -> Envelope:
     """``make_envelope(fields)`` without its ``functools.partial`` (about 30 ns a message)."""
     env: Envelope = _tuple_new(_Envelope, fields)
     return env
+
+
+class Booking:
+    """A message posted at this instant, waiting to be charged to the ports (Rule 4).
+
+    The ``Envelope`` fields it will leave with, then the serial of the task
+    that posted it (``Task.serial``), which orders a rank's own messages
+    before its helpers'. ``time`` is when it was posted until the charge
+    turns it into its arrival (the send side's wire time in a hosting
+    process, whose receivers charge the other side).
+    """
+
+    __slots__ = ("kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "header",
+                 "buffers", "sync", "meta", "serial")
+
+    def __init__(self, kind: int, ctx: int, src: int, dst: int, tag: int, msg_id: int, nbytes: int,
+                 time: float, header: bytes, buffers: tuple[Any, ...], sync: bool, meta: bytes,
+                 serial: int) -> None:
+        self.kind = kind
+        self.ctx = ctx
+        self.src = src
+        self.dst = dst
+        self.tag = tag
+        self.msg_id = msg_id
+        self.nbytes = nbytes
+        self.time = time
+        self.header = header
+        self.buffers = buffers
+        self.sync = sync
+        self.meta = meta
+        self.serial = serial
+
+    def envelope(self) -> Envelope:
+        """The envelope this message leaves with."""
+        env: Envelope = _tuple_new(_Envelope, (
+            self.kind, self.ctx, self.src, self.dst, self.tag, self.msg_id, self.nbytes,
+            self.time, self.header, self.buffers, self.sync, self.meta))
+        return env
+
+    def __repr__(self) -> str:
+        return (f"Booking(kind={self.kind}, src={self.src}, dst={self.dst}, msg_id={self.msg_id}, "
+                f"nbytes={self.nbytes}, time={self.time!r}, serial={self.serial})")
+
+
+def _by_source(b: Booking) -> tuple[int, int]:
+    """Posting order on the send ports: by source, the rank's own messages before its helpers'."""
+    return (b.src, b.serial)
+
+
+def _by_source_and_id(b: Booking) -> tuple[int, int, int]:
+    """``_by_source``, then by message id (rendezvous transfers)."""
+    return (b.src, b.serial, b.msg_id)
+
+
+def _by_arrival(b: Booking) -> tuple[float, int, int, int]:
+    """The receive ports' order: by wire time, then in posting order."""
+    return (b.time, b.src, b.serial, b.msg_id)
 
 
 def _new_status(fields: tuple[int, int, int]) -> Status:
@@ -136,8 +192,8 @@ class P2P(Kernel):
         self._zero_latency = bool(getattr(ports, "zero", False))
         # Rule 4: a model with port state charges each instant's messages together (_book)
         self._book_later = not self._zero_latency and bool(getattr(ports, "ordered", True))
-        self._bookings: list[list[Any]] = []  # Envelope fields of eager messages and RTS posted now
-        self._rdv_bookings: list[list[Any]] = []  # those of rendezvous data cleared to send now
+        self._bookings: list[Booking] = []  # eager messages and RTS posted now
+        self._rdv_bookings: list[Booking] = []  # rendezvous data cleared to send now
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
         self.eager_limit = settings.eager_limit
@@ -260,8 +316,8 @@ class P2P(Kernel):
                                 else b.copy() for b in buffers)  # ObjectBuffer: its own library
             now = self.now
             if self._book_later:  # charged with the rest of this instant (Rule 4)
-                self._bookings.append([EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
-                                       header, buffers, sync, b"", task.serial])
+                self._bookings.append(Booking(EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                                              header, buffers, sync, b"", task.serial))
                 env = None
             else:
                 arrive = now if self._zero_latency else self._arrival(src_w, dst_w, nbytes, now)
@@ -275,8 +331,8 @@ class P2P(Kernel):
             assert req is not None
             reaches = self.now + self._rts_delay  # Rule 5
             if self._book_later:  # on its channel behind this instant's eager messages
-                self._bookings.append([RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
-                                       b"", (), sync, b"", task.serial])
+                self._bookings.append(Booking(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
+                                              b"", (), sync, b"", task.serial))
                 env = None
             else:
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
@@ -363,18 +419,16 @@ class P2P(Kernel):
         if items:
             self._bookings = []
             if len(items) == 1:  # the common case in chains of dependent steps: one message
-                fields = items[0]
-                fields.pop()  # the task's serial
-                if fields[0] != RTS:
-                    fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
-                self._send_envelope(_new_envelope(fields))
+                b = items[0]
+                if b.kind != RTS:
+                    b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
+                self._send_envelope(b.envelope())
                 return True
             if len(items) * 4 >= self.world_size and self._book_round(items):
                 return True
             self._charge(items, _by_source)
-            for fields in items:
-                fields.pop()  # the task's serial
-                self._send_envelope(_new_envelope(fields))
+            for b in items:
+                self._send_envelope(b.envelope())
             return True
         items = self._rdv_bookings
         if not items:
@@ -383,14 +437,13 @@ class P2P(Kernel):
         self._charge(items, _by_source_and_id)
         send = self.transport.send
         now = self.now
-        for fields in items:
-            fields.pop()
-            if fields[7] < now:  # charged from before the match: never lands before it (Rule 5)
-                fields[7] = now
-            send(_new_envelope(fields))
+        for b in items:
+            if b.time < now:  # charged from before the match: never lands before it (Rule 5)
+                b.time = now
+            send(b.envelope())
         return True
 
-    def _book_round(self, items: list[list[Any]]) -> bool:
+    def _book_round(self, items: list[Booking]) -> bool:
         """``_book`` for a collective's round, in one pass; False (nothing done) unless it is one.
 
         A round is an instant in which each rank sends at most one message and
@@ -400,21 +453,20 @@ class P2P(Kernel):
         pass over a round's bookings misses the cache; this makes one.
         """
         world_size = self.world_size
-        by_source: list[list[Any] | None] = [None] * world_size
+        by_source: list[Booking | None] = [None] * world_size
         receiving = [False] * world_size
-        for fields in items:
-            src: int = fields[2]
-            dst: int = fields[3]
+        for b in items:
+            src = b.src
+            dst = b.dst
             if by_source[src] is not None or receiving[dst]:
                 return False
-            by_source[src] = fields
+            by_source[src] = b
             receiving[dst] = True
         for booked in by_source:
             if booked is not None:
-                booked.pop()  # the task's serial
-                if booked[0] != RTS:
-                    booked[7] = self._arrival(booked[2], booked[3], booked[6], booked[7])
-                self._send_envelope(_new_envelope(booked))
+                if booked.kind != RTS:
+                    booked.time = self._arrival(booked.src, booked.dst, booked.nbytes, booked.time)
+                self._send_envelope(booked.envelope())
         return True
 
     def _arrival(self, src: int, dst: int, nbytes: int, t: float) -> float:
@@ -425,7 +477,7 @@ class P2P(Kernel):
         arrive: float = self.ports.transfer(src, dst, nbytes, t)[1]
         return arrive
 
-    def _charge(self, items: list[list[Any]], posting: Callable[[list[Any]], Any]) -> None:
+    def _charge(self, items: list[Booking], posting: Callable[[Booking], Any]) -> None:
         """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
 
         Send sides first, in posting order (``posting`` sorts by source and
@@ -435,27 +487,27 @@ class P2P(Kernel):
         equals the two halves bit for bit.
         """
         if len(items) == 1:
-            fields = items[0]
-            if fields[0] != RTS:
-                fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
+            b = items[0]
+            if b.kind != RTS:
+                b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
             return
         if posting is _by_source:
             sort_by_source(items, self.world_size)
         else:
             items.sort(key=posting)
-        if len({fields[3] for fields in items}) == len(items):  # one message per receive port
-            for fields in items:
-                if fields[0] != RTS:
-                    fields[7] = self._arrival(fields[2], fields[3], fields[6], fields[7])
+        if len({b.dst for b in items}) == len(items):  # one message per receive port
+            for b in items:
+                if b.kind != RTS:
+                    b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
             return
         send_side = self.ports.send_side
-        for fields in items:
-            if fields[0] != RTS:
-                fields[7] = send_side(fields[2], fields[3], fields[6], fields[7])[1]
+        for b in items:
+            if b.kind != RTS:
+                b.time = send_side(b.src, b.dst, b.nbytes, b.time)[1]
         recv_side = self.ports.recv_side
-        for fields in sorted(items, key=_by_arrival):
-            if fields[0] != RTS:
-                fields[7] = recv_side(fields[2], fields[3], fields[6], fields[7])
+        for b in sorted(items, key=_by_arrival):
+            if b.kind != RTS:
+                b.time = recv_side(b.src, b.dst, b.nbytes, b.time)
 
     # ---- delivery ----
 
@@ -579,8 +631,9 @@ class P2P(Kernel):
         # the DATA envelope references the sender's own arrays
         self._rdv_landing[(sender, env.msg_id)] = req
         if self._book_later:  # charged with this instant's other transfers (Rule 4)
-            self._rdv_bookings.append([DATA, env.ctx, sender, receiver, env.tag, env.msg_id, nbytes,
-                                       match_time, header, buffers, False, b"", _serial(req)])
+            self._rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                              nbytes, match_time, header, buffers, False, b"",
+                                              _serial(req)))
             return
         arrive = env.time if self._zero_latency else max(env.time, self._arrival(
             sender, receiver, nbytes, match_time))
@@ -661,12 +714,7 @@ def _collective_name(comm: Comm, task: Task) -> str:
 
 # orders of booked messages (Engine._book): Envelope fields, then the posting task's serial,
 # [kind, ctx, src, dst, tag, msg_id, nbytes, time, header, buffers, sync, meta, serial]
-_by_source = operator.itemgetter(2, 12)
-_by_source_and_id = operator.itemgetter(2, 12, 5)
-_by_arrival = operator.itemgetter(7, 2, 12, 5)
-
-
-def sort_by_source(items: list[list[Any]], world_size: int) -> None:
+def sort_by_source(items: list[Booking], world_size: int) -> None:
     """``items.sort(key=_by_source)``, without a key per message when the instant is a round.
 
     In a round of a collective most ranks send one message each, booked in the
@@ -675,14 +723,14 @@ def sort_by_source(items: list[list[Any]], world_size: int) -> None:
     A source that booked twice (or a small instant) takes the stable sort.
     """
     if len(items) * 4 >= world_size:
-        slots: list[list[Any] | None] = [None] * world_size
-        for fields in items:
-            src: int = fields[2]
+        slots: list[Booking | None] = [None] * world_size
+        for b in items:
+            src = b.src
             if slots[src] is not None:
                 break
-            slots[src] = fields
+            slots[src] = b
         else:
-            items[:] = [fields for fields in slots if fields is not None]
+            items[:] = [b for b in slots if b is not None]
             return
     items.sort(key=_by_source)
 

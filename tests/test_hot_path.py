@@ -44,11 +44,12 @@ def test_make_envelope_takes_the_twelve_fields_in_declared_order() -> None:
         assert fast._asdict() == dict(zip(ENVELOPE_FIELDS, values))
 
 
-def test_booked_items_are_the_envelope_fields_then_the_posting_serial() -> None:
-    # _protocol keeps an instant's messages as lists: the Envelope fields, then Task.serial
-    item = [0, 1, 30, 40, 5, 60, 70, 8.0, b"", (), False, b"", 90]
-    env = make_envelope(item[:12])
-    assert (env.src, env.dst, env.nbytes, env.time, env.msg_id) == (30, 40, 70, 8.0, 60)
+def test_a_booking_leaves_as_its_envelope_and_sorts_by_its_posting_serial() -> None:
+    # _protocol keeps an instant's messages as Bookings: the Envelope fields, then Task.serial
+    item = _protocol.Booking(0, 1, 30, 40, 5, 60, 70, 8.0, b"h", (), True, b"m", 90)
+    env = item.envelope()
+    assert type(env) is Envelope
+    assert env == Envelope(0, 1, 30, 40, 5, 60, 70, 8.0, b"h", (), True, b"m")
     assert _protocol._by_source(item) == (env.src, 90)
     assert _protocol._by_source_and_id(item) == (env.src, 90, env.msg_id)
     assert _protocol._by_arrival(item) == (env.time, env.src, 90, env.msg_id)
@@ -122,18 +123,19 @@ def _instant(min_size: int) -> st.SearchStrategy[list[tuple[int, int, int, int]]
                               st.integers(0, 2)), min_size=min_size, max_size=12)
 
 
-def _items(msgs: list[tuple[int, int, int, int]]) -> list[list[Any]]:
-    return [[0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial]
+def _items(msgs: list[tuple[int, int, int, int]]) -> list[_protocol.Booking]:
+    """Fresh bookings of ``msgs`` (the engine changes a booking's time as it charges it)."""
+    return [_protocol.Booking(0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial)
             for i, (src, dst, nbytes, serial) in enumerate(msgs)]
 
 
-def _two_halves(ports: Ports, items: list[list[Any]]) -> list[float]:
+def _two_halves(ports: Ports, items: list[_protocol.Booking]) -> list[float]:
     items = sorted(items, key=_protocol._by_source)
-    wires = {id(f): ports.send_side(f[2], f[3], f[6], f[7])[1] for f in items}
+    wires = {id(b): ports.send_side(b.src, b.dst, b.nbytes, b.time)[1] for b in items}
     arrive = {}
-    for f in sorted(items, key=lambda f: (wires[id(f)], f[2], f[12], f[5])):
-        arrive[f[5]] = ports.recv_side(f[2], f[3], f[6], wires[id(f)])
-    return [arrive[f[5]] for f in items]
+    for b in sorted(items, key=lambda b: (wires[id(b)], b.src, b.serial, b.msg_id)):
+        arrive[b.msg_id] = ports.recv_side(b.src, b.dst, b.nbytes, wires[id(b)])
+    return [arrive[b.msg_id] for b in items]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -142,13 +144,12 @@ def _two_halves(ports: Ports, items: list[list[Any]]) -> list[float]:
 def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
         name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     model = MODELS[name]()
-    items = _items(msgs)
-    expected = _two_halves(model.bind(4, random.Random(1)), [list(f) for f in items])
-    charged = [list(f) for f in items]
+    expected = _two_halves(model.bind(4, random.Random(1)), _items(msgs))
+    charged = _items(msgs)
     engine = Engine(4, MemoryTransport(), model.bind(4, random.Random(1)))
     engine._charge(charged, _protocol._by_source)
     engine.close()
-    assert [f[7] for f in charged] == expected
+    assert [b.time for b in charged] == expected
 
 
 class _Recording(MemoryTransport):
@@ -171,15 +172,14 @@ def test_book_sends_an_instant_in_posting_order_at_the_times_of_the_two_halves(
         name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     # instants of one message per sender and per receiver take _book_round's one pass
     model = MODELS[name]()
-    items = _items(msgs)
-    in_order = sorted(items, key=_protocol._by_source)
-    expected = _two_halves(model.bind(4, random.Random(1)), [list(f) for f in items])
+    in_order = sorted(_items(msgs), key=_protocol._by_source)
+    expected = _two_halves(model.bind(4, random.Random(1)), _items(msgs))
     transport = _Recording()
     engine = Engine(4, transport, model.bind(4, random.Random(1)))
-    engine._bookings = [list(f) for f in items]
+    engine._bookings = _items(msgs)
     assert engine._book()
     engine.close()
-    assert [env.msg_id for env in transport.sent] == [f[5] for f in in_order]
+    assert [env.msg_id for env in transport.sent] == [b.msg_id for b in in_order]
     assert [env.time for env in transport.sent] == expected
     assert all(type(env) is Envelope and len(env) == 12 for env in transport.sent)
 
@@ -335,8 +335,8 @@ def test_inlined_barrier_and_all_reduce_equal_the_generic_path(world_size: int, 
 # ---- an instant's bookings in posting order ----
 
 
-def _booking(src: int, serial: int, msg_id: int) -> list[Any]:
-    return [0, 0, src, 0, 0, msg_id, 0, 0.0, b"", (), False, b"", serial]
+def _booking(src: int, serial: int, msg_id: int) -> _protocol.Booking:
+    return _protocol.Booking(0, 0, src, 0, 0, msg_id, 0, 0.0, b"", (), False, b"", serial)
 
 
 @settings(max_examples=300, deadline=None)
