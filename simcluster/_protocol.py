@@ -88,8 +88,10 @@ class Booking:
                  "buffers", "sync", "meta", "serial")
 
     def __init__(self, kind: int, ctx: int, src: int, dst: int, tag: int, msg_id: int, nbytes: int,
-                 time: float, header: bytes, buffers: tuple[Any, ...], sync: bool, meta: bytes,
+                 time: float, header: Any, buffers: Any, sync: bool, meta: bytes,
                  serial: int) -> None:
+        # header and buffers as the payload codec gives them: an in-process run's numbers
+        # travel as themselves (wire.INLINE), not as bytes and a tuple of buffers
         self.kind = kind
         self.ctx = ctx
         self.src = src
