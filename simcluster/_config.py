@@ -52,7 +52,7 @@ Serializer = Literal["msgpack", "pickle"]
 SECRET_ENV: Final = "SIMCLUSTER_SECRET"
 """The shared secret of a multi-node run (``_coordinator``); pickle across hosts requires it."""
 
-_TRANSPORTS: dict[str, str] = {  # name -> module: imported when a run asks for it
+_TRANSPORTS: dict[str, str] = {  # name -> "module:class", imported when a run asks for it
     "memory": "simcluster.transports.memory:MemoryTransport",
     "shm": "simcluster.transports.shm:ShmTransport",
     "tcp": "simcluster.transports.tcp:TcpTransport",

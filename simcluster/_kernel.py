@@ -53,7 +53,7 @@ import inspect
 import random
 import time as _time
 import types
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -585,6 +585,8 @@ class Kernel(ABC):
     def tracked_requests(self) -> list[Request[Any]]:
         """Strict runs: the nonblocking requests not yet waited for, for the leak report."""
         return list(self._tracked.values())
+
+    # ---- the main loop ----
 
     def _run_until_quiescent(self) -> None:
         """Pop events in virtual-time order until none is left that may run now.
