@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                                reason="reads process groups from Linux's /proc")
+
 LOOP = '''
 import sys
 async def main(comm):
@@ -73,10 +76,16 @@ def _start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def _alive(group: int) -> list[str]:
-    """The processes of ``group`` that still run (zombies waiting for init are not)."""
-    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(group)], capture_output=True,
-                        text=True).stdout.split("\n")
-    return [line for line in ps if line.strip() and "Z" not in line.split()[1]]
+    """The processes of ``group`` that still run (zombies waiting for init are not), from /proc."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command)"
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":  # state, ppid, pgrp, ...
+            alive.append(f"{stat.parent.name} {fields[0]}")
+    return alive
 
 
 def _interrupt(proc: subprocess.Popen[str], sig: int) -> tuple[float, str]:
@@ -88,10 +97,9 @@ def _interrupt(proc: subprocess.Popen[str], sig: int) -> tuple[float, str]:
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
-        ps = subprocess.run(["ps", "-o", "pid,stat,args", "-g", str(proc.pid)], capture_output=True,
-                            text=True).stdout
+        left = _alive(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run did not stop: {proc.communicate()}\n{ps}")
+        pytest.fail(f"the run did not stop: {proc.communicate()}; still running: {left}")
     took = time.monotonic() - start
     while _alive(proc.pid) and time.monotonic() - start < 10:
         time.sleep(0.05)
