@@ -31,17 +31,7 @@ async def main(comm):
         await comm.barrier()
 '''
 
-LIBRARY = '''
-import sys
-import simcluster as sc
-
-async def main(comm):
-    await comm.barrier()
-    if comm.rank == 0:
-        print("started", flush=True)
-    for _ in range(10**7):
-        await comm.barrier()
-
+LIBRARY = "import simcluster as sc\n" + LOOP + '''
 if __name__ == "__main__":
     sc.run(main, 64, transport=sys.argv[1], latency=sc.latency.AlphaBeta(1e-6, 1e-9))
 '''
