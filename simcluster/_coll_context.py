@@ -15,7 +15,7 @@ from .transports import wire
 
 if TYPE_CHECKING:
     from .comm import Comm
-    from .engine import CollectiveInfo
+    from ._diagnostics import CollectiveInfo
     from .latency import LatencyModel
 
 A = TypeVar("A")
@@ -43,7 +43,7 @@ class CollContext:
     """
 
     __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "free_reductions", "_coll",
-                 "_tag", "_engine")
+                 "_tag", "_kernel", "_p2p")
 
     def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "") -> None:
         self.comm = comm
@@ -55,9 +55,10 @@ class CollContext:
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
         self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
-        self._engine = comm._engine
+        self._kernel = comm._kernel
+        self._p2p = comm._p2p
         # the run's model charges nothing for reductions: skip sizing each partial result
-        self.free_reductions: bool = comm._engine.free_reductions
+        self.free_reductions: bool = comm._p2p.free_reductions
 
     @property
     def info(self) -> CollectiveInfo:
@@ -72,14 +73,14 @@ class CollContext:
 
     def isend(self, obj: object, dst: int) -> Request[None]:
         """Start sending ``obj`` to member ``dst`` (same completion rules as ``Comm.isend``)."""
-        req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+        req = self._p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
                                      op=("isend", dst), nonblocking=False, need_request=True)
         assert req is not None
         return req
 
     def irecv(self, src: int, buf: Any = None) -> Request[Any]:
         """Post a receive from member ``src``; ``buf`` is filled in place when given."""
-        return self._engine.post_recv(self._coll, buf, src, self._tag, op="irecv",
+        return self._p2p.post_recv(self._coll, buf, src, self._tag, op="irecv",
                                       nonblocking=False)
 
     # send, recv and sendrecv return awaitables rather than being coroutines: a coroutine
@@ -87,7 +88,7 @@ class CollContext:
 
     def send(self, obj: object, dst: int) -> Awaitable[None]:
         """Send ``obj`` to member ``dst``; await the result."""
-        req = self._engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+        req = self._p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
                                      op=("send", dst), nonblocking=False)
         return COMPLETED if req is None else req
 
@@ -97,16 +98,16 @@ class CollContext:
 
     def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Awaitable[Any]:
         """Send to ``dst`` and receive from ``src`` at once; await what was received."""
-        engine = self._engine
-        rreq = engine.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False)
-        sreq = engine.post_send(self._coll, obj, dst, self._tag, sync=False,
+        p2p = self._p2p
+        rreq = p2p.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False)
+        sreq = p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
                                 op=("sendrecv", dst), nonblocking=False)
         return rreq if sreq is None else _both(rreq, sreq)
 
     async def sleep(self, seconds: float) -> None:
         """Charge ``seconds`` of virtual compute time (reductions) to this rank."""
         if seconds > 0:
-            await self._engine.post_sleep(seconds, f"sleep({seconds!r})")
+            await self._kernel.post_sleep(seconds, f"sleep({seconds!r})")
 
     # ---- analytic fidelity (collectives/analytic.py) ----
 
@@ -118,7 +119,7 @@ class CollContext:
         last member arrives, ``resolve(values, times)`` computes every member's
         result and the virtual time at which all complete (``Engine.meet``).
         """
-        return self._engine.meet((self.comm._ctx, self.seq), self.size, self.rank, value,
+        return self._kernel.meet((self.comm._ctx, self.seq), self.size, self.rank, value,
                                  "analytic meeting", resolve)
 
     def payload_nbytes(self, obj: object) -> int:
@@ -127,18 +128,18 @@ class CollContext:
         Raises:
             TypeError: ``obj`` cannot be sent, named as a send of this call would name it.
         """
-        engine = self._engine
+        p2p = self._p2p
         try:
-            return wire.pack(obj, copy=False, dumps=engine._dumps, arrays=engine._arrays).nbytes
+            return wire.pack(obj, copy=False, dumps=p2p.dumps, arrays=p2p.arrays).nbytes
         except wire.Unsendable as exc:
             raise TypeError(f"rank {self.rank}: {self.call}: {exc}") from None
 
     def payload_copy(self, obj: object) -> Any:
         """Return ``obj`` as a receiver of a message carrying it would get it (a decoded copy)."""
-        engine = self._engine
-        packed = wire.pack(obj, copy=False, dumps=engine._dumps, arrays=engine._arrays)
-        return wire.unpack(packed.header, packed.buffers, copy=True, loads=engine._loads,
-                           arrays=engine._arrays)
+        p2p = self._p2p
+        packed = wire.pack(obj, copy=False, dumps=p2p.dumps, arrays=p2p.arrays)
+        return wire.unpack(packed.header, packed.buffers, copy=True, loads=p2p.loads,
+                           arrays=p2p.arrays)
 
     def __repr__(self) -> str:
         return f"<CollContext #{self.seq} {self.call} rank={self.rank} size={self.size}>"

@@ -26,8 +26,9 @@ from ._waits import CANCELLED, PENDING, WaitAny as _WaitAny
 from .request import Request
 
 if TYPE_CHECKING:
-    from .comm import Group
+    from ._protocol import Roster
     from .matching import Endpoints
+    from simcluster.transports.base import Envelope
 
 
 CollectiveInfo = tuple[int, str, int, str, int, int]
@@ -43,11 +44,20 @@ class Inspected(Protocol):
     ``tests/test_structure.py`` checks that ``Diagnostics`` reads nothing else.
     """
 
-    now: float
-    timeout: float | None
-    tasks: list[Task]
-    groups: dict[int, Group]
-    endpoints: Endpoints
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def timeout(self) -> float | None: ...
+
+    @property
+    def tasks(self) -> list[Task]: ...
+
+    @property
+    def groups(self) -> dict[int, Roster]: ...
+
+    @property
+    def endpoints(self) -> Endpoints: ...
 
     def helper_tasks(self) -> list[Task]: ...
 
@@ -56,6 +66,8 @@ class Inspected(Protocol):
     def unfinished_sends(self) -> list[Request[Any]]: ...
 
     def untrack(self, req: Request[Any]) -> None: ...
+
+    def orphan_envelopes(self) -> list[Envelope]: ...
 
 
 class Diagnostics:
@@ -107,6 +119,10 @@ class Diagnostics:
             owner = "?" if req.owner is None else req.owner
             state = "completed but was never waited or tested" if req.done() else "never completed"
             lines.append(f"rank {owner}: {req.op} {state}")
+        for env in engine.orphan_envelopes():
+            lines.append(f"rank {env.dst}: a message from world rank {env.src} (tag={env.tag}, "
+                         f"{env.nbytes} bytes) on a communicator this rank never created was "
+                         "never received")
         return lines
 
     def describe(self, task: Task) -> tuple[str, list[int]]:

@@ -404,8 +404,8 @@ class Host:
                 return C.Results([], [], [], [], None,
                                  C.Failure(task.rank, _remote.encode_exception(problem)))
         trace = None
-        if isinstance(engine.trace, _HostTrace):
-            t = engine.trace
+        if isinstance(engine.kernel.trace, _HostTrace):
+            t = engine.kernel.trace
             trace = C.TraceParts(
                 [[s.rank, s.name, s.start, s.end, _plain_args(s.args)] for s in t.spans],
                 [[m.id, m.src, m.dst, m.tag, m.nbytes, m.sent, m.recv, m.comm] for m in t.messages],
@@ -413,8 +413,8 @@ class Host:
         return C.Results(
             values,
             [task.time for task in self.tasks],
-            [engine.msgs_sent[lo:hi], engine.bytes_sent[lo:hi],
-             engine.msgs_recv[lo:hi], engine.bytes_recv[lo:hi]],
+            [engine.p2p.msgs_sent[lo:hi], engine.p2p.bytes_sent[lo:hi],
+             engine.p2p.msgs_recv[lo:hi], engine.p2p.bytes_recv[lo:hi]],
             engine.diagnostics.leaks() if self.config is not None and self.config.strict else [],
             trace)
 

@@ -17,9 +17,11 @@ The kernel's API, for the layers above it:
 * ``start``/``start_rank``/``spawn`` (add a rank or a helper task),
   ``resume_waiter`` and ``wake`` (hand a parked task back), ``post_sleep``
   and ``meet`` (requests the kernel completes itself);
-* hooks a subclass fills in: ``_end_instant`` (charge what the instant that
-  just ended left behind: ``_protocol`` books its messages there),
-  ``_instant_open`` and ``cancel`` (``_protocol``);
+* ``attach(layer)``: the layer above (a ``Layer``: ``_protocol.P2P``) and
+  the instant hooks the kernel calls on it: ``end_instant`` (settle what the
+  instant that just ended left behind: the protocol charges its messages
+  there), ``instant_open``, ``owner`` (whom an event touches) and
+  ``cancel`` (take a pending request out of its queue);
 * ``reports`` (a ``Reports``: the deadlock and timeout reports and the
   buffer-hazard check), which the engine hands the kernel when it is made
   (``_diagnostics.Diagnostics``, a part of its own, not a layer).
@@ -53,7 +55,6 @@ import inspect
 import random
 import time as _time
 import types
-from abc import ABC
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -64,7 +65,6 @@ from .request import SPIN_LIMIT, Request, _format_op
 
 if TYPE_CHECKING:
     from ._settings import EngineSettings
-    from .latency import LatencyModel
     from .trace import Trace
 
 Event = tuple[Callable[[Any], None], Any]
@@ -149,10 +149,39 @@ class Reports(Protocol):
     def timeout_report(self, spinning: tuple[Task, str] | None = None) -> str: ...
 
 
-class Kernel(ABC):
-    """Steps rank coroutines in virtual-time order; the layers above move their messages.
+class Layer:
+    """The layer above the kernel, as the kernel calls it: its instant hooks (a declared seam).
 
-    Abstract: ``engine.Engine`` is the kernel with every layer on top, and
+    This base is the layer of a kernel with nothing above it: nothing to
+    settle, no queue to cancel from. ``_protocol.P2P`` is the real one. A
+    native class rather than a ``typing.Protocol``: compiled, the kernel's
+    calls to it are direct (``end_instant`` runs once per virtual instant).
+    """
+
+    def end_instant(self) -> bool:
+        """Settle what the instant that just ended left behind; return whether it made events now.
+
+        Called once no event is left at ``now``, before time moves on.
+        """
+        return False
+
+    def instant_open(self) -> bool:
+        """Whether ``end_instant`` has something to settle at ``now``."""
+        return False
+
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """The ranks an event of this layer touches (None: not this layer's event, or unknown)."""
+        return None
+
+    def cancel(self, req: Request[Any]) -> bool:
+        """Take a pending request out of the queue it waits in; return whether it was there."""
+        return False
+
+
+class Kernel:
+    """Steps rank coroutines in virtual-time order; the layer above moves their messages.
+
+    ``engine.Engine`` puts it together with that layer (``attach``) and
     hands it its ``reports``.
     """
 
@@ -196,7 +225,12 @@ class Kernel(ABC):
         self._unfinished = 0
         self._events = 0
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
-        self._use_schedule(settings.schedule, settings.model)
+        self.layer = Layer()  # the layer above (attach)
+        self._use_schedule(settings.schedule)
+
+    def attach(self, layer: Layer) -> None:
+        """Put ``layer`` above this kernel: it settles each instant and cancels its own requests."""
+        self.layer = layer
 
     @property
     def unfinished(self) -> int:
@@ -204,19 +238,6 @@ class Kernel(ABC):
         return self._unfinished
 
     # ---- the calendar ----
-
-    def _end_instant(self) -> bool:
-        """Settle what the instant that just ended left behind; return whether it made events now.
-
-        Called once no event is left at ``now``, before time moves on. The
-        kernel leaves nothing behind; ``_protocol`` charges the instant's
-        messages here.
-        """
-        return False
-
-    def _instant_open(self) -> bool:
-        """Whether ``_end_instant`` has something to settle at ``now``."""
-        return False
 
     def schedule(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
         """Run ``fn(arg)`` at virtual time ``t``: in the next batch if ``t <= now``."""
@@ -232,8 +253,16 @@ class Kernel(ABC):
 
     def _next_time(self) -> float | None:
         """Return the time of the earliest scheduled event, or None when there is none."""
-        if self._ready or self._due or self._instant_open():
+        if self._ready or self._due or self.layer.instant_open():
             return self.now
+        return self._times[0] if self._times else None
+
+    def runnable(self) -> bool:
+        """Whether some event is due at ``now`` (to run in this batch or the next)."""
+        return bool(self._ready or self._due)
+
+    def next_later(self) -> float | None:
+        """The time of the earliest event after the current batches, or None when there is none."""
         return self._times[0] if self._times else None
 
     def _order(self, events: list[Event]
@@ -247,7 +276,7 @@ class Kernel(ABC):
         alone).
         """
         n = len(events)
-        if self._chooser is not None:  # the chooser orders each batch as it runs
+        if self.chooser is not None:  # the chooser orders each batch as it runs
             return events
         if self._shuffle:
             return self._shuffled(events)
@@ -259,23 +288,23 @@ class Kernel(ABC):
                 events.reverse()
         return events
 
-    def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
+    def _use_schedule(self, schedule: object) -> None:
         """Set up run(schedule=...): "batch" changes nothing; the others set what the loop checks.
 
         "shuffle" makes ``_order`` shuffle each batch; a chooser (a list of
         choices, explore's search) runs ``_run_loop_chosen`` instead of
         ``_run_loop``, and while its running event has a footprint set
-        (``_touched``), ``_step`` and the protocol's delivery note the ranks
+        (``touched``), ``_step`` and the protocol's delivery note the ranks
         they touch (``_schedule``). Flags, not replaced methods: the compiled
         build's methods cannot be replaced on an instance.
         """
-        self._chooser: _schedule.Chooser | None = None
-        self._touched: set[int] | None = None  # ranks the running event touched (chooser runs)
-        self._footprints = False  # the chooser wants _touched filled in
+        self.chooser: _schedule.Chooser | None = None
+        self.touched: set[int] | None = None  # ranks the running event touched (chooser runs)
+        self._footprints = False  # the chooser wants touched filled in
         self._shuffle = schedule == "shuffle"
         if schedule == "batch" or self._shuffle:
             return
-        self._chooser = chooser = _schedule.chooser(schedule)
+        self.chooser = chooser = _schedule.chooser(schedule)
         self._footprints = chooser.footprints
 
     def _shuffled(self, events: list[Event]
@@ -301,7 +330,7 @@ class Kernel(ABC):
         """
         self._looping = True
         try:
-            if self._chooser is not None:
+            if self.chooser is not None:
                 budget = self._run_loop_chosen(limit, budget)
             else:
                 budget = self._run_loop(limit, budget)
@@ -334,7 +363,7 @@ class Kernel(ABC):
             if self._due:
                 due, self._due = self._due, []
                 return due
-            if not self._foreign and self._end_instant():
+            if not self._foreign and self.layer.end_instant():
                 if self._failure is not None:
                     return None
                 continue  # what the instant left behind was settled and made more to do
@@ -354,7 +383,7 @@ class Kernel(ABC):
         analytic collective completed by one ``_finish_each`` event count as one
         event each here, so their order is a choice too.
         """
-        chooser = self._chooser
+        chooser = self.chooser
         assert chooser is not None
         ready = self._ready
         while budget and self._failure is None:
@@ -362,9 +391,9 @@ class Kernel(ABC):
                 fn, arg = ready.pop(chooser.pick(len(ready)))
                 touched = self._owner(fn, arg)
                 if self._footprints:
-                    self._touched = touched  # _step and delivery add the ranks they touch
+                    self.touched = touched  # _step and delivery add the ranks they touch
                 fn(arg)
-                self._touched = None
+                self.touched = None
                 chooser.ran(touched)
                 budget -= 1
                 continue
@@ -380,10 +409,10 @@ class Kernel(ABC):
         # by equality: a compiled method is a new bound object at each access
         if fn == self._resume:
             return {arg.rank}
-        if fn == _finish_request or fn == _finish_one:
-            task = (arg if fn == _finish_request else arg[0])._task
+        if fn == finish_request or fn == _finish_one:
+            task = (arg if fn == finish_request else arg[0])._task
             return None if task is None else {task.rank}
-        return None
+        return self.layer.owner(fn, arg)
 
     # ---- tasks: start, step, park, resume ----
 
@@ -448,7 +477,7 @@ class Kernel(ABC):
         helper.done_request = req
         self._helpers[id(helper)] = helper
         if self.strict:
-            self._track(req)
+            self.track(req)
         self.schedule(self.now, self._resume_key, helper)
         return req
 
@@ -479,8 +508,8 @@ class Kernel(ABC):
     def _step(self, task: Task) -> None:
         """Run one rank until it parks, finishes or fails."""
         task.state = RUNNING
-        if self._touched is not None:  # exploring with footprints (_use_schedule)
-            self._touched.add(task.rank)
+        if self.touched is not None:  # exploring with footprints (_use_schedule)
+            self.touched.add(task.rank)
         if task.waiting is not _BARE_YIELD:
             task.spins = 0
         self.current = _running[0] = task
@@ -571,10 +600,10 @@ class Kernel(ABC):
     def cancel(self, req: Request[Any]) -> bool:
         """Take a pending request out of the queue it waits in; return whether it was there.
 
-        The kernel's own requests (timers, meetings) cannot be cancelled;
-        ``_protocol`` cancels receives and probes.
+        The kernel's own requests (timers, meetings) cannot be cancelled; the
+        layer above cancels its own (``_protocol``: receives and probes).
         """
-        return False
+        return self.layer.cancel(req)
 
     # ---- the parts the kernel reads: the engine's reports (``_diagnostics``) ----
 
@@ -657,6 +686,25 @@ class Kernel(ABC):
         if self._unfinished:
             raise self.reports.deadlock()
 
+    async def run_until(self, limit: float) -> None:
+        """Run every event at a time ``<= limit``: a hosting process's STEP.
+
+        The bounded twin of ``run``, driven from outside (``_hosting``, which
+        sets ``now`` to where the coordinator says the world stands); while a
+        rank awaits a foreign future, time waits for it.
+        """
+        self._run_events(limit, -1)  # a negative budget never runs out
+        while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
+            if self._ready or self._due:
+                self._run_events(limit, -1)
+                continue
+            self._wake_future = asyncio.get_running_loop().create_future()
+            try:
+                await self._wake_future
+            finally:
+                self._wake_future = None
+            self._run_events(limit, -1)
+
     def close(self) -> None:
         """Cancel every unfinished rank.
 
@@ -680,6 +728,11 @@ class Kernel(ABC):
                 _sync.end_run()
 
     @property
+    def failing(self) -> bool:
+        """Whether a rank failed: the run ends with this instant (Rule 3)."""
+        return self._failing is not None
+
+    @property
     def failure(self) -> tuple[Task, BaseException] | None:
         """The task that stopped the run and its exception, if one did."""
         return self._failure
@@ -689,7 +742,7 @@ class Kernel(ABC):
     def post_sleep(self, seconds: float, op: str) -> Request[None]:
         """Return a request that completes ``seconds`` of virtual time from now."""
         req: Request[None] = Request(self, self.current, op)
-        self.schedule(self.now + seconds, _finish_request, req)
+        self.schedule(self.now + seconds, finish_request, req)
         return req
 
     def meet(self, key: Any, size: int, rank: int, value: Any, op: str,
@@ -723,7 +776,7 @@ class Kernel(ABC):
         steps: it is asked by synchronous ranks' fruitless polls only. A process
         hosting some of the ranks (shm, tcp) sees only its own calendar.
         """
-        if self._foreign or self._instant_open():
+        if self._foreign or self.layer.instant_open():
             return False
         pending = self.pollers
         n = len(self._ready) + len(self._due)
@@ -759,14 +812,15 @@ class Kernel(ABC):
             f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "
             f"(asyncio.gather/create_task run coroutines outside the simulator); {_awaits.advice(call)}")
 
-    def _track(self, req: Request[Any]) -> None:
+    def track(self, req: Request[Any]) -> None:
+        """Strict runs: track a nonblocking request for the leak report until it is waited for."""
         self._tracked[id(req)] = req
 
     def untrack(self, req: Request[Any]) -> None:
         """Stop tracking ``req`` for the leak report: it was waited for."""
         self._tracked.pop(id(req), None)
 
-def _finish_request(req: Request[Any]) -> None:
+def finish_request(req: Request[Any]) -> None:
     req._finish()
 
 

@@ -59,10 +59,9 @@ class Send(_Call):
         comm = self._comm
         obj, self._payload = self._payload, None
         dst, tag = self._peer, self._tag
-        engine = comm._engine
-        if (engine.trace is None and type(dst) is int and 0 <= dst < comm.size
+        if (comm._kernel.trace is None and type(dst) is int and 0 <= dst < comm.size
                 and type(tag) is int and 0 <= tag < _TAG_UB):
-            req = engine.post_send(comm, obj, dst, tag, False, ("send", dst, tag), False)
+            req = comm._p2p.post_send(comm, obj, dst, tag, False, ("send", dst, tag), False)
             return COMPLETED.__await__() if req is None else req.__await__()
         return comm._send_coroutine(obj, dst, tag).__await__()
 
@@ -76,13 +75,12 @@ class Recv(_Call):
         self._start("comm.recv(...)")
         comm = self._comm
         buf, src, tag = self._payload, self._peer, self._tag
-        engine = comm._engine
         # -1 is the wildcard (ANY_SOURCE, ANY_TAG: an int subclass, hence isinstance); bools go
         # the long way, to be refused there
-        if (buf is None and engine.trace is None
+        if (buf is None and comm._kernel.trace is None
                 and isinstance(src, int) and type(src) is not bool and -1 <= src < comm.size
                 and isinstance(tag, int) and type(tag) is not bool and -1 <= tag < _TAG_UB):
-            return engine.post_recv(comm, None, src, tag, "recv", False).__await__()
+            return comm._p2p.post_recv(comm, None, src, tag, "recv", False).__await__()
         return comm._recv_coroutine(buf, src, tag).__await__()
 
 

@@ -12,7 +12,7 @@ arrival times never decrease, so they are matched in send order whatever the
 tie-breaking does (MPI's non-overtaking rule).
 Rule 4: a latency model with port state (``Ports.ordered``) is charged for the
 messages of one virtual instant together, once no event is left at that
-instant (``_end_instant``): each send port takes its messages in posting order
+instant (``Delivery.book``, from ``P2P.end_instant``): each send port takes its messages in posting order
 (a rank's own, then each helper's by ``Task.serial``), each receive port in
 the order they reach it (wire time, then source rank, then posting order);
 then each pair's messages enter their channel in posting order. So virtual
@@ -36,28 +36,29 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
 from simcluster.transports import wire
-from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, retimed
+from simcluster.transports.base import ACK, CTS, EAGER, RTS, Envelope, Transport
 from simcluster.transports.wire import INLINE, PACKED_NONE
 
 from . import _frames
 from . import _schedule
 from . import arrays as _arrays
-from ._kernel import Kernel, Task, _finish_request
+from ._kernel import Kernel, Layer, Task
 from ._ports import NativePorts
 from .errors import TruncationError
-from .matching import ANY_SOURCE, ANY_TAG, Endpoints
+from .matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
 from .payload import describe
 from .request import Request, Status, _format_op
 
 if TYPE_CHECKING:
+    from ._coll_check import CallCheck
     from ._settings import EngineSettings
-    from .comm import Comm, Group
-    from .latency import LatencyModel, Ports
+    from .matching import MatchQueue
+    from .latency import Ports
     from .trace import Trace
 
 # Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
@@ -118,17 +119,17 @@ class Booking:
                 f"nbytes={self.nbytes}, time={self.time!r}, serial={self.serial})")
 
 
-def _by_source(b: Booking) -> tuple[int, int]:
+def by_source(b: Booking) -> tuple[int, int]:
     """Posting order on the send ports: by source, the rank's own messages before its helpers'."""
     return (b.src, b.serial)
 
 
-def _by_source_and_id(b: Booking) -> tuple[int, int, int]:
-    """``_by_source``, then by message id (rendezvous transfers)."""
+def by_source_and_id(b: Booking) -> tuple[int, int, int]:
+    """``by_source``, then by message id (rendezvous transfers)."""
     return (b.src, b.serial, b.msg_id)
 
 
-def _by_arrival(b: Booking) -> tuple[float, int, int, int]:
+def by_arrival(b: Booking) -> tuple[float, int, int, int]:
     """The receive ports' order: by wire time, then in posting order."""
     return (b.time, b.src, b.serial, b.msg_id)
 
@@ -137,7 +138,6 @@ def _new_status(fields: tuple[int, int, int]) -> Status:
     """``request.make_status(fields)``, the same way."""
     status: Status = _tuple_new(_Status, fields)
     return status
-_Deque: Final = deque
 _NDARRAY: Final = np.ndarray
 _inline_nbytes: Final = wire.inline_nbytes
 
@@ -160,10 +160,10 @@ class _RecvRequest(Request[Any]):
         src = self.src
         return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
 
-    def __init__(self, engine: P2P, task: Task, op: str,
-                 comm: Comm, src: int, tag: int, buf: Any, nonblocking: bool) -> None:
+    def __init__(self, kernel: Kernel, task: Task, op: str,
+                 comm: Member, src: int, tag: int, buf: Any, nonblocking: bool) -> None:
         # Every slot set once, here: one receive is built per message.
-        self._engine = engine
+        self._kernel = kernel
         self._task = task
         self._state = 0
         self._value = None
@@ -178,91 +178,171 @@ class _RecvRequest(Request[Any]):
         self.src = src
         self.tag = tag
         self.buf = buf
-        self.posted: float = engine.now  # a rendezvous transfer starts no earlier (Rule 5)
+        self.posted: float = kernel.now  # a rendezvous transfer starts no earlier (Rule 5)
 
 
-class P2P(Kernel):
-    """The kernel plus point-to-point messages: what ``Comm`` posts its sends and receives to."""
+class Roster(Protocol):
+    """A communicator as the engine's parts read it (``comm.Group``): their declared seam."""
 
-    def __init__(self, world_size: int, transport: Transport, ports: Ports,
-                 settings: EngineSettings, trace: Trace | None = None) -> None:
+    name: str
+    world_ranks: list[int]
+    _local: dict[int, int] | None  # world rank -> rank in it; None where they are equal
+    check: CallCheck
+
+    def local_rank(self, world_rank: int) -> int: ...
+
+
+class Member(Protocol):
+    """A rank's handle on a communicator as the protocol reads it (``comm.Comm``): its declared seam."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def _world_rank(self) -> int: ...
+
+    @property
+    def _ctx(self) -> int: ...
+
+    @property
+    def _mq(self) -> MatchQueue: ...
+
+    @property
+    def _group(self) -> Roster: ...
+
+
+class Delivery:
+    """How envelopes travel and what their ports are charged: the protocol's strategy (its seam).
+
+    ``_delivery.LocalDelivery`` moves them between ranks of one process;
+    ``_hosted_engine.HostedDelivery``, in a process hosting world ranks
+    ``[lo, hi)``, also to and from the other processes. ``P2P`` posts and
+    matches; the strategy it is made with carries what lies between: the
+    charge of an instant's messages (``book``, Rule 4), the FIFO channels
+    (Rule 3), the rendezvous transfer after a clear to send (Rule 5).
+    """
+
+    p2p: P2P  # the protocol this strategy delivers for (``bind``)
+    kernel: Kernel  # the kernel it runs on
+
+    def bind(self, p2p: P2P) -> None:
+        """Deliver for ``p2p`` (its ``__init__`` calls this once)."""
+        self.p2p = p2p
+        self.kernel = p2p.kernel
+
+    def send(self, env: Envelope) -> None:
+        """Send an eager message or a request to send, already charged."""
+        raise NotImplementedError
+
+    def deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
+        raise NotImplementedError
+
+    def book(self) -> bool:
+        """Charge and send the messages of the instant that just ended; False when there are none."""
+        raise NotImplementedError
+
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """The ranks one of this strategy's events touches (None: not its event)."""
+        return None
+
+
+class P2P(Layer):
+    """Point-to-point messages: what ``Comm`` posts its sends and receives to.
+
+    Holds the kernel it runs on, the endpoint table, the ports and the
+    delivery strategy; it is the kernel's ``Layer``. Its tables of messages
+    under way are public for the strategy, and for no one else.
+    """
+
+    def __init__(self, kernel: Kernel, transport: Transport, ports: Ports, settings: EngineSettings,
+                 delivery: Delivery) -> None:
         model = settings.model
+        self.kernel = kernel
+        self.world_size = world_size = kernel.world_size
         self.transport = transport
         self.ports = ports
         # a built-in model's compiled ports: called natively, not as a Python object
         self._native_ports: NativePorts | None = ports if isinstance(ports, NativePorts) else None
-        self._zero_latency = bool(getattr(ports, "zero", False))
-        # Rule 4: a model with port state charges each instant's messages together (_book)
-        self._book_later = not self._zero_latency and bool(getattr(ports, "ordered", True))
-        self._bookings: list[Booking] = []  # eager messages and RTS posted now
-        self._rdv_bookings: list[Booking] = []  # rendezvous data cleared to send now
+        self.zero_latency = bool(getattr(ports, "zero", False))
+        # Rule 4: a model with port state charges each instant's messages together (book)
+        self.book_later = not self.zero_latency and bool(getattr(ports, "ordered", True))
+        self.bookings: list[Booking] = []  # eager messages and RTS posted now
+        self.rdv_bookings: list[Booking] = []  # rendezvous data cleared to send now
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
         self.free_reductions = model is None or model.free_reductions
         self.eager_limit = settings.eager_limit
         # Rule 5: how long a request to send takes to reach its receiver (the model's lookahead)
-        self._rts_delay = 0.0 if model is None else float(model.lookahead())
+        self.rts_delay = 0.0 if model is None else float(model.lookahead())
         # run(serializer="pickle"): what msgpack cannot carry is pickled (wire.EXT_PICKLE)
-        self._dumps: Callable[[object], bytes] | None = settings.dumps
-        self._loads: Callable[[bytes], object] | None = settings.loads
+        self.dumps: Callable[[object], bytes] | None = settings.dumps
+        self.loads: Callable[[bytes], object] | None = settings.loads
         # arrays of other libraries (torch, CuPy) travel as objects where the transport hands
         # objects over, so a CuPy array stays on its device; byte transports stage them to host
-        self._arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
+        self.arrays = _arrays.IN_PROCESS if transport.in_process else _arrays.STAGED
         # envelopes are handed over as objects: floats and ints travel as themselves (wire.INLINE),
-        # and the engine delivers envelopes itself (_send_envelope)
-        self._in_process = transport.in_process
+        # and the delivery hands them over itself (LocalDelivery.send)
+        self.in_process = transport.in_process
         self._msg_id = 0  # the last message's id (ids count from 1)
-        self.groups: dict[int, Group] = {}  # the communicators, by context (comm.Group registers)
+        self.groups: dict[int, Roster] = {}  # the communicators, by context (register)
         self.endpoints = Endpoints()
         self._rows = self.endpoints.rows
-        # messages in flight, by source: None, one Envelope, or {dst: Envelope | deque[Envelope]}
-        self._inflight: list[Any] = [None] * world_size
+        # envelopes for communicators not made here yet (another process made them first)
+        self._orphans: dict[int, list[Envelope]] = {}
         # rendezvous sends waiting for their clear to send: request, buffers, header, posting time
-        self._rdv_sends: dict[tuple[int, int], tuple[Request[Any], Any, bytes, float]] = {}
-        self._rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
-        self._rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
-        self._sync_sends: dict[tuple[int, int], Request[Any]] = {}
+        self.rdv_sends: dict[tuple[int, int], tuple[Request[Any], Any, bytes, float]] = {}
+        self.rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
+        self.rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
+        self.sync_sends: dict[tuple[int, int], Request[Any]] = {}
         self.last_nbytes = 0
         self.msgs_sent = [0] * world_size
         self.bytes_sent = [0] * world_size
         self.msgs_recv = [0] * world_size
         self.bytes_recv = [0] * world_size
-        self._arrive_key = self._arrive  # bound once: an event per message names it
-        self._noisy = False  # the latency model draws from one RNG per message (explore's footprints)
-        super().__init__(world_size, settings, trace)
-        transport.open(world_size, self._deliver)
+        chooser = kernel.chooser
+        # the latency model draws from one RNG per message (explore's footprints)
+        self.noisy = (chooser is not None and chooser.footprints and not self.book_later
+                      and _schedule.draws_noise(model))
+        self.delivery = delivery
+        delivery.bind(self)
+        kernel.attach(self)
+        transport.open(world_size, delivery.deliver)
 
-    def _use_schedule(self, schedule: object, model: LatencyModel | None) -> None:
-        super()._use_schedule(schedule, model)
-        chooser = self._chooser
-        if chooser is not None and chooser.footprints:
-            self._noisy = not self._book_later and _schedule.draws_noise(model)
+    # ---- the kernel's instant hooks (Layer) ----
 
-    def _owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
-        if fn == self._arrive:
-            return {arg.dst}
-        if fn == self._data_arrived:
-            return {arg.src, arg.dst}
-        return super()._owner(fn, arg)
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        return self.delivery.owner(fn, arg)
 
-    def _instant_open(self) -> bool:
-        return bool(self._bookings or self._rdv_bookings)
+    def instant_open(self) -> bool:
+        return bool(self.bookings or self.rdv_bookings)
 
-    def _end_instant(self) -> bool:
+    def end_instant(self) -> bool:
         """Charge the instant's messages (Rule 4); return whether that made events at ``now``."""
-        if not (self._bookings or self._rdv_bookings) or not self._book():
+        if not (self.bookings or self.rdv_bookings) or not self.delivery.book():
             return False
-        return bool(self._due or self._bookings or self._rdv_bookings)
+        return bool(self.kernel.runnable() or self.bookings or self.rdv_bookings)
 
     def close(self) -> None:
-        """Cancel every unfinished rank and release the transport."""
-        try:
-            super().close()
-        finally:
-            self.transport.close()
+        """Release the transport."""
+        self.transport.close()
+
+    # ---- communicators ----
+
+    def register(self, group: Roster, ctx: int, size: int, local: dict[int, int] | None) -> EndpointRow:
+        """Add a communicator's row of match queues; match what reached it before it was made here."""
+        row = self.endpoints.add(ctx, size, local)
+        self.groups[ctx] = group
+        for env in self._orphans.pop(ctx, ()):
+            self.arrived(env)
+        return row
+
+    def orphan_envelopes(self) -> list[Envelope]:
+        """Envelopes for communicators this process never created (the leak report names them)."""
+        return [env for envs in self._orphans.values() for env in envs]
 
     # ---- posting ----
 
-    def post_send(self, comm: Comm, obj: object, dst: int, tag: int, sync: bool,
+    def post_send(self, comm: Member, obj: object, dst: int, tag: int, sync: bool,
                   op: str | tuple[Any, ...], nonblocking: bool,
                   need_request: bool = False) -> Request[None] | None:
         """Start a send from ``comm``'s rank.
@@ -271,17 +351,18 @@ class P2P(Kernel):
         completed at once (eager), which needs no request at all, unless
         ``need_request``.
         """
-        task = self.current
+        kernel = self.kernel
+        task = kernel.current
         src_w: int = comm._world_rank
         if task is None or task.rank != src_w:
-            raise self.outside(comm.rank, op)
+            raise kernel.outside(comm.rank, op)
         # in process, a float, a bool or a 64-bit int travels as itself: no Packed, no tuple
-        nbytes = _inline_nbytes(obj) if self._in_process else -1
+        nbytes = _inline_nbytes(obj) if self.in_process else -1
         packed = PACKED_NONE
         if nbytes < 0:
             if obj is not None:
                 try:
-                    packed = wire.pack(obj, copy=False, arrays=self._arrays)
+                    packed = wire.pack(obj, copy=False, arrays=self.arrays)
                 except wire.Unsendable as exc:
                     packed = self._pack_opaque(comm, obj, op, exc)
             header: bytes = packed.header
@@ -292,108 +373,104 @@ class P2P(Kernel):
             header = INLINE
             buffers = obj  # immutable: nothing to copy
             arrays = False
-        dst_w = comm._group.world_ranks[dst]
+        group = comm._group
+        dst_w = group.world_ranks[dst]
         ctx: int = comm._ctx
         self._msg_id += 1
         msg_id = self._msg_id
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
         self.last_nbytes = nbytes  # for the caller's trace span
-        if self.trace is not None:
-            name = comm._group.name if ctx % 2 == 0 else _collective_name(comm, task)
-            self.trace.sent(msg_id, src_w, dst_w, tag, nbytes, self.now, name)
+        now = kernel.now
+        trace = kernel.trace
+        if trace is not None:
+            name = group.name if ctx % 2 == 0 else _collective_name(comm, task)
+            trace.sent(msg_id, src_w, dst_w, tag, nbytes, now, name)
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
         if nonblocking or sync or not eager or need_request:
-            req = Request(self, task, op, dst_w)
+            req = Request(kernel, task, op, dst_w)
             req._nb = nonblocking
-            if self.strict and nonblocking:
+            if kernel.strict and nonblocking:
                 if arrays:
                     held = [obj] if packed.single_array else list(buffers)
                     req._guard = (held, [checksum(a) for a in held], _frames.user_line())
-                self._track(req)
+                kernel.track(req)
         if eager:
             if arrays:
                 buffers = tuple(np.array(b, copy=True, order="K") if type(b) is _NDARRAY
                                 else b.copy() for b in buffers)  # ObjectBuffer: its own library
-            now = self.now
-            if self._book_later:  # charged with the rest of this instant (Rule 4)
-                self._bookings.append(Booking(EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
-                                              header, buffers, sync, b"", task.serial))
+            if self.book_later:  # charged with the rest of this instant (Rule 4)
+                self.bookings.append(Booking(EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                                             header, buffers, sync, b"", task.serial))
                 env = None
             else:
-                arrive = now if self._zero_latency else self._arrival(src_w, dst_w, nbytes, now)
+                arrive = now if self.zero_latency else self.arrival(src_w, dst_w, nbytes, now)
                 env = _new_envelope((EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
                                      header, buffers, sync, b""))
             if sync:
-                self._sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
+                self.sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
             elif req is not None:
                 req._state = 1  # DONE at once; nobody can be waiting yet
         else:
             assert req is not None
-            reaches = self.now + self._rts_delay  # Rule 5
-            if self._book_later:  # on its channel behind this instant's eager messages
-                self._bookings.append(Booking(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
-                                              b"", (), sync, b"", task.serial))
+            reaches = now + self.rts_delay  # Rule 5
+            if self.book_later:  # on its channel behind this instant's eager messages
+                self.bookings.append(Booking(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
+                                             b"", (), sync, b"", task.serial))
                 env = None
             else:
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
-            self._rdv_sends[(src_w, msg_id)] = (req, buffers, header, self.now)
+            self.rdv_sends[(src_w, msg_id)] = (req, buffers, header, now)
         if env is not None:
-            self._send_envelope(env)
+            self.delivery.send(env)
         return req
 
     def unfinished_sends(self) -> list[Request[Any]]:
         """Rendezvous sends waiting for their clear to send, and synchronous sends not yet matched."""
-        return [entry[0] for entry in self._rdv_sends.values()] + list(self._sync_sends.values())
+        return [entry[0] for entry in self.rdv_sends.values()] + list(self.sync_sends.values())
 
-    def _send_envelope(self, env: Envelope) -> None:
-        """Hand an eager message or a request to send to the transport (in process: to ``_deliver``)."""
-        if self._in_process:
-            self._deliver(env)  # a native call, where the transport's send would be a Python one
-        else:
-            self.transport.send(env)
-
-    def _pack_opaque(self, comm: Comm, obj: object, op: str | tuple[Any, ...],
+    def _pack_opaque(self, comm: Member, obj: object, op: str | tuple[Any, ...],
                      exc: wire.Unsendable) -> wire.Packed:
         """Pack what msgpack refused with pickle, in serializer="pickle" runs; else explain."""
-        if self._dumps is not None:
+        if self.dumps is not None:
             try:
-                return wire.pack(obj, copy=False, dumps=self._dumps, arrays=self._arrays)
+                return wire.pack(obj, copy=False, dumps=self.dumps, arrays=self.arrays)
             except wire.Unsendable as again:
                 exc = again
         name = op if isinstance(op, str) else op[0]
         raise TypeError(f"rank {comm.rank}: {name}(obj={type(obj).__name__}): {exc}") from None
 
-    def post_recv(self, comm: Comm, buf: Any, src: int, tag: int, op: str,
+    def post_recv(self, comm: Member, buf: Any, src: int, tag: int, op: str,
                   nonblocking: bool) -> Request[Any]:
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
-        task = self.current
+        kernel = self.kernel
+        task = kernel.current
         if task is None or task.rank != comm._world_rank:
-            raise self.outside(comm.rank, (op, buf, src, tag))
-        req = _RecvRequest(self, task, op, comm, src, tag, buf, nonblocking)
-        if nonblocking and self.strict:
-            self._track(req)
+            raise kernel.outside(comm.rank, (op, buf, src, tag))
+        req = _RecvRequest(kernel, task, op, comm, src, tag, buf, nonblocking)
+        if nonblocking and kernel.strict:
+            kernel.track(req)
         mq = comm._mq
         env = mq.take_unexpected(src, tag) if mq._unexpected else None
         if env is None:
             mq.post(src, tag, req)
         else:
-            self._matched(req, env)
+            self.matched(req, env)
         return req
 
-    def iprobe(self, comm: Comm, src: int, tag: int) -> Status | None:
+    def iprobe(self, comm: Member, src: int, tag: int) -> Status | None:
         """Return the status of a message a receive for (src, tag) would take now, if any."""
         env = comm._mq.peek_unexpected(src, tag)
         if env is None:
             return None
         return Status(comm._group.local_rank(env.src), env.tag, env.nbytes)
 
-    def post_probe(self, comm: Comm, src: int, tag: int, op: str) -> Request[Status]:
+    def post_probe(self, comm: Member, src: int, tag: int, op: str) -> Request[Status]:
         """Return a request that completes with a Status once a fitting message arrives."""
         peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
-        req: Request[Status] = Request(self, self.current, op, peer)
+        req: Request[Status] = Request(self.kernel, self.kernel.current, op, peer)
         status = self.iprobe(comm, src, tag)
         if status is not None:
             req._finish(status)
@@ -404,74 +481,9 @@ class P2P(Kernel):
             mq.probes.append((src, tag, req))
         return req
 
-    # ---- charging an instant's messages (Rule 4) ----
+    # ---- charging the ports ----
 
-    def _book(self) -> bool:
-        """Charge and send the messages of the instant that just ended; False when there are none.
-
-        The loop calls it once no event is left at ``now``. Eager messages and
-        RTS envelopes go first; the rendezvous transfers cleared to send at
-        ``now`` follow once those have settled (an RTS delivered here may be
-        matched at once). Each send port takes its messages in posting order
-        and each receive port in the order they reach it (``_charge``),
-        whatever order the instant's events ran in; then each source's
-        messages are delivered in posting order, so channels stay FIFO.
-        """
-        items = self._bookings
-        if items:
-            self._bookings = []
-            if len(items) == 1:  # the common case in chains of dependent steps: one message
-                b = items[0]
-                if b.kind != RTS:
-                    b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
-                self._send_envelope(b.envelope())
-                return True
-            if len(items) * 4 >= self.world_size and self._book_round(items):
-                return True
-            self._charge(items, _by_source)
-            for b in items:
-                self._send_envelope(b.envelope())
-            return True
-        items = self._rdv_bookings
-        if not items:
-            return False
-        self._rdv_bookings = []
-        self._charge(items, _by_source_and_id)
-        send = self.transport.send
-        now = self.now
-        for b in items:
-            if b.time < now:  # charged from before the match: never lands before it (Rule 5)
-                b.time = now
-            send(b.envelope())
-        return True
-
-    def _book_round(self, items: list[Booking]) -> bool:
-        """``_book`` for a collective's round, in one pass; False (nothing done) unless it is one.
-
-        A round is an instant in which each rank sends at most one message and
-        receives at most one: no two messages share a port, so each is charged
-        on its own (``transfer``), and the envelopes leave in source order, as
-        ``_charge`` and ``_book`` would send them. At a million ranks every
-        pass over a round's bookings misses the cache; this makes one.
-        """
-        world_size = self.world_size
-        by_source: list[Booking | None] = [None] * world_size
-        receiving = [False] * world_size
-        for b in items:
-            src = b.src
-            dst = b.dst
-            if by_source[src] is not None or receiving[dst]:
-                return False
-            by_source[src] = b
-            receiving[dst] = True
-        for booked in by_source:
-            if booked is not None:
-                if booked.kind != RTS:
-                    booked.time = self._arrival(booked.src, booked.dst, booked.nbytes, booked.time)
-                self._send_envelope(booked.envelope())
-        return True
-
-    def _arrival(self, src: int, dst: int, nbytes: int, t: float) -> float:
+    def arrival(self, src: int, dst: int, nbytes: int, t: float) -> float:
         """Charge one message to the ports; return when it arrives (``ports.transfer(...)[1]``)."""
         native = self._native_ports
         if native is not None:
@@ -479,118 +491,14 @@ class P2P(Kernel):
         arrive: float = self.ports.transfer(src, dst, nbytes, t)[1]
         return arrive
 
-    def _charge(self, items: list[Booking], posting: Callable[[Booking], Any]) -> None:
-        """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
+    # ---- matching, once a message has reached its receiver ----
 
-        Send sides first, in posting order (``posting`` sorts by source and
-        task serial, then by message id; a stable sort keeps the order items
-        were added in), then receive sides by ``(wire, source, serial, message
-        id)``. One item, or one per receive port: one ``transfer`` each, which
-        equals the two halves bit for bit.
-        """
-        if len(items) == 1:
-            b = items[0]
-            if b.kind != RTS:
-                b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
-            return
-        if posting is _by_source:
-            sort_by_source(items, self.world_size)
-        else:
-            items.sort(key=posting)
-        if len({b.dst for b in items}) == len(items):  # one message per receive port
-            for b in items:
-                if b.kind != RTS:
-                    b.time = self._arrival(b.src, b.dst, b.nbytes, b.time)
-            return
-        send_side = self.ports.send_side
-        for b in items:
-            if b.kind != RTS:
-                b.time = send_side(b.src, b.dst, b.nbytes, b.time)[1]
-        recv_side = self.ports.recv_side
-        for b in sorted(items, key=_by_arrival):
-            if b.kind != RTS:
-                b.time = recv_side(b.src, b.dst, b.nbytes, b.time)
-
-    # ---- delivery ----
-
-    def _deliver(self, env: Envelope) -> None:
-        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
-        touched = self._touched
-        if touched is not None:  # exploring: both ends' queues and ports are touched (the RNG too: -1)
-            touched.add(env.src)
-            touched.add(env.dst)
-            if self._noisy:
-                touched.add(-1)
-        kind = env.kind
-        if kind == EAGER or kind == RTS:
-            # one channel per (src, dst): arrival times never decrease along it, so its
-            # messages are matched in send order. What a source has in flight sits in its
-            # slot: the envelope itself while it is the only one (a collective's round),
-            # else a dict by destination of envelopes, or deques once a channel holds two
-            src = env.src
-            t = env.time
-            inflight = self._inflight
-            slot = inflight[src]
-            if slot is None:
-                if t <= self.now:  # arrives now, nothing ahead of it: match it at once
-                    self._arrived(env)
-                    return
-                inflight[src] = env
-                self.schedule(t, self._arrive_key, env)
-                return
-            if type(slot) is not dict:  # a second message in flight from src
-                slot = inflight[src] = {slot.dst: slot}
-            dst = env.dst
-            chan = slot.get(dst)
-            if chan is None:
-                if t <= self.now:
-                    self._arrived(env)
-                    return
-                slot[dst] = env
-            elif isinstance(chan, _Deque):
-                if chan[-1].time > t:
-                    t = chan[-1].time
-                    env = retimed(env, t)
-                chan.append(env)
-            else:  # a second message on this channel: now a queue
-                if chan.time > t:
-                    t = chan.time
-                    env = retimed(env, t)
-                slot[dst] = _Deque((chan, env))
-            self.schedule(t, self._arrive_key, env)
-        elif kind == CTS:
-            self._clear_to_send(env)
-        elif kind == DATA:
-            self.schedule(env.time, self._data_arrived, env)
-        elif kind == ACK:
-            req = self._sync_sends.pop((env.dst, env.msg_id))
-            self.schedule(env.time, _finish_request, req)
-
-    def _arrive(self, env: Envelope) -> None:
-        """A message's arrival time came: match the head of its channel (``env``, or one sent before it)."""
-        src = env.src
-        inflight = self._inflight
-        slot = inflight[src]
-        if type(slot) is not dict:  # the only message in flight from src: env itself
-            inflight[src] = None
-            self._arrived(slot)
-            return
-        dst = env.dst
-        chan = slot[dst]
-        if isinstance(chan, _Deque):
-            head = chan.popleft()
-            if len(chan) == 1:
-                slot[dst] = chan[0]
-        else:
-            head = chan
-            del slot[dst]
-            if not slot:
-                inflight[src] = None
-        self._arrived(head)
-
-    def _arrived(self, env: Envelope) -> None:
+    def arrived(self, env: Envelope) -> None:
         """Match an envelope that has reached its receiver, or queue it as unexpected."""
-        row = self._rows[env.ctx]
+        row = self._rows.get(env.ctx)
+        if row is None:  # a communicator another process made first: matched once made here
+            self._orphans.setdefault(env.ctx, []).append(env)
+            return
         local = row.local
         if local is None:
             dst, src = env.dst, env.src
@@ -599,10 +507,10 @@ class P2P(Kernel):
         mq = row.queues[dst] or row.queue(dst)
         req = mq.take_posted(src, env.tag)
         if req is not None:
-            if env.kind == EAGER and not env.sync:  # _matched, inline
-                self._complete_recv(req, env, copy=False, source=src)
+            if env.kind == EAGER and not env.sync:  # matched, inline
+                self.complete_recv(req, env, False, src)
             else:
-                self._matched(req, env)
+                self.matched(req, env)
             return
         mq.add_unexpected(src, env.tag, env)
         if mq.probes:
@@ -612,43 +520,21 @@ class P2P(Kernel):
                     preq._finish(Status(src, env.tag, env.nbytes))
                     break
 
-    def _matched(self, req: _RecvRequest, env: Envelope) -> None:
+    def matched(self, req: _RecvRequest, env: Envelope) -> None:
         """A receive met its message at ``now``: complete it, or start the rendezvous."""
+        now = self.kernel.now
         if env.kind == EAGER:
-            self._complete_recv(req, env, copy=False)
+            self.complete_recv(req, env, False, -1)
             if env.sync:
                 self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
-                                             0, self.now))
+                                             0, now))
         else:  # RTS: ask the sender for the data, saying when the receive was posted (Rule 5)
-            self._rdv_recvs[(env.src, env.msg_id)] = req
+            self.rdv_recvs[(env.src, env.msg_id)] = req
             self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
-                                         env.nbytes, self.now, b"", (), False, pack_time(req.posted)))
+                                         env.nbytes, now, b"", (), False, pack_time(req.posted)))
 
-    def _clear_to_send(self, env: Envelope) -> None:
-        sender, receiver = env.dst, env.src
-        req, buffers, header, posted = self._rdv_sends.pop((sender, env.msg_id))
-        nbytes = env.nbytes
-        match_time = transfer_start(posted, env)
-        # the send completes when its data has been copied out at the receiver (_data_arrived):
-        # the DATA envelope references the sender's own arrays
-        self._rdv_landing[(sender, env.msg_id)] = req
-        if self._book_later:  # charged with this instant's other transfers (Rule 4)
-            self._rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                              nbytes, match_time, header, buffers, False, b"",
-                                              _serial(req)))
-            return
-        arrive = env.time if self._zero_latency else max(env.time, self._arrival(
-            sender, receiver, nbytes, match_time))
-        self.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                     nbytes, arrive, header, buffers))
-
-    def _data_arrived(self, env: Envelope) -> None:
-        key = (env.src, env.msg_id)
-        self._complete_recv(self._rdv_recvs.pop(key), env, copy=True)
-        self._rdv_landing.pop(key)._finish()
-
-    def _complete_recv(self, req: _RecvRequest, env: Envelope, *, copy: bool, source: int = -1) -> None:
-        """Hand a matched receive its message; ``source``: the sender's rank in the receive's comm, if known."""
+    def complete_recv(self, req: _RecvRequest, env: Envelope, copy: bool, source: int) -> None:
+        """Hand a matched receive its message; ``source``: the sender's rank in the receive's comm, or -1."""
         if source < 0:
             local = req.comm._group._local
             source = env.src if local is None else local[env.src]
@@ -656,15 +542,16 @@ class P2P(Kernel):
             req.status = _new_status((source, env.tag, env.nbytes))
         self.msgs_recv[env.dst] += 1
         self.bytes_recv[env.dst] += env.nbytes
-        if self.trace is not None:
-            self.trace.received(env.src, env.msg_id, self.now)
+        trace = self.kernel.trace
+        if trace is not None:
+            trace.received(env.src, env.msg_id, self.kernel.now)
         buf = req.buf
         try:
             if buf is None:
-                value = wire.unpack(env.header, env.buffers, copy=copy, loads=self._loads,
-                                    arrays=self._arrays)
+                value = wire.unpack(env.header, env.buffers, copy=copy, loads=self.loads,
+                                    arrays=self.arrays)
             else:
-                _fill(buf, wire.unpack(env.header, env.buffers, copy=False, loads=self._loads,
+                _fill(buf, wire.unpack(env.header, env.buffers, copy=False, loads=self.loads,
                                        arrays=_arrays.HOST), req, source)
                 value = buf
         except Exception as exc:
@@ -705,7 +592,7 @@ def transfer_start(posted: float, cts: Envelope) -> float:
     return posted if posted > received else received
 
 
-def _collective_name(comm: Comm, task: Task) -> str:
+def _collective_name(comm: Member, task: Task) -> str:
     """Name a traced collective message after its call: ``world:all_reduce#3(ring)``."""
     coll = task.collective
     if coll is None:
@@ -714,10 +601,10 @@ def _collective_name(comm: Comm, task: Task) -> str:
     return f"{comm._group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
 
 
-# orders of booked messages (Engine._book): Envelope fields, then the posting task's serial,
+# orders of booked messages (``Delivery.book``): Envelope fields, then the posting task's serial,
 # [kind, ctx, src, dst, tag, msg_id, nbytes, time, header, buffers, sync, meta, serial]
 def sort_by_source(items: list[Booking], world_size: int) -> None:
-    """``items.sort(key=_by_source)``, without a key per message when the instant is a round.
+    """``items.sort(key=by_source)``, without a key per message when the instant is a round.
 
     In a round of a collective most ranks send one message each, booked in the
     order the seed ran them. Each booking then goes to its source's slot in a
@@ -734,10 +621,10 @@ def sort_by_source(items: list[Booking], world_size: int) -> None:
         else:
             items[:] = [b for b in slots if b is not None]
             return
-    items.sort(key=_by_source)
+    items.sort(key=by_source)
 
 
-def _serial(req: Request[Any]) -> int:
+def serial_of(req: Request[Any]) -> int:
     """The serial of the task that posted a send (``Task.serial``)."""
     task = req._task
     return 0 if task is None else task.serial

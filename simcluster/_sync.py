@@ -235,8 +235,8 @@ class ThreadRank(SyncRank):
         waiting for a peer that failed) would never hand back: it is given
         ``FAILING_GRACE`` seconds, then left behind.
         """
-        engine = getattr(self.comm, "_engine", None)
-        return None if engine is None or engine._failing is None else FAILING_GRACE
+        kernel = getattr(self.comm, "_kernel", None)
+        return None if kernel is None or not kernel.failing else FAILING_GRACE
 
     def suspend(self, yielded: Any) -> None:
         self._out = (False, yielded)
@@ -357,7 +357,7 @@ def poll_wait(rank: SyncRank, wait: Callable[[], Awaitable[Any]], op: str) -> No
     rank polls for something that never comes ends in the engine's deadlock
     report rather than spinning forever in virtual time.
     """
-    engine = rank.comm._engine
+    engine = rank.comm._kernel
     if engine.only_polls_pending():
         engine.stalled_polls += 1
         if engine.stalled_polls > STALL_LIMIT:

@@ -40,7 +40,7 @@ class WaitAny:
 
 def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> None:
     """Record a span for a wait on several requests that took virtual time."""
-    engine = requests[0]._engine
+    engine = requests[0]._kernel
     task = requests[0]._task
     if engine.trace is not None and task is not None and engine.now > start:
         engine.trace.span(task.rank, name, start, engine.now, requests=len(requests))
@@ -72,7 +72,7 @@ async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
 
 
 async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
-    start = reqs[0]._engine.now
+    start = reqs[0]._kernel.now
     while True:
         for i, r in enumerate(reqs):
             if r._state != PENDING:
@@ -86,7 +86,7 @@ async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
     active = [r for r in reqs if not r._retrieved]
     if not active:
         return []
-    start = active[0]._engine.now
+    start = active[0]._kernel.now
     while all(r._state == PENDING for r in active):
         await WaitAny(active)
         _unwait(active)
@@ -106,9 +106,9 @@ def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
 
 def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) -> Coroutine[Any, Any, T]:
     """Return ``coro``; in strict runs, note it so that one never awaited fails its rank."""
-    if reqs and reqs[0]._engine.strict:
+    if reqs and reqs[0]._kernel.strict:
         count = f"{len(reqs)} request{'s' if len(reqs) != 1 else ''}"
-        _awaits.note(reqs[0]._engine, coro, name, (("", count),))
+        _awaits.note(reqs[0]._kernel, coro, name, (("", count),))
     return coro
 
 
@@ -155,7 +155,7 @@ def test_all(requests: Iterable[Request[Any]]) -> bool:
     reqs = _as_list(requests)
     if any(r._state == PENDING for r in reqs):  # like MPI_Testall: nothing completes unless all do
         if reqs:
-            reqs[0]._engine.spin(reqs[0])
+            reqs[0]._kernel.spin(reqs[0])
         return False
     return all([r.test() for r in reqs])
 

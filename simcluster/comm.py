@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
 from . import _awaits, _p2p_calls
 from ._kernel import CollectiveCall, current_task
@@ -45,6 +45,11 @@ def current_comm() -> Comm | None:
     return comm
 
 
+def groups_of(engine: Engine) -> dict[int, Group]:
+    """The engine's communicators by context: the ``Group``s made here (its parts see ``Roster``s)."""
+    return cast("dict[int, Group]", engine.groups)
+
+
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
@@ -61,7 +66,7 @@ class Group:
             and all(w == i for i, w in enumerate(world_ranks)))
         self._local: dict[int, int] | None = None if identity else {w: i for i, w in enumerate(world_ranks)}
         self.members: list[Comm | None] = [None] * len(world_ranks)
-        self.endpoints = engine.endpoints.add(ctx, len(world_ranks), self._local)  # members' match queues
+        self.endpoints = engine.p2p.register(self, ctx, len(world_ranks), self._local)  # members' match queues
         self.name = name
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
@@ -71,7 +76,6 @@ class Group:
         # what a repeated collective call works out before it starts, shared by the members
         # (collectives._methods: _all_reduce_call): key -> the call's setup
         self.setups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        engine.groups[ctx] = self
         if not private:
             self.coll = Group(engine, ctx + 1, world_ranks, name, tasks, private=True)
 
@@ -84,7 +88,7 @@ class Group:
         """Return member ``rank``'s Comm, creating it on first use."""
         comm = self.members[rank]
         if comm is None:
-            comm = self.members[rank] = (_StrictComm if self.engine.strict else Comm)(self, rank)
+            comm = self.members[rank] = (_StrictComm if self.engine.kernel.strict else Comm)(self, rank)
         return comm
 
     def __repr__(self) -> str:
@@ -122,12 +126,14 @@ class Comm(CollectiveMethods):
         size: number of ranks in the communicator.
     """
 
-    __slots__ = ("_group", "_engine", "_ctx", "rank", "size", "_world_rank", "_mq", "_task",
+    __slots__ = ("_group", "_engine", "_kernel", "_p2p", "_ctx", "rank", "size", "_world_rank", "_mq", "_task",
                  "_coll_seq", "_created", "__weakref__")
 
     def __init__(self, group: Group, rank: int) -> None:
         self._group = group
         self._engine = group.engine
+        self._kernel = group.engine.kernel  # the clock, tasks and timers
+        self._p2p = group.engine.p2p  # sends and receives
         self._ctx = group.ctx
         self.rank = rank
         self.size = len(group.world_ranks)
@@ -142,7 +148,7 @@ class Comm(CollectiveMethods):
     @property
     def now(self) -> float:
         """This rank's virtual time, in seconds."""
-        return self._engine.now
+        return self._kernel.now
 
     @property
     def world_ranks(self) -> list[int]:
@@ -162,17 +168,17 @@ class Comm(CollectiveMethods):
     @property
     def transport(self) -> str:
         """The name of the run's transport (``"memory"``, ``"shm"``, ``"tcp"``, ...)."""
-        return self._engine.transport.name
+        return self._p2p.transport.name
 
     @property
     def serializer(self) -> str:
         """``"pickle"`` in runs made with ``serializer="pickle"``, else ``"msgpack"``."""
-        return "msgpack" if self._engine._dumps is None else "pickle"
+        return "msgpack" if self._p2p.dumps is None else "pickle"
 
     @property
     def latency(self) -> LatencyModel:
         """The run's latency model (collectives use its ``reduce_time``)."""
-        model = self._engine.latency_model
+        model = self._p2p.latency_model
         assert model is not None, "runs always bind a latency model"
         return model
 
@@ -204,7 +210,7 @@ class Comm(CollectiveMethods):
                 raise _bad_tag(self, self._op_error((name, dst, tag)), False)
             tag = operator.index(tag)
         # positional: a compiled engine parses keywords for each call
-        return self._engine.post_send(self, obj, dst, tag, sync, (name, dst, tag), nonblocking)
+        return self._p2p.post_send(self, obj, dst, tag, sync, (name, dst, tag), nonblocking)
 
     def isend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start sending ``obj`` to ``dst`` and return at once.
@@ -222,16 +228,16 @@ class Comm(CollectiveMethods):
         """
         req = self._send(obj, dst, tag, "isend", False, True)
         assert req is not None
-        if self._engine.trace is not None:
-            self._span("isend", self._engine.now, dst=dst, tag=tag, nbytes=self._engine.last_nbytes)
+        if self._kernel.trace is not None:
+            self._span("isend", self._kernel.now, dst=dst, tag=tag, nbytes=self._p2p.last_nbytes)
         return req
 
     def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start a synchronous-mode send: its request completes only once ``dst`` has matched it."""
         req = self._send(obj, dst, tag, "issend", True, True)
         assert req is not None
-        if self._engine.trace is not None:
-            self._span("issend", self._engine.now, dst=dst, tag=tag, nbytes=self._engine.last_nbytes)
+        if self._kernel.trace is not None:
+            self._span("issend", self._kernel.now, dst=dst, tag=tag, nbytes=self._p2p.last_nbytes)
         return req
 
     def send(self, obj: object, dst: int, tag: int = 0) -> Awaitable[None]:
@@ -246,10 +252,10 @@ class Comm(CollectiveMethods):
 
     async def _send_coroutine(self, obj: object, dst: int, tag: int = 0) -> None:
         """``send`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
-        traced = self._engine.trace is not None  # else nothing to read for a span: a hot path
-        start = self._engine.now if traced else 0.0
+        traced = self._kernel.trace is not None  # else nothing to read for a span: a hot path
+        start = self._kernel.now if traced else 0.0
         req = self._send(obj, dst, tag, "send", False, False)
-        nbytes = self._engine.last_nbytes if traced else 0
+        nbytes = self._p2p.last_nbytes if traced else 0
         if req is not None:  # None: an eager send, already complete
             await req
         if traced:
@@ -257,12 +263,12 @@ class Comm(CollectiveMethods):
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
-        start = self._engine.now
+        start = self._kernel.now
         req = self._send(obj, dst, tag, "ssend", True, False)
-        nbytes = self._engine.last_nbytes
+        nbytes = self._p2p.last_nbytes
         if req is not None:
             await req
-        if self._engine.trace is not None:
+        if self._kernel.trace is not None:
             self._span("ssend", start, dst=dst, tag=tag, nbytes=nbytes)
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
@@ -276,7 +282,7 @@ class Comm(CollectiveMethods):
             tag = operator.index(tag)
         if buf is not None:
             check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
-        return self._engine.post_recv(self, buf, src, tag, name, nonblocking)
+        return self._p2p.post_recv(self, buf, src, tag, name, nonblocking)
 
     @overload
     def irecv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]: ...
@@ -295,8 +301,8 @@ class Comm(CollectiveMethods):
             TypeError: ``buf`` is not an array.
         """
         req = self._recv(buf, src, tag, "irecv", True)
-        if self._engine.trace is not None:
-            self._span("irecv", self._engine.now, src=src, tag=tag)
+        if self._kernel.trace is not None:
+            self._span("irecv", self._kernel.now, src=src, tag=tag)
         return req
 
     @overload
@@ -316,8 +322,8 @@ class Comm(CollectiveMethods):
 
     async def _recv_coroutine(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
         """``recv`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
-        traced = self._engine.trace is not None
-        start = self._engine.now if traced else 0.0
+        traced = self._kernel.trace is not None
+        start = self._kernel.now if traced else 0.0
         req = self._recv(buf, src, tag, "recv", False)
         value = req._take_result() if req._state else await req  # _state: matched already
         if traced:
@@ -328,13 +334,13 @@ class Comm(CollectiveMethods):
     async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,
                        sendtag: int = 0, recvtag: int = ANY_TAG) -> Any:
         """Send to ``dst`` and receive from ``src`` at once, without deadlock; return the payload."""
-        start = self._engine.now
+        start = self._kernel.now
         rreq = self._recv(buf, src, recvtag, "sendrecv", False)
         sreq = self._send(obj, dst, sendtag, "sendrecv", False, False)
         value = await rreq
         if sreq is not None:
             await sreq
-        if self._engine.trace is not None:
+        if self._kernel.trace is not None:
             self._span("sendrecv", start, dst=dst, src=src)
         return value
 
@@ -348,18 +354,18 @@ class Comm(CollectiveMethods):
         """Return the Status of a message a receive for (src, tag) would take now, or None."""
         op = f"iprobe(src={src!r}, tag={tag!r})"
         self._check_probe(src, tag, op)
-        status = self._engine.iprobe(self, src, tag)
+        status = self._p2p.iprobe(self, src, tag)
         if status is None:
-            self._engine.spin(Request(self._engine, None, op))
+            self._kernel.spin(Request(self._kernel, None, op))
         return status
 
     async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
         """Wait until a message fitting (src, tag) has arrived; return its Status without receiving it."""
         op = f"probe(src={src!r}, tag={tag!r})"
         self._check_probe(src, tag, op)
-        start = self._engine.now
-        status: Status = await self._engine.post_probe(self, src, tag, op)
-        if self._engine.trace is not None:
+        start = self._kernel.now
+        status: Status = await self._p2p.post_probe(self, src, tag, op)
+        if self._kernel.trace is not None:
             self._span("probe", start, src=src, tag=tag)
         return status
 
@@ -370,18 +376,18 @@ class Comm(CollectiveMethods):
                              "pass the virtual compute time in seconds")
         if seconds == 0:
             return
-        start = self._engine.now
-        await self._engine.post_sleep(float(seconds), f"sleep({seconds!r})")
-        if self._engine.trace is not None:
+        start = self._kernel.now
+        await self._kernel.post_sleep(float(seconds), f"sleep({seconds!r})")
+        if self._kernel.trace is not None:
             self._span("sleep", start, seconds=seconds)
 
     def _span(self, name: str, start: float, **args: Any) -> None:
         """Record an operation of this rank in the trace (only called when tracing)."""
-        trace = self._engine.trace
+        trace = self._kernel.trace
         assert trace is not None
         if self._ctx != 0:
             args["comm"] = self._group.name
-        trace.span(self._world_rank, name, start, self._engine.now, **args)
+        trace.span(self._world_rank, name, start, self._kernel.now, **args)
 
     # ---- sub-communicators ----
 
@@ -399,12 +405,13 @@ class Comm(CollectiveMethods):
     def _member_of(self, key: str, world_ranks: list[int], name: str) -> Comm:
         """Return this rank's Comm on the communicator ``key`` names, made on first use."""
         engine = self._engine
+        groups = groups_of(engine)
         ctx = 2 * (zlib.crc32(key.encode()) + 1)
-        while ctx in engine.groups and engine.groups[ctx].key != key:
+        while ctx in groups and groups[ctx].key != key:
             ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
-        group = engine.groups.get(ctx)
+        group = groups.get(ctx)
         if group is None:
-            tasks = [engine.groups[0].tasks[w] for w in world_ranks]
+            tasks = [groups[0].tasks[w] for w in world_ranks]
             group = Group(engine, ctx, list(world_ranks), name, tasks)
             group.key = key
         return group.member(world_ranks.index(self._world_rank))
@@ -497,7 +504,7 @@ class Comm(CollectiveMethods):
             result = await body(ctx)
         finally:
             self._leave_collective(outer)
-        if self._engine.trace is not None:
+        if self._kernel.trace is not None:
             self._trace_collective(ctx, start)
         return result
 
@@ -508,17 +515,17 @@ class Comm(CollectiveMethods):
                           op: str = "", forced: bool = False
                           ) -> tuple[CollContext, CollectiveCall | None, float]:
         """Start a blocking collective: return its context, the call it nests in, and the time."""
-        task = self._engine.current
+        task = self._kernel.current
         if task is None:
-            raise self._engine.outside(self.rank, call)
+            raise self._kernel.outside(self.rank, call)
         ctx = self._collective(call, algorithm, payload, op, forced)
         outer = task.collective
         task.collective = ctx
-        return ctx, outer, self._engine.now
+        return ctx, outer, self._kernel.now
 
     def _leave_collective(self, outer: CollectiveCall | None) -> None:
         """End what ``_enter_collective`` started (also when it failed)."""
-        task = self._engine.current
+        task = self._kernel.current
         if task is not None:
             task.collective = outer
 
@@ -531,13 +538,13 @@ class Comm(CollectiveMethods):
                           algorithm: str = "", payload: str | None = None, op: str = "",
                           forced: bool = False) -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
-        if self._engine.current is None:
-            raise self._engine.outside(self.rank, "i" + call)
+        if self._kernel.current is None:
+            raise self._kernel.outside(self.rank, "i" + call)
         ctx = self._collective(call, algorithm, payload, op, forced)
-        if self._engine.trace is not None:
-            self._span("i" + call.partition("(")[0], self._engine.now, call=call, algorithm=algorithm,
+        if self._kernel.trace is not None:
+            self._span("i" + call.partition("(")[0], self._kernel.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
-        return self._engine.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
+        return self._kernel.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
 
 
 class _StrictComm(Comm):

@@ -169,7 +169,7 @@ def _then(comm: Comm, req: Request[Any], then: Callable[[Any], T], op: str) -> R
     async def follow() -> T:
         _, value = await wait_any([req])
         return then(value)
-    done: Request[T] = comm._engine.spawn(follow(), op)
+    done: Request[T] = comm._kernel.spawn(follow(), op)
     return done
 
 
@@ -183,9 +183,9 @@ def _noted(comm: Comm, coro: Coroutine[Any, Any, T], name: str, **shown: object)
     torch users write ``dist.all_reduce(t)`` without ``await``; the error then
     names ``dist.<name>(shown arguments)`` and the user's line (``_awaits``).
     """
-    engine = comm._engine
-    if engine.strict:
-        _awaits.note(engine, coro, f"dist.{name}",
+    kernel = comm._kernel
+    if kernel.strict:
+        _awaits.note(kernel, coro, f"dist.{name}",
                      tuple((key, _awaits.show(key, value)) for key, value in shown.items()))
     return coro
 

@@ -1,40 +1,51 @@
-"""The engine of a run: the kernel, the point-to-point protocol and the diagnostics, assembled.
+"""The engine of a run: the kernel, the point-to-point protocol and the diagnostics, put together.
 
-Each idea has one home, and this module puts them together:
+Each idea has one home, and the engine holds one of each, which talk through
+declared seams:
 
-* ``_kernel``: the virtual clock, the event calendar, stepping rank
-  coroutines (``Task``), parking and resuming them on requests;
-* ``_protocol``: posting sends and receives, the eager and rendezvous
-  protocols, charging the latency model's ports, delivery and matching in
-  the endpoint table (``matching.Endpoints``);
-* ``_diagnostics``: the deadlock and timeout reports, leaks, the
-  buffer-hazard check.
+* ``kernel`` (``_kernel.Kernel``): the virtual clock, the event calendar,
+  stepping rank coroutines (``Task``), parking and resuming them on
+  requests. It calls the layer above through ``Layer`` (its instant hooks)
+  and its reports through ``Reports``;
+* ``p2p`` (``_protocol.P2P``, the kernel's ``Layer``): posting sends and
+  receives, the eager and rendezvous protocols, the ports, matching in the
+  endpoint table (``matching.Endpoints``), with a ``Delivery`` strategy for
+  what lies between a send's charge and its receiver's match:
+  ``_delivery.LocalDelivery`` here, ``_hosted_engine.HostedDelivery`` in a
+  process that hosts part of the world;
+* ``diagnostics`` (``_diagnostics.Diagnostics``): the deadlock and timeout
+  reports, leaks, the buffer-hazard check. It reads the engine through
+  ``Inspected``.
 
 A message's way, from the send to the receiver's resume: ``Comm.send``
-calls ``Engine.post_send``, which packs the payload (``transports.wire``),
-books the envelope for the end of the instant (``_end_instant`` charges the
-ports) and hands it to the transport; the transport calls ``_deliver``, which
-queues it on its (source, destination) channel and schedules ``_arrive`` at
-its arrival time; there ``_arrived`` matches it in the receiver's queue of the
-endpoint table, ``_complete_recv`` unpacks it and finishes the receive's
-request, and ``Request._finish`` hands the parked rank to
-``Kernel.resume_waiter``, which steps it right there.
+calls ``P2P.post_send``, which packs the payload (``transports.wire``) and
+books the envelope for the end of the instant; there the kernel calls
+``P2P.end_instant``, and the delivery charges the ports (``book``) and hands
+the envelope to the transport, which calls the delivery back (``deliver``);
+it queues the envelope on its (source, destination) channel until its arrival
+time, when ``P2P.arrived`` matches it in the receiver's queue of the endpoint
+table, ``P2P.complete_recv`` unpacks it and finishes the receive's request,
+and ``Request._finish`` hands the parked rank to ``Kernel.resume_waiter``,
+which steps it right there.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._coll_check import CallCheck
+from ._delivery import LocalDelivery
 from ._settings import EngineSettings
 from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
-from ._protocol import P2P
+from ._protocol import P2P, Delivery, Roster
 from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
 if TYPE_CHECKING:
     from .latency import Ports
+    from .matching import Endpoints
+    from .request import Request
     from .trace import Trace
-    from .transports.base import Transport
+    from simcluster.transports.base import Envelope, Transport
 
 __all__ = [
     "BLOCKED", "FINISHED", "FOREIGN", "READY", "RUNNING", "BlockedEntry", "CollectiveInfo", "Engine",
@@ -42,28 +53,81 @@ __all__ = [
 ]
 
 
-class Engine(P2P):
-    """Steps rank coroutines in virtual-time order, moves their messages, and reports problems.
+class Engine:
+    """A run's kernel, point-to-point protocol and reports, made together and closed together.
 
     Takes the world size, the transport, the ports bound from the latency
-    model, the run's ``EngineSettings`` (defaults without) and its trace, if
-    it records one.
+    model, the run's ``EngineSettings`` (defaults without), its trace, if it
+    records one, and the delivery strategy (``LocalDelivery`` without).
     """
 
     def __init__(self, world_size: int, transport: Transport, ports: Ports,
-                 settings: EngineSettings | None = None, trace: Trace | None = None) -> None:
+                 settings: EngineSettings | None = None, trace: Trace | None = None,
+                 delivery: Delivery | None = None) -> None:
         if settings is None:
             settings = EngineSettings()
-        super().__init__(world_size, transport, ports, settings, trace)
-        self.diagnostics = self.make_reports()
-        self.reports = self.diagnostics  # the same, as the kernel sees it (Reports)
+        self.world_size = world_size
+        self.kernel = Kernel(world_size, settings, trace)
+        self.p2p = P2P(self.kernel, transport, ports, settings,
+                       LocalDelivery() if delivery is None else delivery)
+        self.diagnostics = Diagnostics(self)
+        self.kernel.reports = self.diagnostics
         self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
         self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
-
-    def make_reports(self) -> Diagnostics:
-        """This engine's reports (``reports``): deadlocks, timeouts, leaks, buffer hazards."""
-        return Diagnostics(self)
 
     def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
         """The collective verification of a new communicator (every member lives here)."""
         return CallCheck(len(world_ranks))
+
+    async def run(self) -> None:
+        """Run every rank to completion, or raise what stopped the run."""
+        await self.kernel.run()
+
+    def close(self) -> None:
+        """Cancel every unfinished rank and release the transport."""
+        try:
+            self.kernel.close()
+        finally:
+            self.p2p.close()
+
+    # ---- what the diagnostics read (``_diagnostics.Inspected``) ----
+
+    @property
+    def now(self) -> float:
+        """The current virtual time."""
+        return self.kernel.now
+
+    @property
+    def timeout(self) -> float | None:
+        """The run's wall-clock limit in seconds, if it has one."""
+        return self.kernel.timeout
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The ranks' tasks, in the order they started."""
+        return self.kernel.tasks
+
+    @property
+    def groups(self) -> dict[int, Roster]:
+        """The communicators, by context."""
+        return self.p2p.groups
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The endpoint table: a match queue per (context, rank)."""
+        return self.p2p.endpoints
+
+    def helper_tasks(self) -> list[Task]:
+        return self.kernel.helper_tasks()
+
+    def tracked_requests(self) -> list[Request[Any]]:
+        return self.kernel.tracked_requests()
+
+    def untrack(self, req: Request[Any]) -> None:
+        self.kernel.untrack(req)
+
+    def unfinished_sends(self) -> list[Request[Any]]:
+        return self.p2p.unfinished_sends()
+
+    def orphan_envelopes(self) -> list[Envelope]:
+        return self.p2p.orphan_envelopes()

@@ -62,13 +62,13 @@ class Request(Generic[T]):
     """
 
     __slots__ = (
-        "_engine", "_task", "_state", "_value", "_error", "_waiter",
+        "_kernel", "_task", "_state", "_value", "_error", "_waiter",
         "_op", "status", "_guard", "_retrieved", "_peer", "_nb", "__weakref__",
     )
 
     def __init__(self, engine: Kernel, task: Task | None, op: str | tuple[Any, ...],
                  peer: int | None = None) -> None:
-        self._engine = engine
+        self._kernel = engine
         self._task = task
         self._state = PENDING
         self._value: Any = None
@@ -114,7 +114,7 @@ class Request(Generic[T]):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._engine.resume_waiter(waiter)
+            self._kernel.resume_waiter(waiter)
 
     # ---- user side ----
 
@@ -138,7 +138,7 @@ class Request(Generic[T]):
                 rank awaiting anything (virtual time cannot advance).
         """
         if self._state == PENDING:
-            self._engine.spin(self)
+            self._kernel.spin(self)
             return False
         self._take_result()
         return True
@@ -151,20 +151,20 @@ class Request(Generic[T]):
         """
         if self._state != PENDING:
             return False
-        if not self._engine.cancel(self):
+        if not self._kernel.cancel(self):
             return False
         self._state = CANCELLED
         self._retrieved = True
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._engine.wake(waiter)
+            self._kernel.wake(waiter)
         return True
 
     def wait(self) -> Coroutine[Any, Any, T]:
         """Wait until the operation completes and return its result (``await req.wait()``)."""
         coro = _waits.wait_one(self)
-        engine = self._engine
+        engine = self._kernel
         if engine.strict:
             from . import _awaits
 
@@ -176,7 +176,7 @@ class Request(Generic[T]):
         # it returns its value through am_send without an exception, whereas a compiled
         # raise builds a traceback entry (a code object and a frame) every time.
         if self._state == PENDING:
-            engine = self._engine
+            engine = self._kernel
             if engine.current is not self._task or self._task is None:
                 engine.check_awaiter(self)  # raises: awaited outside its rank's coroutine
             if self._nb and engine.trace is not None:  # a nonblocking request, traced run
@@ -197,7 +197,7 @@ class Request(Generic[T]):
         self._retrieved = True
         if self._guard is not None:
             guard, self._guard = self._guard, None
-            self._engine.reports.check_hazard(self, guard)
+            self._kernel.reports.check_hazard(self, guard)
         if self._error is not None:  # raised again on every later wait or test
             raise self._error
         value: T = self._value

@@ -79,7 +79,7 @@ class _Stood:
     def line(self) -> str:
         engine = self.engine
         if engine is not None:
-            self.note(engine.world_size - engine.unfinished, engine.world_size, engine.now)
+            self.note(engine.world_size - engine.kernel.unfinished, engine.world_size, engine.now)
         if not self.world_size:
             return "simcluster: interrupted before the ranks started"
         return (f"simcluster: interrupted at virtual time {format_seconds(self.now)}, with "
@@ -129,7 +129,7 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
                 await engine.run()
             else:
                 await _with_progress(engine, _progress)
-            failure = engine.failure
+            failure = engine.kernel.failure
             if failure is not None:
                 task, exc = failure
                 if not isinstance(exc, Exception):
@@ -138,14 +138,14 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
         finally:
             if world is not None:
                 world.engine.close()
-                if world.engine.trace is not None and isinstance(trace, (str, os.PathLike)):
-                    world.engine.trace.save(trace)  # also after a failure, when a trace helps most
+                if world.engine.kernel.trace is not None and isinstance(trace, (str, os.PathLike)):
+                    world.engine.kernel.trace.save(trace)  # also after a failure, when a trace helps most
     tasks = world.tasks
     leaks = engine.diagnostics.leaks() if config.strict else []
-    stats = Stats(tuple(engine.msgs_sent), tuple(engine.bytes_sent),
-                  tuple(engine.msgs_recv), tuple(engine.bytes_recv))
+    p2p = engine.p2p
+    stats = Stats(tuple(p2p.msgs_sent), tuple(p2p.bytes_sent), tuple(p2p.msgs_recv), tuple(p2p.bytes_recv))
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
-                     _time.perf_counter() - wall_start, engine.trace, leaks)
+                     _time.perf_counter() - wall_start, engine.kernel.trace, leaks)
 
 
 def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
@@ -201,7 +201,7 @@ async def _with_progress(engine: Engine, report: Callable[[int, int, float], Non
     async def tick() -> None:
         while True:
             await asyncio.sleep(0.1)
-            report(engine.world_size - engine.unfinished, engine.world_size, engine.now)
+            report(engine.world_size - engine.kernel.unfinished, engine.world_size, engine.now)
 
     ticker = asyncio.ensure_future(tick())
     try:

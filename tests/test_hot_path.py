@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import simcluster as sc
 from simcluster import _protocol
 from simcluster._kernel import READY, Task
+from simcluster._delivery import LocalDelivery
 from simcluster.engine import Engine
 from simcluster._ports import NativePorts
 from simcluster.latency import AlphaBeta, Constant, Hierarchical, Jitter, LatencyModel, LogGP, Ports
@@ -50,9 +51,9 @@ def test_a_booking_leaves_as_its_envelope_and_sorts_by_its_posting_serial() -> N
     env = item.envelope()
     assert type(env) is Envelope
     assert env == Envelope(0, 1, 30, 40, 5, 60, 70, 8.0, b"h", (), True, b"m")
-    assert _protocol._by_source(item) == (env.src, 90)
-    assert _protocol._by_source_and_id(item) == (env.src, 90, env.msg_id)
-    assert _protocol._by_arrival(item) == (env.time, env.src, 90, env.msg_id)
+    assert _protocol.by_source(item) == (env.src, 90)
+    assert _protocol.by_source_and_id(item) == (env.src, 90, env.msg_id)
+    assert _protocol.by_arrival(item) == (env.time, env.src, 90, env.msg_id)
 
 
 def test_make_status_takes_source_tag_nbytes() -> None:
@@ -68,8 +69,8 @@ def _engine(world_size: int = 2) -> Engine:
 def test_a_receive_request_sets_every_slot_a_request_sets_and_the_same_defaults() -> None:
     engine = _engine()
     task = Task(1, None)  # type: ignore[arg-type]
-    fast = _protocol._RecvRequest(engine, task, "irecv", None, 0, 5, None, True)  # type: ignore[arg-type]
-    plain: Request[Any] = Request(engine, task, "irecv")
+    fast = _protocol._RecvRequest(engine.kernel, task, "irecv", None, 0, 5, None, True)  # type: ignore[arg-type]
+    plain: Request[Any] = Request(engine.kernel, task, "irecv")
     plain._nb = True
     common = [s for s in Request.__slots__ if s not in ("__weakref__", "_peer")]
     for slot in common:
@@ -130,7 +131,7 @@ def _items(msgs: list[tuple[int, int, int, int]]) -> list[_protocol.Booking]:
 
 
 def _two_halves(ports: Ports, items: list[_protocol.Booking]) -> list[float]:
-    items = sorted(items, key=_protocol._by_source)
+    items = sorted(items, key=_protocol.by_source)
     wires = {id(b): ports.send_side(b.src, b.dst, b.nbytes, b.time)[1] for b in items}
     arrive = {}
     for b in sorted(items, key=lambda b: (wires[id(b)], b.src, b.serial, b.msg_id)):
@@ -147,7 +148,9 @@ def test_charge_gives_the_times_of_the_two_halves_in_canonical_order(
     expected = _two_halves(model.bind(4, random.Random(1)), _items(msgs))
     charged = _items(msgs)
     engine = Engine(4, MemoryTransport(), model.bind(4, random.Random(1)))
-    engine._charge(charged, _protocol._by_source)
+    delivery = engine.p2p.delivery
+    assert isinstance(delivery, LocalDelivery)
+    delivery.charge(charged, _protocol.by_source)
     engine.close()
     assert [b.time for b in charged] == expected
 
@@ -172,12 +175,12 @@ def test_book_sends_an_instant_in_posting_order_at_the_times_of_the_two_halves(
         name: str, msgs: list[tuple[int, int, int, int]]) -> None:
     # instants of one message per sender and per receiver take _book_round's one pass
     model = MODELS[name]()
-    in_order = sorted(_items(msgs), key=_protocol._by_source)
+    in_order = sorted(_items(msgs), key=_protocol.by_source)
     expected = _two_halves(model.bind(4, random.Random(1)), _items(msgs))
     transport = _Recording()
     engine = Engine(4, transport, model.bind(4, random.Random(1)))
-    engine._bookings = _items(msgs)
-    assert engine._book()
+    engine.p2p.bookings = _items(msgs)
+    assert engine.p2p.delivery.book()
     engine.close()
     assert [env.msg_id for env in transport.sent] == [b.msg_id for b in in_order]
     assert [env.time for env in transport.sent] == expected
@@ -343,7 +346,7 @@ def _booking(src: int, serial: int, msg_id: int) -> _protocol.Booking:
 @given(st.permutations(range(24)), st.integers(1, 24), st.integers(24, 200))
 def test_sort_by_source_puts_a_round_in_source_order(order: list[int], n: int, world_size: int) -> None:
     items = [_booking(src, 0, i) for i, src in enumerate(order[:n])]
-    expected = sorted(items, key=_protocol._by_source)
+    expected = sorted(items, key=_protocol.by_source)
     _protocol.sort_by_source(items, world_size)
     assert items == expected
 
@@ -352,6 +355,6 @@ def test_sort_by_source_puts_a_round_in_source_order(order: list[int], n: int, w
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=30))
 def test_sort_by_source_is_the_stable_sort_by_source_and_serial(keys: list[tuple[int, int]]) -> None:
     items = [_booking(src, serial, i) for i, (src, serial) in enumerate(keys)]
-    expected = sorted(items, key=_protocol._by_source)
+    expected = sorted(items, key=_protocol.by_source)
     _protocol.sort_by_source(items, 5)
     assert items == expected

@@ -75,39 +75,39 @@ def _rss_kib(field: str = "VmRSS") -> int:
     return peak // 1024 if sys.platform == "darwin" else peak
 
 
-_ENGINES: list[Any] = []
+_KERNELS: list[Any] = []
 
 
 async def _barrier(comm: Any) -> None:
     if comm.rank == 0:
-        _ENGINES.append(comm._engine)
+        _KERNELS.append(comm._kernel)
     await comm.barrier()
 
 
 async def _all_reduce(comm: Any) -> None:
     if comm.rank == 0:
-        _ENGINES.append(comm._engine)
+        _KERNELS.append(comm._kernel)
     await comm.all_reduce(1.0)
 
 
 def _sync_barrier(comm: Any) -> None:
     if comm.rank == 0:
-        _ENGINES.append(current_engine())
+        _KERNELS.append(current_kernel())
     comm.Barrier()
 
 
 def _sync_all_reduce(comm: Any) -> None:
     if comm.rank == 0:
-        _ENGINES.append(current_engine())
+        _KERNELS.append(current_kernel())
     comm.allreduce(1.0)
 
 
-def current_engine() -> Any:
+def current_kernel() -> Any:
     from ..comm import current_comm
 
     comm = current_comm()
     assert comm is not None
-    return comm._engine
+    return comm._kernel
 
 
 def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
@@ -124,7 +124,7 @@ def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
                         fidelity="analytic" if fidelity == "analytic" else "message")
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")
-    events = _ENGINES[0]._events if _ENGINES else None  # (rank 0 is in this process)
+    events = _KERNELS[0]._events if _KERNELS else None  # (rank 0 is in this process)
     return {"wall": wall, "events": events, "messages": result.stats.total_messages,
             "peak_kib": peak, "bytes_per_rank": (peak - before) * 1024 / ranks,
             "elapsed": result.elapsed, "rounds": result.rounds}

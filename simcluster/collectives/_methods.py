@@ -264,7 +264,7 @@ class CollectiveMethods:
             await fn(ctx)
         finally:
             self._leave_collective(outer)
-        if self._group.engine.trace is not None:
+        if self._group.engine.kernel.trace is not None:
             self._trace_collective(ctx, start)
 
     def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
@@ -432,7 +432,7 @@ class CollectiveMethods:
             result = await fn(ctx, obj, rop)
         finally:
             self._leave_collective(outer)
-        if self._group.engine.trace is not None:
+        if self._group.engine.kernel.trace is not None:
             self._trace_collective(ctx, start)
         return _in_place(obj, result)
 

@@ -36,7 +36,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from simcluster.comm import Comm, Group
+from simcluster.comm import Comm, Group, groups_of
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
@@ -378,12 +378,13 @@ def subcomm(world: Comm, group_name: str, world_ranks: list[int]) -> Comm:
     # member to take part); a public Comm method for named groups would replace this.
     key = f"torch/{group_name}/{world_ranks}"
     engine = world._engine
+    groups = groups_of(engine)
     ctx = 2 * (zlib.crc32(key.encode()) + 1)
-    while ctx in engine.groups and engine.groups[ctx].key != key:
+    while ctx in groups and groups[ctx].key != key:
         ctx += 2 * (1 << 33)
-    group = engine.groups.get(ctx)
+    group = groups.get(ctx)
     if group is None:
-        tasks = [engine.groups[0].tasks[w] for w in world_ranks]
+        tasks = [groups[0].tasks[w] for w in world_ranks]
         group = Group(engine, ctx, list(world_ranks), f"torch:{group_name}", tasks)
         group.key = key
     return group.member(world_ranks.index(world.world_rank))

@@ -54,7 +54,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         # send or receive is still reported, as the script's own.
         req = self._req
         if req is not None and self._finish is None and self._op not in ("send", "recv"):
-            req._engine.untrack(req)
+            req._kernel.untrack(req)
 
     def _complete(self, value: Any) -> None:
         self._done = True

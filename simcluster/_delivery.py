@@ -1,0 +1,283 @@
+"""Delivery between the ranks of one process: the protocol's in-process strategy.
+
+``LocalDelivery`` carries an envelope from its sender's charge to its
+receiver's match (``_protocol`` states the rules it keeps):
+
+* ``book`` charges the messages of the instant that just ended to the
+  latency model's ports together (Rule 4): each send port in posting order,
+  each receive port in the order they reach it, then each source's messages
+  leave in posting order;
+* ``deliver`` (the transport's callback) puts eager messages and requests to
+  send on their (source, destination) channel, whose arrival times never
+  decrease (Rule 3), and ``arrive`` hands the head of the channel to
+  ``P2P.arrived`` at its time;
+* a clear to send starts the rendezvous transfer, charged from the later of
+  the send's and the receive's posting (Rule 5), and the data's arrival
+  completes both sides.
+
+``_hosted_engine.HostedDelivery`` is the other strategy: ranks here and in
+other processes. It uses these channels (``Channels``) for what reaches its
+own ranks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
+
+from ._kernel import Kernel, finish_request
+from ._protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of,
+                        sort_by_source, transfer_start)
+
+_Deque: Final = deque
+
+
+class Channels:
+    """The FIFO channels between ranks of this process (Rule 3): envelopes on their way to a match.
+
+    One channel per (source, destination): arrival times never decrease
+    along it, so its messages are matched in send order. What a source has in
+    flight sits in its slot: the envelope itself while it is the only one (a
+    collective's round), else a dict by destination of envelopes, or deques
+    once a channel holds two.
+    """
+
+    def __init__(self, p2p: P2P) -> None:
+        self.p2p = p2p
+        self.kernel: Kernel = p2p.kernel
+        self._inflight: list[Any] = [None] * p2p.world_size
+        self.arrive_key = self.arrive  # bound once: an event per message names it
+
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """The ranks an arrival on a channel touches: its receiver (None: not a channel's event)."""
+        # by equality: a compiled method is a new bound object at each access
+        return {arg.dst} if fn == self.arrive else None
+
+    def enter(self, env: Envelope) -> None:
+        """Put an eager message or a request to send on its channel; match it now if it is due."""
+        src = env.src
+        t = env.time
+        inflight = self._inflight
+        slot = inflight[src]
+        kernel = self.kernel
+        if slot is None:
+            if t <= kernel.now:  # arrives now, nothing ahead of it: match it at once
+                self.p2p.arrived(env)
+                return
+            inflight[src] = env
+            kernel.schedule(t, self.arrive_key, env)
+            return
+        if type(slot) is not dict:  # a second message in flight from src
+            slot = inflight[src] = {slot.dst: slot}
+        dst = env.dst
+        chan = slot.get(dst)
+        if chan is None:
+            if t <= kernel.now:
+                self.p2p.arrived(env)
+                return
+            slot[dst] = env
+        elif isinstance(chan, _Deque):
+            if chan[-1].time > t:
+                t = chan[-1].time
+                env = retimed(env, t)
+            chan.append(env)
+        else:  # a second message on this channel: now a queue
+            if chan.time > t:
+                t = chan.time
+                env = retimed(env, t)
+            slot[dst] = _Deque((chan, env))
+        kernel.schedule(t, self.arrive_key, env)
+
+    def arrive(self, env: Envelope) -> None:
+        """A message's arrival time came: match the head of its channel (``env``, or one sent before it)."""
+        src = env.src
+        inflight = self._inflight
+        slot = inflight[src]
+        if type(slot) is not dict:  # the only message in flight from src: env itself
+            inflight[src] = None
+            self.p2p.arrived(slot)
+            return
+        dst = env.dst
+        chan = slot[dst]
+        if isinstance(chan, _Deque):
+            head = chan.popleft()
+            if len(chan) == 1:
+                slot[dst] = chan[0]
+        else:
+            head = chan
+            del slot[dst]
+            if not slot:
+                inflight[src] = None
+        self.p2p.arrived(head)
+
+
+class LocalDelivery(Delivery):
+    """Every rank in this process: envelopes go from the charge straight to their channels."""
+
+    def bind(self, p2p: P2P) -> None:
+        super().bind(p2p)
+        self.channels = Channels(p2p)
+        self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
+
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        return {arg.src, arg.dst} if fn == self.data_arrived else self.channels.owner(fn, arg)
+
+    def send(self, env: Envelope) -> None:
+        """Hand an eager message or a request to send over (in process: to ``deliver`` itself)."""
+        p2p = self.p2p
+        if p2p.in_process:
+            self.deliver(env)  # a native call, where the transport's send would be a Python one
+        else:
+            p2p.transport.send(env)
+
+    def deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
+        touched = self.kernel.touched
+        if touched is not None:  # exploring: both ends' queues and ports are touched (the RNG too: -1)
+            touched.add(env.src)
+            touched.add(env.dst)
+            if self.p2p.noisy:
+                touched.add(-1)
+        kind = env.kind
+        if kind == EAGER or kind == RTS:
+            self.channels.enter(env)
+        elif kind == CTS:
+            self.clear_to_send(env)
+        elif kind == DATA:
+            self.kernel.schedule(env.time, self.data_key, env)
+        elif kind == ACK:
+            req = self.p2p.sync_sends.pop((env.dst, env.msg_id))
+            self.kernel.schedule(env.time, finish_request, req)
+
+    def clear_to_send(self, env: Envelope) -> None:
+        """The receiver matched a request to send: send its data, charged from ``transfer_start``."""
+        p2p = self.p2p
+        sender, receiver = env.dst, env.src
+        req, buffers, header, posted = p2p.rdv_sends.pop((sender, env.msg_id))
+        nbytes = env.nbytes
+        match_time = transfer_start(posted, env)
+        # the send completes when its data has been copied out at the receiver (data_arrived):
+        # the DATA envelope references the sender's own arrays
+        p2p.rdv_landing[(sender, env.msg_id)] = req
+        if p2p.book_later:  # charged with this instant's other transfers (Rule 4)
+            p2p.rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                            nbytes, match_time, header, buffers, False, b"",
+                                            serial_of(req)))
+            return
+        arrive = env.time if p2p.zero_latency else max(env.time, p2p.arrival(
+            sender, receiver, nbytes, match_time))
+        p2p.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
+                                    nbytes, arrive, header, buffers))
+
+    def data_arrived(self, env: Envelope) -> None:
+        """A rendezvous transfer's data arrived: complete the receive (copying out), then the send."""
+        p2p = self.p2p
+        key = (env.src, env.msg_id)
+        p2p.complete_recv(p2p.rdv_recvs.pop(key), env, True, -1)
+        p2p.rdv_landing.pop(key)._finish()
+
+    # ---- charging an instant's messages (Rule 4) ----
+
+    def book(self) -> bool:
+        """Charge and send the messages of the instant that just ended; False when there are none.
+
+        The kernel calls it (through ``P2P.end_instant``) once no event is
+        left at ``now``. Eager messages and RTS envelopes go first; the
+        rendezvous transfers cleared to send at ``now`` follow once those have
+        settled (an RTS delivered here may be matched at once). Each send port
+        takes its messages in posting order and each receive port in the order
+        they reach it (``charge``), whatever order the instant's events ran
+        in; then each source's messages are delivered in posting order, so
+        channels stay FIFO.
+        """
+        p2p = self.p2p
+        items = p2p.bookings
+        if items:
+            p2p.bookings = []
+            if len(items) == 1:  # the common case in chains of dependent steps: one message
+                b = items[0]
+                if b.kind != RTS:
+                    b.time = p2p.arrival(b.src, b.dst, b.nbytes, b.time)
+                self.send(b.envelope())
+                return True
+            if len(items) * 4 >= p2p.world_size and self._book_round(items):
+                return True
+            self.charge(items, by_source)
+            for b in items:
+                self.send(b.envelope())
+            return True
+        items = p2p.rdv_bookings
+        if not items:
+            return False
+        p2p.rdv_bookings = []
+        self.charge(items, by_source_and_id)
+        send = p2p.transport.send
+        now = self.kernel.now
+        for b in items:
+            if b.time < now:  # charged from before the match: never lands before it (Rule 5)
+                b.time = now
+            send(b.envelope())
+        return True
+
+    def _book_round(self, items: list[Booking]) -> bool:
+        """``book`` for a collective's round, in one pass; False (nothing done) unless it is one.
+
+        A round is an instant in which each rank sends at most one message and
+        receives at most one: no two messages share a port, so each is charged
+        on its own (``transfer``), and the envelopes leave in source order, as
+        ``charge`` and ``book`` would send them. At a million ranks every
+        pass over a round's bookings misses the cache; this makes one.
+        """
+        p2p = self.p2p
+        world_size = p2p.world_size
+        by_source: list[Booking | None] = [None] * world_size
+        receiving = [False] * world_size
+        for b in items:
+            src = b.src
+            dst = b.dst
+            if by_source[src] is not None or receiving[dst]:
+                return False
+            by_source[src] = b
+            receiving[dst] = True
+        for booked in by_source:
+            if booked is not None:
+                if booked.kind != RTS:
+                    booked.time = p2p.arrival(booked.src, booked.dst, booked.nbytes, booked.time)
+                self.send(booked.envelope())
+        return True
+
+    def charge(self, items: list[Booking], posting: Callable[[Booking], Any]) -> None:
+        """Turn each item's time (when it was posted) into its arrival; sort ``items`` by ``posting``.
+
+        Send sides first, in posting order (``posting`` sorts by source and
+        task serial, then by message id; a stable sort keeps the order items
+        were added in), then receive sides by ``(wire, source, serial, message
+        id)``. One item, or one per receive port: one ``transfer`` each, which
+        equals the two halves bit for bit.
+        """
+        p2p = self.p2p
+        if len(items) == 1:
+            b = items[0]
+            if b.kind != RTS:
+                b.time = p2p.arrival(b.src, b.dst, b.nbytes, b.time)
+            return
+        if posting is by_source:
+            sort_by_source(items, p2p.world_size)
+        else:
+            items.sort(key=posting)
+        if len({b.dst for b in items}) == len(items):  # one message per receive port
+            for b in items:
+                if b.kind != RTS:
+                    b.time = p2p.arrival(b.src, b.dst, b.nbytes, b.time)
+            return
+        send_side = p2p.ports.send_side
+        for b in items:
+            if b.kind != RTS:
+                b.time = send_side(b.src, b.dst, b.nbytes, b.time)[1]
+        recv_side = p2p.ports.recv_side
+        for b in sorted(items, key=by_arrival):
+            if b.kind != RTS:
+                b.time = recv_side(b.src, b.dst, b.nbytes, b.time)
