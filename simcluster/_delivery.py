@@ -121,17 +121,20 @@ class LocalDelivery(Delivery):
         super().bind(p2p)
         self.channels = Channels(p2p)
         self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
+        # envelopes are handed over as objects: this strategy puts its own on their channels
+        self.in_process = p2p.in_process
 
     def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         return {arg.src, arg.dst} if fn == self.data_arrived else self.channels.owner(fn, arg)
 
     def send(self, env: Envelope) -> None:
-        """Hand an eager message or a request to send over (in process: to ``deliver`` itself)."""
-        p2p = self.p2p
-        if p2p.in_process:
-            self.deliver(env)  # a native call, where the transport's send would be a Python one
-        else:
-            p2p.transport.send(env)
+        """Hand an eager message or a request to send over (in process: straight to its channel)."""
+        if not self.in_process:
+            self.p2p.transport.send(env)
+        elif self.kernel.touched is None:
+            self.channels.enter(env)  # a native call, where the transport's send would be a Python one
+        else:  # exploring: deliver notes the ranks it touches
+            self.deliver(env)
 
     def deliver(self, env: Envelope) -> None:
         """Take an envelope from the transport (the transport's ``deliver`` callback)."""
