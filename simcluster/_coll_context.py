@@ -15,7 +15,7 @@ from .transports import wire
 
 if TYPE_CHECKING:
     from .comm import Comm
-    from ._diagnostics import CollectiveInfo
+    from .engine.diagnostics import CollectiveInfo
     from .latency import LatencyModel
 
 A = TypeVar("A")

@@ -4,7 +4,7 @@
 ``RunConfig``; a bad one raises ``UsageError`` (``UsageTypeError`` for a
 value of the wrong type) naming the keyword and the fix, before anything
 runs. The same ``RunConfig`` drives the in-process runner (``runner``) and,
-pickled once, every hosting process of a shm or tcp run (``_hosting``), so
+pickled once, every hosting process of a shm or tcp run (``hosting.host``), so
 both sides read one set of settings.
 
 ``build_world`` makes what a configuration describes: the engine, the world
@@ -12,8 +12,8 @@ communicator and one task per rank, every rank started. The runner builds
 the whole world on an ``Engine``; a hosting process builds its block of
 ranks on a ``HostedEngine``.
 
-Rule: this module imports nothing that imports ``runner``, ``_coordinator``
-or ``_hosting``; they import it (``tests/test_layers.py`` checks that the
+Rule: this module imports nothing that imports ``runner``, ``hosting.coordinator``
+or ``hosting.host``; they import it (``tests/test_layers.py`` checks that the
 package's imports form no cycle).
 """
 
@@ -33,12 +33,12 @@ from typing import Any, Final, Literal
 from simcluster.transports.base import Transport
 from simcluster.transports.memory import MemoryTransport
 
-from . import _schedule, _sync
+from .engine import schedule as _schedule, sync as _sync
 from . import latency as _latency
 from .collectives import check_algorithms
 from .comm import Group
-from ._settings import EngineSettings
-from .engine import Engine, Task
+from .engine.settings import EngineSettings
+from .engine.assembly import Engine, Task
 from .errors import UsageError, UsageTypeError
 from .trace import Trace
 
@@ -50,7 +50,7 @@ Fidelity = Literal["message", "analytic"]
 Serializer = Literal["msgpack", "pickle"]
 
 SECRET_ENV: Final = "SIMCLUSTER_SECRET"
-"""The shared secret of a multi-node run (``_coordinator``); pickle across hosts requires it."""
+"""The shared secret of a multi-node run (``hosting.coordinator``); pickle across hosts requires it."""
 
 _TRANSPORTS: dict[str, str] = {  # name -> "module:class", imported when a run asks for it
     "memory": "simcluster.transports.memory:MemoryTransport",
@@ -114,7 +114,7 @@ class RunConfig:
 
     @property
     def multiprocess(self) -> bool:
-        """Whether hosting processes run the ranks (shm and tcp: ``_coordinator``)."""
+        """Whether hosting processes run the ranks (shm and tcp: ``hosting.coordinator``)."""
         return is_multiprocess(self.transport)
 
     def block(self, proc: int) -> tuple[int, int]:
@@ -203,7 +203,7 @@ def configure(
         raise _usage(exc) from None
     secret, shares = None, ""
     if transport == "mpi":  # hosted by the processes of an mpiexec job (_mpi_job)
-        from . import _mpi_job
+        from .hosting import mpi_job as _mpi_job
         from simcluster.transports.mpi import MpiTransport
         placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
         if placement is None or placement.nnodes == 1 or placement.shares == "receive":
@@ -517,8 +517,8 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
         engine = Engine(w, transport or config.transport, ports, settings, trace)
     else:
         lo, hi = block
-        from ._hosted_engine import HostedEngine  # only hosting processes need these
-        from ._hosted_views import HostTrace as _HostTrace
+        from .hosting.hosted_engine import HostedEngine  # only hosting processes need these
+        from .hosting.views import HostTrace as _HostTrace
         from simcluster.transports.tcp import TcpTransport
         if not isinstance(transport, TcpTransport):
             raise TypeError(f"build_world(block={block!r}): a hosting process needs its own "

@@ -1,6 +1,6 @@
 """What ``comm.send(...)`` and ``comm.recv(...)`` return under ``checks="off"``: compiled awaitables.
 
-Under strict checks both calls return coroutines, so that ``_awaits`` can
+Under strict checks both calls return coroutines, so that ``engine.awaits`` can
 catch one that is never awaited. A coroutine costs an interpreted frame per
 call, and with the call's own checks that was 40% of a small-message round
 trip. Under ``checks="off"`` ``Comm`` returns a ``Send`` or a ``Recv``

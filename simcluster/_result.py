@@ -1,7 +1,7 @@
 """What a run returns: ``RunResult`` (the per-rank values, with times and counts) and ``Stats``.
 
 A leaf of the package: the in-process runner (``runner``) and the
-coordinator of a multi-process run (``_coordinator``) both build these, and
+coordinator of a multi-process run (``hosting.coordinator``) both build these, and
 ``simcluster`` re-exports them, so they live apart from either.
 """
 

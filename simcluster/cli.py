@@ -150,7 +150,8 @@ class _Progress:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from . import _mpi_job, errors, latency, runner
+    from .hosting import mpi_job as _mpi_job
+    from . import errors, latency, runner
 
     try:
         model = latency.parse(args.latency)

@@ -18,8 +18,9 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
-from . import _awaits, _p2p_calls
-from ._kernel import CollectiveCall, current_task
+from .engine import awaits as _awaits
+from . import _p2p_calls
+from .engine.kernel import CollectiveCall, current_task
 from ._coll_context import TAG_UB as TAG_UB, CollContext as CollContext  # compiled (its own module)
 from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG
@@ -27,7 +28,7 @@ from .payload import check_buffer
 from .request import Request, Status
 
 if TYPE_CHECKING:
-    from .engine import Engine, Task
+    from .engine.assembly import Engine, Task
     from .latency import LatencyModel
 
 A = TypeVar("A")
@@ -490,7 +491,7 @@ class Comm(CollectiveMethods):
         every member must pass alike, None where nothing is compared, ``op``: a
         user op's definition) is compared with that of the first member that
         entered the same call; a difference raises CollectiveMismatchError here,
-        at the call (``_coll_check``). ``forced``: the algorithm was asked for.
+        at the call (``engine.coll_check``). ``forced``: the algorithm was asked for.
         """
         self._coll_seq = seq = self._coll_seq + 1
         self._group.check.enter(self, seq, (call, algorithm, payload, op), forced)
@@ -549,7 +550,7 @@ class Comm(CollectiveMethods):
 
 class _StrictComm(Comm):
     """``Comm`` in ``checks="strict"`` runs: a blocking call made by user code notes its
-    coroutine, so that one never awaited fails its rank (``_awaits``); under
+    coroutine, so that one never awaited fails its rank (``engine.awaits``); under
     ``checks="off"`` ranks get ``Comm`` itself and pay nothing."""
 
     __slots__ = ()

@@ -50,10 +50,10 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
-from . import _awaits
+from .engine import awaits as _awaits
 from .comm import Comm
 from .comm import current_comm
-from .engine import current_task
+from .engine.assembly import current_task
 from .matching import ANY_SOURCE
 from .ops import ReduceOp as ReduceOp
 from .request import Request, wait_any
@@ -181,7 +181,7 @@ def _noted(comm: Comm, coro: Coroutine[Any, Any, T], name: str, **shown: object)
     """Return ``coro``; in strict runs, note it, so that one never awaited fails its rank.
 
     torch users write ``dist.all_reduce(t)`` without ``await``; the error then
-    names ``dist.<name>(shown arguments)`` and the user's line (``_awaits``).
+    names ``dist.<name>(shown arguments)`` and the user's line (``engine.awaits``).
     """
     kernel = comm._kernel
     if kernel.strict:

@@ -43,7 +43,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import ClassVar, Final, NoReturn, cast
 
-from ._ports import NativePorts, _AlphaBetaPorts, _ConstantPorts, _LogGPPorts, _ZeroPorts
+from .engine.ports import NativePorts, _AlphaBetaPorts, _ConstantPorts, _LogGPPorts, _ZeroPorts
 
 __all__ = [
     "BANDWIDTH_UNITS",

@@ -6,7 +6,7 @@ status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
 
 - Each rank runs the script's code as ``__main__`` in a module of its own,
   with its own ``sys.argv``; ``sys.modules["__main__"]``, ``sys.argv`` and
-  ``sys.stdin`` are swapped in each time the rank resumes (``_sync.on_switch``).
+  ``sys.stdin`` are swapped in each time the rank resumes (``engine.sync.on_switch``).
   Modules of the user's own that the script imports (files outside the
   standard library and installed packages) are imported by each rank for
   itself and swapped in with ``__main__``, as each process of an MPI job has
@@ -155,7 +155,8 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
 
     ``optional`` names the options passed on only when given.
     """
-    from . import _sync, latency
+    from .engine import sync as _sync
+    from . import latency
 
     try:
         model = latency.parse(args.latency)
@@ -218,7 +219,7 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
 
 def _mpi_world() -> Any:
     """The real ``MPI.COMM_WORLD``, imported before the script's ``mpi4py`` is redirected; None if absent."""
-    from . import _mpi_job
+    from .hosting import mpi_job as _mpi_job
     from .errors import UsageError
 
     try:
@@ -303,7 +304,7 @@ def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
 
     Module-level, so that hosting processes (shm/tcp) import it by name.
     """
-    from . import _sync
+    from .engine import sync as _sync
 
     session = _Session.current(spec)
     task = _sync.current()
@@ -512,7 +513,7 @@ class _Session:
         if session is not None and session.pid == os.getpid():
             return session
         # a hosting process: set up once, for good (the process ends with the run)
-        from . import _sync
+        from .engine import sync as _sync
 
         task = _sync.current()
         assert task is not None
@@ -651,7 +652,7 @@ class _Session:
 
     def start_rank(self, task: Any) -> _RankState:
         """From a new rank: make its state and have it swapped in whenever the rank resumes."""
-        from . import _sync
+        from .engine import sync as _sync
 
         state = self.rank_state(task)
         _sync.on_switch(state.enter, state.leave)
@@ -708,7 +709,7 @@ class _Session:
         It comes out before the ranks' lines of that time and never takes a
         ``--prepend-rank`` prefix.
         """
-        from . import _sync
+        from .engine import sync as _sync
 
         task = _sync.current()
         now: float = 0.0 if task is None else task.comm.now
@@ -826,7 +827,7 @@ class _Stream(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        from . import _sync
+        from .engine import sync as _sync
 
         task = _sync.current()
         state = None if task is None else self._session.states.get(task.rank)

@@ -11,7 +11,7 @@ an ``asyncio.gather`` of simcluster calls inside a rank is refused with a clear
 error, because asyncio would drive those coroutines, not the simulator.
 Rule 3: ``wait()``, ``wait_all``, ``wait_any`` and ``wait_some`` check their
 arguments at the call and return a coroutine that strict runs note
-(``_awaits``): a wait that is never awaited fails its rank, naming the call.
+(``engine.awaits``): a wait that is never awaited fails its rank, naming the call.
 """
 
 from __future__ import annotations
@@ -21,19 +21,19 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
-    from ._kernel import Kernel, Task
+    from .engine.kernel import Kernel, Task
 
 T = TypeVar("T")
 
-from . import _waits
-from ._waits import CANCELLED as CANCELLED
-from ._waits import DONE as DONE
-from ._waits import PENDING as PENDING
-from ._waits import test_all as test_all
-from ._waits import test_any as test_any
-from ._waits import wait_all as wait_all
-from ._waits import wait_any as wait_any
-from ._waits import wait_some as wait_some
+from .engine import waits as _waits
+from .engine.waits import CANCELLED as CANCELLED
+from .engine.waits import DONE as DONE
+from .engine.waits import PENDING as PENDING
+from .engine.waits import test_all as test_all
+from .engine.waits import test_any as test_any
+from .engine.waits import wait_all as wait_all
+from .engine.waits import wait_any as wait_any
+from .engine.waits import wait_some as wait_some
 _STATE_NAMES = ("pending", "done", "cancelled")
 
 SPIN_LIMIT = 1_000_000
@@ -166,7 +166,7 @@ class Request(Generic[T]):
         coro = _waits.wait_one(self)
         engine = self._kernel
         if engine.strict:
-            from . import _awaits
+            from .engine import awaits as _awaits
 
             _awaits.note(engine, coro, "Request.wait")
         return coro

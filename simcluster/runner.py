@@ -5,7 +5,7 @@
 their keywords up front (``_config.configure``: a bad one is a
 ``UsageError``), build the world (``_config.build_world``: the engine, the
 world communicator, one task per rank; on shm and tcp the hosting processes
-of ``_coordinator`` build theirs), drive it, and turn whatever stopped the
+of ``hosting.coordinator`` build theirs), drive it, and turn whatever stopped the
 run into one clear exception: ``RankError`` (a rank raised),
 ``DeadlockError``, ``RunTimeoutError``. ``RunResult`` and ``Stats`` live in
 ``_result`` and are re-exported here.
@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _gc
+from .engine import gc as _gc
 from ._config import Checks as Checks
 from ._config import Fidelity as Fidelity
 from ._config import Serializer as Serializer
@@ -28,7 +28,7 @@ from ._config import TransportName as TransportName
 from ._config import RunConfig, World, build_world, check_names, configure
 from ._result import RunResult as RunResult
 from ._result import Stats as Stats
-from .engine import Engine
+from .engine.assembly import Engine
 from .errors import RankError, SimclusterError, SimclusterWarning
 from .trace import format_seconds
 
@@ -93,7 +93,7 @@ async def _launch(fn: Callable[..., Any], world_size: int, *,
     # _progress(finished, world_size, now) about ten times a wall second.
     config = configure(fn, world_size, **keywords)
     if config.shares:  # an MPI job with processes that host no rank: process 0 hands the outcome on
-        from . import _mpi_job
+        from .hosting import mpi_job as _mpi_job
         return await _mpi_job.shared(config.shares, lambda: _run(fn, config, _progress, _stood))  # type: ignore[no-any-return]
     return await _run(fn, config, _progress, _stood)
 
@@ -103,7 +103,7 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
                stood: _Stood | None = None) -> RunResult:
     wall_start = _time.perf_counter()
     if config.multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
-        from . import _coordinator
+        from .hosting import coordinator as _coordinator
 
         if stood is None:
             return await _coordinator.launch(fn, config, _progress)

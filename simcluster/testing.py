@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import _schedule
+from .engine import schedule as _schedule
 from . import latency as _latency
 from .errors import RankError, SimclusterError, SimclusterWarning, UsageError, UsageTypeError
 from .runner import RunResult, run

@@ -5,7 +5,7 @@ as ``__main__`` with its own globals and ``sys.argv``, output in virtual-time
 order, the exit status from ``sys.exit`` and errors, deadlock reports naming
 the script's lines); this module adds what torchrun gives its workers:
 
-- Each rank runs on a thread of its own (``_sync.ThreadRank``: torch keeps
+- Each rank runs on a thread of its own (``engine.sync.ThreadRank``: torch keeps
   per-process state in C++ thread-locals) inside one
   ``simcluster.torch._session.Session``, which swaps that rank's c10d globals
   and environment in whenever it resumes. The launcher's own per-rank state
@@ -285,7 +285,7 @@ class _TorchrunSession(mpirun._Session):
                 self.torch_session = None
 
     def start_rank(self, task: Any) -> mpirun._RankState:
-        from . import _sync
+        from .engine import sync as _sync
 
         state = self.rank_state(task)
         self.torch_session.start_rank()  # swaps the rank's c10d globals and environment in

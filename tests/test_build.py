@@ -73,10 +73,10 @@ def test_the_switch_chooses_the_interpreted_build_whatever_is_installed(tmp_path
 
 def test_an_edited_source_is_run_interpreted_and_named(tmp_path: Path) -> None:
     package = _fake_package(tmp_path)
-    with open(package / "_kernel.py", "a") as f:
+    with open(package / "engine" / "kernel.py", "a") as f:
         f.write("x = 1\n")
     build = _build.decide(package, {})
-    assert not build.compiled and build.reason == "_kernel.py changed since it was compiled"
+    assert not build.compiled and build.reason == "engine/kernel.py changed since it was compiled"
 
 
 def test_an_edit_to_a_module_the_compiled_ones_import_makes_the_build_stale(tmp_path: Path) -> None:
@@ -104,20 +104,20 @@ def test_modules_compiled_for_another_python_run_interpreted(tmp_path: Path) -> 
 
 
 def test_the_build_key_changes_with_every_input() -> None:
-    sources = {"_kernel.py": "a", "transports/base.py": "b"}
+    sources = {"engine/kernel.py": "a", "transports/base.py": "b"}
     key = _build_manifest.build_key("mypyc 1", SUFFIX, sources, "s")
     assert key == _build_manifest.build_key("mypyc 1", SUFFIX, dict(reversed(sources.items())), "s")
     assert len({key, _build_manifest.build_key("mypyc 2", SUFFIX, sources, "s"),
                 _build_manifest.build_key("mypyc 1", ".other.so", sources, "s"),
                 _build_manifest.build_key("mypyc 1", SUFFIX, {**sources, "x.py": "c"}, "s"),
-                _build_manifest.build_key("mypyc 1", SUFFIX, {**sources, "_kernel.py": "z"}, "s"),
+                _build_manifest.build_key("mypyc 1", SUFFIX, {**sources, "engine/kernel.py": "z"}, "s"),
                 _build_manifest.build_key("mypyc 1", SUFFIX, sources, "t")}) == 6
 
 
 @needs_compiled
 def test_the_installed_record_covers_every_source_of_the_package() -> None:
     record = json.loads((PACKAGE / _build_manifest.RECORD).read_text())
-    assert set(record["sources"]) >= {"_kernel.py", "transports/base.py", "comm.py", "MPI/_comm.py"}
+    assert set(record["sources"]) >= {"engine/kernel.py", "transports/base.py", "comm.py", "MPI/_comm.py"}
 
 
 def test_an_install_that_compiled_nothing_runs_interpreted(tmp_path: Path) -> None:
@@ -181,19 +181,16 @@ def test_an_edited_source_is_never_shadowed_by_its_stale_extension(tmp_path: Pat
 
 def test_an_install_without_the_compiled_build_says_so_once_and_how_to_get_it(tmp_path: Path) -> None:
     package = _copy_package(tmp_path)
-    for path in package.iterdir():
+    for path in package.rglob("*"):
         if path.name.endswith(SUFFIX) or path.name == _build_manifest.RECORD:
-            path.unlink()
-    for path in (package / "transports").iterdir():
-        if path.name.endswith(SUFFIX):
             path.unlink()
     code = ("import simcluster, simcluster.dist, simcluster.MPI\n"
             "async def main(comm):\n"
             "    return await comm.all_reduce(comm.rank)\n"
-            "print(simcluster._kernel.__file__, list(simcluster.run(main, 3)))")
+            "print(simcluster.engine.kernel.__file__, list(simcluster.run(main, 3)))")
     run = _python(code, pure=False, path=package.parent, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split(" ", 1) == [str(package / "_kernel.py"), "[3, 3, 3]\n"]
+    assert run.stdout.split(" ", 1) == [str(package / "engine" / "kernel.py"), "[3, 3, 3]\n"]
     assert run.stderr.count("simcluster runs interpreted") == 1, run.stderr
     assert "compiled nothing" in run.stderr and "C compiler" in run.stderr
 
@@ -282,7 +279,7 @@ def test_cprofile_sees_the_users_rank_function(pure: bool) -> None:
 
 def test_a_rebuild_finds_the_extensions_of_modules_it_no_longer_compiles(tmp_path: Path) -> None:
     suffix = ".cpython-311-x86_64-linux-gnu.so"
-    for module in ("_kernel", "transports/wire", "collectives/barrier", "collectives/_methods", "comm"):
+    for module in ("engine/kernel", "transports/wire", "collectives/barrier", "collectives/_methods", "comm"):
         (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f"{module}{suffix}").write_bytes(b"")
     (tmp_path / f"_native__mypyc{suffix}").write_bytes(b"")

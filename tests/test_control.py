@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from simcluster import _control as C
-from simcluster import _remote
-from simcluster._coll_check import SignatureRecord
+from simcluster.hosting import control as C
+from simcluster.hosting import remote as _remote
+from simcluster.engine.coll_check import SignatureRecord
 from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import simcluster as sc
-from simcluster import _remote, cli, errors
+from simcluster.hosting import remote as _remote
+from simcluster import cli, errors
 from simcluster import testing as sctest
 
 

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simcluster as sc
-from simcluster import _protocol
-from simcluster._kernel import READY, Task
-from simcluster._delivery import LocalDelivery
-from simcluster.engine import Engine
-from simcluster._ports import NativePorts
+from simcluster.engine import protocol as _protocol
+from simcluster.engine.kernel import READY, Task
+from simcluster.engine.delivery import LocalDelivery
+from simcluster.engine.assembly import Engine
+from simcluster.engine.ports import NativePorts
 from simcluster.latency import AlphaBeta, Constant, Hierarchical, Jitter, LatencyModel, LogGP, Ports
 from simcluster.matching import ANY_SOURCE, ANY_TAG, MatchQueue
 from simcluster.request import PENDING, Request, Status, make_status

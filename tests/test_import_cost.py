@@ -16,8 +16,8 @@ import pytest
 CORE_LIMIT = 50  # modules of simcluster that `import simcluster` may load
 
 LATER = ("simcluster.MPI", "simcluster.transports.tcp", "simcluster.transports.shm",
-         "simcluster.transports.mpi", "simcluster._hosted_engine", "simcluster._hosting",
-         "simcluster._coordinator", "simcluster._mpi_job", "simcluster.torch", "simcluster.mpirun",
+         "simcluster.transports.mpi", "simcluster.hosting.hosted_engine", "simcluster.hosting.host",
+         "simcluster.hosting.coordinator", "simcluster.hosting.mpi_job", "simcluster.torch", "simcluster.mpirun",
          "simcluster.torchrun", "simcluster.cli", "simcluster.bench")
 
 

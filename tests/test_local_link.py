@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import simcluster as sc
-from simcluster._local_link import LocalLink
+from simcluster.hosting.local_link import LocalLink
 from simcluster.transports.base import Envelope
 
 

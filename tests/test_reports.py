@@ -215,7 +215,7 @@ def test_a_long_wait_for_cycle_shows_its_ends() -> None:
 
 
 def test_a_report_groups_ranks_by_place_and_counts_the_places_beyond_its_limit() -> None:
-    from simcluster._diagnostics import summarise
+    from simcluster.engine.diagnostics import summarise
 
     few = [(r, f"rank {r} waiting in recv(src={r + 1}) at a.py:{r}") for r in range(16)]
     assert summarise(few) == ["  " + line for _, line in few]  # few ranks: a line each

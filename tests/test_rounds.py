@@ -1,4 +1,4 @@
-"""The rounds of a multi-process run, as every hosting process decides them (``_rounds``).
+"""The rounds of a multi-process run, as every hosting process decides them (``hosting.rounds``).
 
 Every process applies the same rules to the same reports, so these tests
 drive ``Rounds`` by hand with the reports a run would make and check the
@@ -7,9 +7,9 @@ plan and the verdict every process reaches alike.
 
 from __future__ import annotations
 
-from simcluster import _control as C
-from simcluster import _remote
-from simcluster._rounds import Rounds, window_end
+from simcluster.hosting import control as C
+from simcluster.hosting import remote as _remote
+from simcluster.hosting.rounds import Rounds, window_end
 
 
 def _report(time: float, sent: list[int], *, next: float | None, unfinished: int = 1,

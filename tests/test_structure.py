@@ -109,9 +109,9 @@ def _strong_components(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-ENGINE_PARTS = (("_kernel.py", "Kernel"), ("_protocol.py", "P2P"), ("_delivery.py", "LocalDelivery"),
-                ("_hosted_engine.py", "HostedDelivery"), ("_diagnostics.py", "Diagnostics"),
-                ("engine.py", "Engine"), ("_hosted_engine.py", "HostedEngine"))
+ENGINE_PARTS = (("engine/kernel.py", "Kernel"), ("engine/protocol.py", "P2P"), ("engine/delivery.py", "LocalDelivery"),
+                ("hosting/hosted_engine.py", "HostedDelivery"), ("engine/diagnostics.py", "Diagnostics"),
+                ("engine/assembly.py", "Engine"), ("hosting/hosted_engine.py", "HostedEngine"))
 """The engine's parts: each class, by source file."""
 
 
@@ -173,14 +173,14 @@ def _engine_reads(tree: ast.Module, cls: str) -> set[str]:
 
 
 def test_diagnostics_read_the_engine_only_through_their_declared_seam() -> None:
-    tree = ast.parse((PACKAGE / "_diagnostics.py").read_text(encoding="utf-8"))
+    tree = ast.parse((PACKAGE / "engine/diagnostics.py").read_text(encoding="utf-8"))
     declared = _declared(tree, "Inspected")
     reads = _engine_reads(tree, "Diagnostics")
     assert reads and reads <= declared, f"read but not declared in Inspected: {reads - declared}"
 
 
 def test_the_kernel_asks_its_reports_only_what_it_declares() -> None:
-    tree = ast.parse((PACKAGE / "_kernel.py").read_text(encoding="utf-8"))
+    tree = ast.parse((PACKAGE / "engine/kernel.py").read_text(encoding="utf-8"))
     declared = _declared(tree, "Reports")
     asked = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
              and isinstance(node.value, ast.Attribute) and node.value.attr == "reports"}
@@ -192,13 +192,13 @@ def _bases(file: str, name: str) -> list[str]:
 
 
 def test_the_engine_is_composed_of_its_parts_not_a_chain_of_subclasses() -> None:
-    assert _bases("_kernel.py", "Kernel") == []
-    assert _bases("_protocol.py", "P2P") == ["Layer"]  # the kernel's seam, not the kernel
-    assert _bases("engine.py", "Engine") == []
-    assert _bases("_delivery.py", "LocalDelivery") == ["Delivery"]
-    assert _bases("_hosted_engine.py", "HostedDelivery") == ["Delivery"]
+    assert _bases("engine/kernel.py", "Kernel") == []
+    assert _bases("engine/protocol.py", "P2P") == ["Layer"]  # the kernel's seam, not the kernel
+    assert _bases("engine/assembly.py", "Engine") == []
+    assert _bases("engine/delivery.py", "LocalDelivery") == ["Delivery"]
+    assert _bases("hosting/hosted_engine.py", "HostedDelivery") == ["Delivery"]
     # the hosted engine is the engine made with the hosted delivery: it overrides no step
-    hosted = _methods(_class("_hosted_engine.py", "HostedEngine"))
+    hosted = _methods(_class("hosting/hosted_engine.py", "HostedEngine"))
     assert hosted <= {"__init__", "call_check", "phase", "blocked_split", "timeout_lines"}, hosted
 
 
@@ -216,20 +216,20 @@ def _calls_on(tree: ast.AST, holder: str) -> set[str]:
 
 
 def test_the_kernel_calls_the_layer_above_only_through_layer() -> None:
-    declared = _methods(_class("_kernel.py", "Layer"))
-    called = _calls_on(_class("_kernel.py", "Kernel"), "layer")
+    declared = _methods(_class("engine/kernel.py", "Layer"))
+    called = _calls_on(_class("engine/kernel.py", "Kernel"), "layer")
     assert called and called <= declared, f"called but not declared in Layer: {called - declared}"
 
 
 def test_the_protocol_calls_its_delivery_only_through_delivery() -> None:
-    declared = _methods(_class("_protocol.py", "Delivery"))
-    called = _calls_on(_class("_protocol.py", "P2P"), "delivery")
+    declared = _methods(_class("engine/protocol.py", "Delivery"))
+    called = _calls_on(_class("engine/protocol.py", "P2P"), "delivery")
     assert called and called <= declared, f"called but not declared in Delivery: {called - declared}"
 
 
 def test_the_deliveries_use_nothing_private_of_the_protocol_or_the_kernel() -> None:
-    for file, name in (("_delivery.py", "Channels"), ("_delivery.py", "LocalDelivery"),
-                       ("_hosted_engine.py", "HostedDelivery"), ("_hosted_engine.py", "HostedEngine")):
+    for file, name in (("engine/delivery.py", "Channels"), ("engine/delivery.py", "LocalDelivery"),
+                       ("hosting/hosted_engine.py", "HostedDelivery"), ("hosting/hosted_engine.py", "HostedEngine")):
         cls = _class(file, name)
         used = _calls_on(cls, "p2p") | _calls_on(cls, "kernel")
         assert used, name

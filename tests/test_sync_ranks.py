@@ -1,7 +1,7 @@
 """Synchronous ranks: plain functions on stacks of their own, on the engine async ranks use.
 
 These tests reach the rank's world ``Comm`` directly (``engine.current_task().comm``)
-and block on it with ``_sync.block``, so they test the stack mechanism itself;
+and block on it with ``engine.sync.block``, so they test the stack mechanism itself;
 ``tests/mpi`` tests the same ranks through ``simcluster.MPI``.
 """
 
@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster import _config, _sync
-from simcluster.engine import current_task
+from simcluster import _config
+from simcluster.engine import sync as _sync
+from simcluster.engine.assembly import current_task
 
 STACKS = ["greenlet", "thread"]
 AB = sc.latency.AlphaBeta(1e-6, 1e-9)

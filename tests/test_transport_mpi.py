@@ -198,6 +198,7 @@ def test_simcluster_run_takes_transport_mpi_under_mpiexec(tmp_path: Path) -> Non
 
 
 @needs_mpi
+@pytest.mark.timeout(900)  # a whole suite per process: 85 s on an idle 2-core machine, twice that loaded
 @pytest.mark.parametrize("procs", [2, 3])
 def test_the_conformance_suite_passes_on_every_process_of_an_mpi_job(procs: int, tmp_path: Path) -> None:
     # every process runs the same tests; tests/conftest.py keeps only the "mpi" column there

@@ -2,7 +2,7 @@
 
 Each MPI process hosts a contiguous block of the virtual ranks, as a node of
 a multi-node tcp run does: MPI starts the processes and places them on the
-machines, and ``simcluster._mpi_job`` hands this transport the communicator
+machines, and ``simcluster.hosting.mpi_job`` hands this transport the communicator
 of the processes that host ranks (``use``). The envelopes and every round's
 numbers then travel as MPI messages: at the end of a round each process
 sends every other one its frames (arrays as raw bytes, never pickled) and

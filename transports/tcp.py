@@ -4,7 +4,7 @@ Owns the byte streams between hosting processes and nothing else: who talks
 to whom, the secret proven at connect, and the exchange that ends each round
 (``exchange``: every frame queued since the last one, then a mark, to each
 other process, read back with ``wire.FrameDecoder``). It knows nothing of
-virtual time or matching; the hosting loop (``simcluster._hosting``) decides
+virtual time or matching; the hosting loop (``simcluster.hosting.host``) decides
 when envelopes are delivered. asyncio makes the connections; the rounds then
 read and write the sockets themselves, with ``poll``.
 
@@ -295,7 +295,7 @@ class TcpTransport(Transport):
 
     name = "tcp"
     multiprocess: Final = True
-    """Hosted in several processes by ``simcluster._hosting`` (the memory transport is not)."""
+    """Hosted in several processes by ``simcluster.hosting.host`` (the memory transport is not)."""
 
     def __init__(self, host: str = "127.0.0.1", *, max_frame: int = wire.DEFAULT_MAX_FRAME,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:

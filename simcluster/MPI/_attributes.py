@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import current_task
+from ..engine.assembly import current_task
 from ._constants import ERR_KEYVAL, ERR_OTHER, KEYVAL_INVALID
 from ._errors import error
 

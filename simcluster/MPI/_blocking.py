@@ -1,7 +1,7 @@
 """Blocking calls from a synchronous rank, and the simcluster errors they turn into MPI errors.
 
 Every MPI call that waits goes through :func:`block`, which runs a simcluster
-awaitable on the rank's own stack (``_sync.block``): the rank switches to the
+awaitable on the rank's own stack (``engine.sync.block``): the rank switches to the
 engine where it would wait, so virtual time, deadlock reports (with the user's
 own line), traces and checks are the engine's.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-from .. import _sync
+from ..engine import sync as _sync
 from ..errors import TruncationError
 from ._constants import ERR_TRUNCATE, ERR_TYPE
 from ._errors import _Raised, error
@@ -57,7 +57,7 @@ def poll(check: Callable[[], T], wait: Callable[[], Awaitable[Any]], op: Callabl
     """Run a check that never blocks (a request's test, an iprobe) from a synchronous rank.
 
     A check that finds nothing costs the rank the run's ``poll_cost`` of
-    virtual time (``_sync.poll_wait``), so a polling loop advances the clock
+    virtual time (``engine.sync.poll_wait``), so a polling loop advances the clock
     until what it polls for arrives; ``wait()`` waits for that thing, for a run
     where nothing but polls is left (a deadlock is then reported as one).
     """

@@ -42,7 +42,7 @@ from ._objects import ObjectCollectives
 from ._p2p import PointToPoint
 from ._requests import Request, immediate
 from ..comm import current_comm
-from ..engine import current_task
+from ..engine.assembly import current_task
 from ._state import TAG_MAX, CommState, node_of, outside, rank_state
 from ._topology import inherit as inherit_topology, kind_of as topology_kind
 

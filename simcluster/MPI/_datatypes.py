@@ -37,7 +37,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from ..engine import current_task
+from ..engine.assembly import current_task
 from . import _typemap
 from ._constants import (
     COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,

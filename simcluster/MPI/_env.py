@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _sync
+from ..engine import sync as _sync
 from .._version import __version__ as _version
 from ..request import wait_all
 from . import _interop

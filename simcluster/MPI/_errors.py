@@ -20,7 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Final
 
-from ..engine import current_task
+from ..engine.assembly import current_task
 from ..errors import SimclusterError, TruncationError
 from ._constants import (
     ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GROUP, ERR_IN_STATUS, ERR_INFO, ERR_KEYVAL,

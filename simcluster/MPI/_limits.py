@@ -15,7 +15,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ..engine import current_task
+from ..engine.assembly import current_task
 
 
 class _Holder:

@@ -2,7 +2,7 @@
 
 Each call checks its arguments (MPI error classes), translates MPI's
 ``ANY_SOURCE``/``ANY_TAG``/``PROC_NULL`` and calls the rank's simcluster
-``Comm``: a blocking call blocks the rank (``_sync.block``), a nonblocking one
+``Comm``: a blocking call blocks the rank (``engine.sync.block``), a nonblocking one
 returns an MPI ``Request`` around simcluster's. Sends and receives with
 ``PROC_NULL`` complete at once and move nothing; their buffer spec is not read
 (any object goes, as in mpi4py).

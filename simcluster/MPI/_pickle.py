@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..comm import Comm as ScComm
-from ..engine import current_task
+from ..engine.assembly import current_task
 
 
 class Pickle:

@@ -5,7 +5,7 @@ or an operation that completed at once, like a send to ``PROC_NULL``) and a
 ``finish`` step that turns what simcluster delivered into what mpi4py returns
 (unpickles a lowercase receive, unpacks a derived datatype, copies a
 collective's result into the receive buffer). Waiting blocks the rank through
-``_sync.block``; the multi-request forms wait on all the pending simcluster
+``engine.sync.block``; the multi-request forms wait on all the pending simcluster
 requests at once (``sc.wait_all``/``wait_any``/``wait_some``), so virtual
 time and deadlock reports are the engine's.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _sync
+from ..engine import sync as _sync
 from .. import request as _sc
 from ._blocking import block, poll, receive_error
 from ._constants import ERR_ARG, ERR_REQUEST, PROC_NULL, UNDEFINED

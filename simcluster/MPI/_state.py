@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
-from .. import _sync
+from ..engine import sync as _sync
 from .. import latency as _latency
 from ..comm import Comm as ScComm
 from ..comm import current_comm
@@ -152,7 +152,7 @@ def outside(what: str) -> RuntimeError:
     """The error for MPI used outside any rank; a rank of a run that has ended stops here for good.
 
     A run that ended (another rank failed, a deadlock) unwinds its ranks; one
-    whose code caught that and calls MPI again is parked forever (``_sync.abandon``)
+    whose code caught that and calls MPI again is parked forever (``engine.sync.abandon``)
     instead of running on with an error per call.
     """
     rank = _sync.current()

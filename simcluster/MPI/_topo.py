@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _waits
+from ..engine import waits as _waits
 from ._blocking import block
 from ._buffers import Buf, blocked, is_in_place, message, per_rank, vector
 from ._coll import _layout, _put

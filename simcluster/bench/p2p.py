@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _build, _sync, runner
+from .. import _build, runner
+from ..engine import sync as _sync
 from ..comm import Comm
 from ..comm import current_comm
 from . import BUILDS, in_build, median_time, table

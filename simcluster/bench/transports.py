@@ -28,7 +28,7 @@ then out into the receive buffer), so half of it is its ceiling.
 The memory transport hosts both ranks in this process; shm and tcp put each
 rank in its own process (``procs=2``), so every message crosses a process
 boundary, and every round of virtual time costs one coordinator round trip
-(see ``simcluster._hosting``); the mpi row is simcluster's ``transport="mpi"``
+(see ``simcluster.hosting.host``); the mpi row is simcluster's ``transport="mpi"``
 under ``mpiexec -n 2``. With mpi4py and an MPI library installed
 (``mpiexec`` on the PATH), the same figures for plain MPI are measured with
 ``mpiexec -n 2`` and shown in the same table; otherwise a note says why not.
@@ -194,7 +194,7 @@ def measure_mpi_transport(round_trips: int = ROUND_TRIPS, repeats: int = 3) -> d
 
 def _mpi_child(arg: str) -> None:
     """Under ``mpiexec -n 2``: measure on transport="mpi"; process 0 prints the figures."""
-    from .. import _mpi_job
+    from ..hosting import mpi_job as _mpi_job
 
     round_trips, repeats = json.loads(arg)
     result = runner.run(_measure, 2, args=(round_trips, repeats), transport="mpi", checks="off")
@@ -307,7 +307,7 @@ def measure_speedup(transport: str, reps: int, iterations: int = SPEEDUP_ITERATI
 
 
 def _mpi_speedup_child(arg: str) -> None:
-    from .. import _mpi_job
+    from ..hosting import mpi_job as _mpi_job
 
     reps, iterations = json.loads(arg)
     figures = measure_speedup("mpi", reps, iterations)
@@ -357,7 +357,7 @@ SCALE_MODEL = "alphabeta:1us,10GB/s"
 
 def _mpi_scale_child(arg: str) -> None:
     """Under ``mpiexec -n 2``: a message-level barrier on ``transport="mpi"``; process 0 prints."""
-    from .. import _mpi_job
+    from ..hosting import mpi_job as _mpi_job
     from . import scale
 
     (ranks,) = json.loads(arg)

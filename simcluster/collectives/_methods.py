@@ -24,7 +24,6 @@ from ._registry import lookup
 from .analytic import twin as _twin
 
 if TYPE_CHECKING:
-    from .._kernel import CollectiveCall
     from ..comm import CollContext, Group
     from ..request import Request
 
@@ -174,9 +173,9 @@ class CollectiveMethods:
 
         def _enter_collective(self, call: str, algorithm: str = "", payload: str | None = None,
                               op: str = "", forced: bool = False
-                              ) -> tuple[CollContext, CollectiveCall | None, float]: ...
+                              ) -> tuple[CollContext, Any, float]: ...  # Any: the call it is inside
 
-        def _leave_collective(self, outer: CollectiveCall | None) -> None: ...
+        def _leave_collective(self, outer: Any) -> None: ...
 
         def _trace_collective(self, ctx: CollContext, start: float) -> None: ...
 

@@ -23,7 +23,7 @@ if not _dist.is_available():  # pragma: no cover - builds without distributed su
 
 import os as _os
 
-from simcluster import _frames
+from simcluster.engine import frames as _frames
 from simcluster.torch._process_group import ProcessGroupSimcluster as ProcessGroupSimcluster
 from simcluster.torch._session import register as _register
 from simcluster.torch._spawn import spawn as spawn

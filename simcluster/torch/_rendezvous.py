@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 import torch.distributed as dist
 
-from simcluster.engine import current_task
+from simcluster.engine.assembly import current_task
 from simcluster.errors import SimclusterError
 
 _torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the module, not

@@ -3,13 +3,13 @@
 torch.distributed keeps its state in module globals of ``distributed_c10d``
 (the default group, the group registry, the group counter) and reads
 ``os.environ``; real ranks are processes, each with its own. Here ranks are
-threads of one process that run one at a time (``_sync.ThreadRank``), so a
+threads of one process that run one at a time (``engine.sync.ThreadRank``), so a
 ``Session`` gives each rank a ``RankState`` of its own and swaps it in
-whenever that rank resumes (``_sync.on_switch``): the c10d globals and the
+whenever that rank resumes (``engine.sync.on_switch``): the c10d globals and the
 environment, and DTensor's table of custom op handlers (which
 ``loss_parallel()`` fills on entry and empties on exit). Thread-local torch
 state (grad mode, autocast) is per thread already; the default generator is
-swapped by ``_sync``; the C++ group registry is made per thread
+swapped by ``engine.sync``; the C++ group registry is made per thread
 (``_set_thread_isolation_mode``).
 
 Rule 1: whatever a session changes in the process (the c10d globals, the
@@ -39,10 +39,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from simcluster import _sync
+from simcluster.engine import sync as _sync
 from simcluster.comm import Comm
 from simcluster.comm import current_comm
-from simcluster.engine import current_task
+from simcluster.engine.assembly import current_task
 from simcluster.errors import SimclusterError
 from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
 from simcluster.torch._rendezvous import Handlers, RunStore

@@ -2,7 +2,7 @@
 
 ``spawn(fn, args, nprocs)`` runs ``fn(rank, *args)`` once per rank, as
 ``torch.multiprocessing.spawn`` does, but every rank is a thread of this
-process stepped by simcluster's engine (``_sync.ThreadRank``): one runs at a
+process stepped by simcluster's engine (``engine.sync.ThreadRank``): one runs at a
 time, in virtual time, with the run's latency model, checks and trace. Inside
 a rank, ``dist.init_process_group("simcluster")`` rendezvous in memory
 (``_rendezvous.py``) and each rank has a torch.distributed world of its own

@@ -2,7 +2,7 @@
 
 Every backend call starts a simcluster operation at once (a nonblocking
 collective or point-to-point request) and returns a ``Work`` that owns it.
-``wait()`` blocks the rank (``_sync.block``: the rank hands the baton back to
+``wait()`` blocks the rank (``engine.sync.block``: the rank hands the baton back to
 the engine until the request completes), then ``finish`` copies the result
 into the caller's output tensors.
 
@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from simcluster import _sync
+from simcluster.engine import sync as _sync
 from simcluster.request import Request
 
 Finish = Callable[[Any], None]

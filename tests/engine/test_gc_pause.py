@@ -7,7 +7,7 @@ import gc
 import pytest
 
 import simcluster as sc
-from simcluster import _gc
+from simcluster.engine import gc as _gc
 
 
 async def _sum(comm: sc.Comm) -> float:

@@ -14,7 +14,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard  # noqa: E402
 
 import simcluster as sc  # noqa: E402
 import simcluster.torch as sctorch  # noqa: E402
-from simcluster.engine import current_task  # noqa: E402
+from simcluster.engine.assembly import current_task  # noqa: E402
 
 ALPHA = 2.0**-20
 BETA = 2.0**-30

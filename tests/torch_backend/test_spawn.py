@@ -79,7 +79,7 @@ def test_a_failing_rank_lets_the_others_finish_its_instant_and_leaves_a_stuck_on
     import threading
     import time
 
-    from simcluster import _sync
+    from simcluster.engine import sync as _sync
 
     never = threading.Event()
 

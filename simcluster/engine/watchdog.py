@@ -5,7 +5,7 @@ awaiting (``while True: pass``) never gives it back control. While a run with
 a timeout is going, a daemon thread sleeps until the deadline; past it, if a
 rank is being stepped (``Kernel.current``), it raises ``Overtime`` in the
 thread running that rank's code (the engine's, or a thread rank's own:
-``_sync.ThreadRank``) with ``PyThreadState_SetAsyncExc``, the way a debugger
+``engine.sync.ThreadRank``) with ``PyThreadState_SetAsyncExc``, the way a debugger
 stops a thread. The engine turns that into the usual ``RunTimeoutError`` report.
 
 Rule 1: it fires only while a rank is running, so the exception lands in that
@@ -23,10 +23,10 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from . import _frames
+from . import frames as _frames
 
 if TYPE_CHECKING:
-    from ._kernel import Kernel as Engine
+    from .kernel import Kernel as Engine
 
 _POLL = 0.05
 """Seconds between looks once the deadline has passed (no rank was running, or one swallowed it)."""

@@ -3,17 +3,17 @@
 Each idea has one home, and the engine holds one of each, which talk through
 declared seams:
 
-* ``kernel`` (``_kernel.Kernel``): the virtual clock, the event calendar,
+* ``kernel`` (``engine.kernel.Kernel``): the virtual clock, the event calendar,
   stepping rank coroutines (``Task``), parking and resuming them on
   requests. It calls the layer above through ``Layer`` (its instant hooks)
   and its reports through ``Reports``;
-* ``p2p`` (``_protocol.P2P``, the kernel's ``Layer``): posting sends and
+* ``p2p`` (``engine.protocol.P2P``, the kernel's ``Layer``): posting sends and
   receives, the eager and rendezvous protocols, the ports, matching in the
   endpoint table (``matching.Endpoints``), with a ``Delivery`` strategy for
   what lies between a send's charge and its receiver's match:
-  ``_delivery.LocalDelivery`` here, ``_hosted_engine.HostedDelivery`` in a
+  ``engine.delivery.LocalDelivery`` here, ``hosting.hosted_engine.HostedDelivery`` in a
   process that hosts part of the world;
-* ``diagnostics`` (``_diagnostics.Diagnostics``): the deadlock and timeout
+* ``diagnostics`` (``engine.diagnostics.Diagnostics``): the deadlock and timeout
   reports, leaks, the buffer-hazard check. It reads the engine through
   ``Inspected``.
 
@@ -33,18 +33,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._coll_check import CallCheck
-from ._delivery import LocalDelivery
-from ._settings import EngineSettings
-from ._diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
-from ._protocol import P2P, Delivery, Roster
-from ._kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
+from .coll_check import CallCheck
+from .delivery import LocalDelivery
+from .settings import EngineSettings
+from .diagnostics import BlockedEntry, CollectiveInfo, Diagnostics, deadlock_error
+from .protocol import P2P, Delivery, Roster
+from .kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
 if TYPE_CHECKING:
-    from .latency import Ports
-    from .matching import Endpoints
-    from .request import Request
-    from .trace import Trace
+    from ..latency import Ports
+    from ..matching import Endpoints
+    from ..request import Request
+    from ..trace import Trace
     from simcluster.transports.base import Envelope, Transport
 
 __all__ = [
@@ -90,7 +90,7 @@ class Engine:
         finally:
             self.p2p.close()
 
-    # ---- what the diagnostics read (``_diagnostics.Inspected``) ----
+    # ---- what the diagnostics read (``engine.diagnostics.Inspected``) ----
 
     @property
     def now(self) -> float:

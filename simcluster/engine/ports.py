@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Final
 
 if TYPE_CHECKING:
-    from .latency import AlphaBeta, Constant, LatencyModel, LogGP
+    from ..latency import AlphaBeta, Constant, LatencyModel, LogGP
 
 _IDLE: Final = -math.inf
 """Timer value of a port that has carried nothing yet."""

@@ -1,7 +1,7 @@
 """Hosting a block of ranks in one OS process, in rounds with the other hosting processes.
 
 A run on the shm, tcp or mpi transport has ``procs`` hosting processes and
-one coordinator (``_coordinator``: in the caller's process for a local run,
+one coordinator (``hosting.coordinator``: in the caller's process for a local run,
 beside process 0 for a multi-node or MPI run). Process ``p`` hosts the world
 ranks ``[p*per, (p+1)*per)`` as coroutines of its own ``HostedEngine`` (an
 ``Engine`` that knows which ranks are local); envelopes to other processes
@@ -11,7 +11,7 @@ handed to the engine only when the rounds' counts say so.
 Time advances in rounds (conservative synchronisation), and the processes
 run them among themselves: the coordinator starts them (GO) and hears only
 how they ended (DONE). Each round every process works out the same plan
-from the same data (``_rounds.Rounds.plan``): the round's time ``T``, the
+from the same data (``hosting.rounds.Rounds.plan``): the round's time ``T``, the
 last event time it runs (``until``: ``T`` itself in lockstep) and which
 processes run. A process that runs delivers the envelopes counted for it,
 sorted by source rank, runs every local event at time ``<= until``, and
@@ -61,7 +61,7 @@ transport's, whatever the seed, for programs that leave no order open.
 Rule 3: windows. With a latency model whose ``lookahead()`` L is positive,
 nothing a rank does reaches another rank sooner than L: a message lands at
 least L after it was posted, and a large one's request to send too
-(``_protocol`` Rule 5). So a round from ``T`` may run every event before
+(``engine.protocol`` Rule 5). So a round from ``T`` may run every event before
 ``T + L`` (``until``, a few roundings short of it) in each process on its own,
 and exchange the envelopes only at its end, in one round instead of one per
 instant. Three handshakes reach the other side at once: a clear to send, the
@@ -77,7 +77,7 @@ ranked by virtual time, then rank, so the first one the memory transport
 would meet is the one reported.
 
 The control channel is a stream of frames like any link (``transports.tcp``):
-each control message is one of the typed messages of ``_control`` (``Go``,
+each control message is one of the typed messages of ``hosting.control`` (``Go``,
 ``Done``, ...), carried by an Envelope whose ``tag`` is its opcode and whose
 payload is its plain-list encoding, packed with ``transports.wire``; nothing
 on it is pickled. Both sides build and read the typed messages only. The
@@ -119,16 +119,17 @@ from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 from simcluster.transports.tcp import Link, TcpTransport, open_link
 
-from ._local_link import LocalLink
+from .local_link import LocalLink
 
-from . import _control as C
-from . import _gc, _remote
-from . import arrays as _arrays
-from ._config import RunConfig, build_world
-from ._hosted_engine import HostedEngine
-from ._hosted_views import HostTrace as _HostTrace
-from ._rounds import Rounds
-from .engine import Task
+from . import control as C
+from ..engine import gc as _gc
+from . import remote as _remote
+from .. import arrays as _arrays
+from .._config import RunConfig, build_world
+from .hosted_engine import HostedEngine
+from .views import HostTrace as _HostTrace
+from .rounds import Rounds
+from ..engine.assembly import Task
 
 _TICK = 0.1  # wall seconds between progress ticks to the coordinator
 _BREATHE = 0.02  # wall seconds between turns of the event loop during rounds
@@ -320,7 +321,7 @@ class Host:
 
     async def _rounds(self) -> None:
         """Run rounds with the other hosting processes until the run ends; tell the coordinator how
-        (``_rounds``: every process decides alike from every process's report)."""
+        (``hosting.rounds``: every process decides alike from every process's report)."""
         engine, config, tp = self.engine, self.config, self.transport
         assert engine is not None and config is not None
         me = self.proc
@@ -453,7 +454,7 @@ def child_main(address: tuple[str, int], secret: bytes, proc: int, run_id: str,
     """Entry point of a local hosting process (a ``multiprocessing`` target).
 
     ``blob`` holds the run's configuration (with the rank function's
-    arguments) and the rank function (``_remote.dumps``); it is unpickled
+    arguments) and the rank function (``hosting.remote.dumps``); it is unpickled
     after the control link is up, so an import error there reaches the caller
     as a clear error, not a silent exit.
     """

@@ -38,8 +38,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from . import latency as _latency
-from .errors import UsageError
+from .. import latency as _latency
+from ..errors import UsageError
 
 SCHEDULES: Final = ("batch", "shuffle")
 

@@ -17,14 +17,14 @@ The kernel's API, for the layers above it:
 * ``start``/``start_rank``/``spawn`` (add a rank or a helper task),
   ``resume_waiter`` and ``wake`` (hand a parked task back), ``post_sleep``
   and ``meet`` (requests the kernel completes itself);
-* ``attach(layer)``: the layer above (a ``Layer``: ``_protocol.P2P``) and
+* ``attach(layer)``: the layer above (a ``Layer``: ``engine.protocol.P2P``) and
   the instant hooks the kernel calls on it: ``end_instant`` (settle what the
   instant that just ended left behind: the protocol charges its messages
   there), ``instant_open``, ``owner`` (whom an event touches) and
   ``cancel`` (take a pending request out of its queue);
 * ``reports`` (a ``Reports``: the deadlock and timeout reports and the
   buffer-hazard check), which the engine hands the kernel when it is made
-  (``_diagnostics.Diagnostics``, a part of its own, not a layer).
+  (``engine.diagnostics.Diagnostics``, a part of its own, not a layer).
 
 Rule 1: time only moves in ``_run_events``, to the earliest time that has
 events once none is left at the current one. A rank runs at the time of the
@@ -40,7 +40,7 @@ Rule 3: a rank that fails ends the run at the virtual time it failed: the
 other ranks still run what is due at that instant (their lines printed then
 are not lost, as under mpiexec, where the other processes run on until the
 job is killed), and time does not move on. A rank on an OS thread (torch's)
-that does not hand control back within ``_sync.FAILING_GRACE`` seconds then
+that does not hand control back within ``engine.sync.FAILING_GRACE`` seconds then
 (blocked inside C++) is left behind.
 
 No event left, no rank runnable, no foreign await, and some rank unfinished:
@@ -58,14 +58,14 @@ import types
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from . import _awaits, _gc, _schedule, _sync, _watchdog
-from .errors import RunTimeoutError, SimclusterError, UsageTypeError
-from ._waits import PENDING, WaitAny as _WaitAny
-from .request import SPIN_LIMIT, Request, _format_op
+from . import awaits as _awaits, gc as _gc, schedule as _schedule, sync as _sync, watchdog as _watchdog
+from ..errors import RunTimeoutError, SimclusterError, UsageTypeError
+from .waits import PENDING, WaitAny as _WaitAny
+from ..request import SPIN_LIMIT, Request, _format_op
 
 if TYPE_CHECKING:
-    from ._settings import EngineSettings
-    from .trace import Trace
+    from .settings import EngineSettings
+    from ..trace import Trace
 
 Event = tuple[Callable[[Any], None], Any]
 """``fn(arg)``, due at some virtual time."""
@@ -140,7 +140,7 @@ class CollectiveCall(Protocol):
 
 
 class Reports(Protocol):
-    """What the kernel asks of the reports (``_diagnostics.Diagnostics``): its declared seam."""
+    """What the kernel asks of the reports (``engine.diagnostics.Diagnostics``): its declared seam."""
 
     def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None: ...
 
@@ -153,7 +153,7 @@ class Layer:
     """The layer above the kernel, as the kernel calls it: its instant hooks (a declared seam).
 
     This base is the layer of a kernel with nothing above it: nothing to
-    settle, no queue to cancel from. ``_protocol.P2P`` is the real one. A
+    settle, no queue to cancel from. ``engine.protocol.P2P`` is the real one. A
     native class rather than a ``typing.Protocol``: compiled, the kernel's
     calls to it are direct (``end_instant`` runs once per virtual instant).
     """
@@ -185,7 +185,7 @@ class Kernel:
     hands it its ``reports``.
     """
 
-    reports: Reports  # what went wrong, where (``_diagnostics``); the engine sets it when made
+    reports: Reports  # what went wrong, where (``engine.diagnostics``); the engine sets it when made
 
     def __init__(self, world_size: int, settings: EngineSettings, trace: Trace | None = None) -> None:
         self.world_size = world_size
@@ -295,7 +295,7 @@ class Kernel:
         choices, explore's search) runs ``_run_loop_chosen`` instead of
         ``_run_loop``, and while its running event has a footprint set
         (``touched``), ``_step`` and the protocol's delivery note the ranks
-        they touch (``_schedule``). Flags, not replaced methods: the compiled
+        they touch (``engine.schedule``). Flags, not replaced methods: the compiled
         build's methods cannot be replaced on an instance.
         """
         self.chooser: _schedule.Chooser | None = None
@@ -377,7 +377,7 @@ class Kernel:
             return self._later.pop(t)
 
     def _run_loop_chosen(self, limit: float, budget: int) -> int:
-        """``_run_loop`` under a chooser: it picks each event of a batch in turn (``_schedule``).
+        """``_run_loop`` under a chooser: it picks each event of a batch in turn (``engine.schedule``).
 
         A batch keeps the order its events were scheduled in; the members of an
         analytic collective completed by one ``_finish_each`` event count as one
@@ -422,7 +422,7 @@ class Kernel:
 
         ``handle`` is what ``fn`` gets first: ``comm`` unless given (the runner
         gives a plain function ``simcluster.MPI``'s ``COMM_WORLD``). A plain
-        (non-async) ``fn`` becomes a synchronous rank (``_sync.SyncRank``).
+        (non-async) ``fn`` becomes a synchronous rank (``engine.sync.SyncRank``).
 
         Raises:
             UsageTypeError: an ``async`` ``fn`` returned something other than a coroutine.
@@ -601,11 +601,11 @@ class Kernel:
         """Take a pending request out of the queue it waits in; return whether it was there.
 
         The kernel's own requests (timers, meetings) cannot be cancelled; the
-        layer above cancels its own (``_protocol``: receives and probes).
+        layer above cancels its own (``engine.protocol``: receives and probes).
         """
         return self.layer.cancel(req)
 
-    # ---- the parts the kernel reads: the engine's reports (``_diagnostics``) ----
+    # ---- the parts the kernel reads: the engine's reports (``engine.diagnostics``) ----
 
     def helper_tasks(self) -> list[Task]:
         """The live helper tasks: ranks' nonblocking collectives, in the order they started."""
@@ -633,7 +633,7 @@ class Kernel:
         """Run every rank to completion, or raise what stopped the run.
 
         Python's cyclic garbage collector is paused while the simulation runs
-        (``_gc.paused``): a large world keeps millions of live objects.
+        (``engine.gc.paused``): a large world keeps millions of live objects.
         """
         with _gc.paused():
             await self._run()
@@ -689,7 +689,7 @@ class Kernel:
     async def run_until(self, limit: float) -> None:
         """Run every event at a time ``<= limit``: a hosting process's STEP.
 
-        The bounded twin of ``run``, driven from outside (``_hosting``, which
+        The bounded twin of ``run``, driven from outside (``hosting.host``, which
         sets ``now`` to where the coordinator says the world stands); while a
         rank awaits a foreign future, time waits for it.
         """

@@ -13,10 +13,10 @@ import sys
 from types import FrameType
 from typing import Any
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # simcluster/, above engine/
 _PACKAGE_DIRS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep
-    for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "transports", "x"),
-              asyncio.__file__)
+    os.path.abspath(d) + os.sep
+    for d in (_PACKAGE, os.path.join(_PACKAGE, "..", "transports"), os.path.dirname(asyncio.__file__))
 )
 
 
@@ -39,7 +39,7 @@ def _where(frame: FrameType) -> str:
 def coroutine_line(coro: Any) -> str:
     """Return ``file:line`` of the innermost user frame where ``coro`` is suspended.
 
-    A synchronous rank (``_sync.SyncRank``) offers its innermost frame instead
+    A synchronous rank (``engine.sync.SyncRank``) offers its innermost frame instead
     of an await chain; its user frame is found walking outwards.
     """
     inner = getattr(coro, "suspended_frame", None)

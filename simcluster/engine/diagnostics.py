@@ -18,16 +18,16 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import _frames
-from ._kernel import _TASK_STATES, BLOCKED, FINISHED, Task
-from ._protocol import checksum
-from .errors import BufferHazardError, DeadlockError, SimclusterError
-from ._waits import CANCELLED, PENDING, WaitAny as _WaitAny
-from .request import Request
+from . import frames as _frames
+from .kernel import _TASK_STATES, BLOCKED, FINISHED, Task
+from .protocol import checksum
+from ..errors import BufferHazardError, DeadlockError, SimclusterError
+from .waits import CANCELLED, PENDING, WaitAny as _WaitAny
+from ..request import Request
 
 if TYPE_CHECKING:
-    from ._protocol import Roster
-    from .matching import Endpoints
+    from .protocol import Roster
+    from ..matching import Endpoints
     from simcluster.transports.base import Envelope
 
 

@@ -1,6 +1,6 @@
-"""What one hosting process sees of the run's ports and trace (used by ``_hosted_engine``).
+"""What one hosting process sees of the run's ports and trace (used by ``hosting.hosted_engine``).
 
-Kept apart from ``_hosted_engine``, which the fast build compiles: these
+Kept apart from ``hosting.hosted_engine``, which the fast build compiles: these
 subclass interpreted public classes (``Ports``, ``Trace``), which compiled
 classes cannot do.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .latency import Ports
-from .trace import Trace
+from ..latency import Ports
+from ..trace import Trace
 
 
 class SplitPorts(Ports):

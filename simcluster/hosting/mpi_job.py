@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from . import _remote
-from .errors import UsageError
+from . import remote as _remote
+from ..errors import UsageError
 
 _FIX = "start the script with mpiexec -n P python SCRIPT (pip install 'simcluster[mpi]' brings mpi4py and MPICH)"
 

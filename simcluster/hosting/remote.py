@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from simcluster.transports import wire
 
-from .errors import UsageTypeError
+from ..errors import UsageTypeError
 
 _EMPTY: Final = "__simcluster_empty_cell__"
 _SCRIPT_MODULES: Final = ("__main__", "__mp_main__", "__simcluster_script__")

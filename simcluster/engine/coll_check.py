@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .errors import CollectiveMismatchError
+from ..errors import CollectiveMismatchError
 
 __all__ = ["CallCheck", "HostedCallCheck", "Signature", "SignatureRecord", "merge_firsts",
            "mismatch"]

@@ -1,7 +1,7 @@
 """The control protocol of a multi-process run: one typed class per message.
 
-The coordinator (``_coordinator``) and each hosting process (``_hosting``)
-exchange these over the control link; ``_hosting``'s docstring tells the
+The coordinator (``hosting.coordinator``) and each hosting process (``hosting.host``)
+exchange these over the control link; ``hosting.host``'s docstring tells the
 protocol's story. Each message travels as an ``Envelope`` whose ``tag`` is
 the message's opcode and whose payload is the plain list its ``encode()``
 returns, packed by ``transports.wire``; ``decode(items)`` builds the message
@@ -15,8 +15,8 @@ hosting process -> coordinator: ``Hello``, ``Ready``, ``Tick``, ``Done``,
 ``Blocked``, ``Results``, ``Error``, ``Lines``, ``Bye``.
 hosting process -> hosting processes: ``Report``, at the end of each round.
 
-An exception crosses as the plain dict ``_remote.encode_exception`` makes
-(``ExcData``); only ``_remote`` reads or writes its keys.
+An exception crosses as the plain dict ``hosting.remote.encode_exception`` makes
+(``ExcData``); only ``hosting.remote`` reads or writes its keys.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 
-from . import arrays as _arrays
-from ._coll_check import SignatureRecord
+from .. import arrays as _arrays
+from ..engine.coll_check import SignatureRecord
 
 __all__ = [
     "BYE", "BLOCKED", "DESCRIBE", "DONE", "ERROR", "FINAL", "FINISH", "GO", "HELLO", "LINES",
@@ -69,7 +69,7 @@ OP_NAMES: Final = {
 }
 
 ExcData = dict[str, Any]
-"""An exception as plain data (``_remote.encode_exception``; ``_remote.decode_exception`` reads it)."""
+"""An exception as plain data (``hosting.remote.encode_exception``; ``hosting.remote.decode_exception`` reads it)."""
 
 BlockedEntry = tuple[int, str, list[int], Any]
 """A blocked rank or helper: (world rank, line, ranks it waits on, collective info or None),
@@ -189,7 +189,7 @@ class Start(Message):
 
 @dataclass(frozen=True, slots=True)
 class Go(Message):
-    """Every process is connected: start the rounds (``_rounds``)."""
+    """Every process is connected: start the rounds (``hosting.rounds``)."""
 
     op: ClassVar[int] = GO
 
@@ -445,7 +445,7 @@ class Done(Message):
     """The rounds are over, at virtual time ``time``, after ``rounds`` rounds (``windows`` of
     them windows); ``unfinished[p]``: ranks of process ``p`` not finished.
 
-    Every process sends the same verdict (``_rounds.Outcome``): a deadlock,
+    Every process sends the same verdict (``hosting.rounds.Outcome``): a deadlock,
     or the first failure (world ``rank``, hosted by process ``proc``, the
     exception as plain data), or neither: every rank finished.
     """

@@ -4,7 +4,7 @@ Node 0 of a multi-node run (and MPI process 0 under ``transport="mpi"``)
 runs the coordinator and a hosting process's work in one event loop. Their
 control messages need no socket: ``LocalLink.pair`` makes two ends that hand
 envelopes to each other through queues, with the interface of
-``transports.tcp.Link`` that the coordinator and ``_hosting.Host`` use
+``transports.tcp.Link`` that the coordinator and ``hosting.host.Host`` use
 (``send``, ``drain``, ``pump``, ``first``, ``rename``, ``close``). Each round
 then costs the processes beside it two socket hops fewer.
 

@@ -44,22 +44,22 @@ from simcluster.transports import wire
 from simcluster.transports.base import ACK, CTS, EAGER, RTS, Envelope, Transport
 from simcluster.transports.wire import INLINE, PACKED_NONE
 
-from . import _frames
-from . import _schedule
-from . import arrays as _arrays
-from ._kernel import Kernel, Layer, Task
-from ._ports import NativePorts
-from .errors import TruncationError
-from .matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
-from .payload import describe
-from .request import Request, Status, _format_op
+from . import frames as _frames
+from . import schedule as _schedule
+from .. import arrays as _arrays
+from .kernel import Kernel, Layer, Task
+from .ports import NativePorts
+from ..errors import TruncationError
+from ..matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
+from ..payload import describe
+from ..request import Request, Status, _format_op
 
 if TYPE_CHECKING:
-    from ._coll_check import CallCheck
-    from ._settings import EngineSettings
-    from .matching import MatchQueue
-    from .latency import Ports
-    from .trace import Trace
+    from .coll_check import CallCheck
+    from .settings import EngineSettings
+    from ..matching import MatchQueue
+    from ..latency import Ports
+    from ..trace import Trace
 
 # Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
 _tuple_new: Final = tuple.__new__
@@ -214,8 +214,8 @@ class Member(Protocol):
 class Delivery:
     """How envelopes travel and what their ports are charged: the protocol's strategy (its seam).
 
-    ``_delivery.LocalDelivery`` moves them between ranks of one process;
-    ``_hosted_engine.HostedDelivery``, in a process hosting world ranks
+    ``engine.delivery.LocalDelivery`` moves them between ranks of one process;
+    ``hosting.hosted_engine.HostedDelivery``, in a process hosting world ranks
     ``[lo, hi)``, also to and from the other processes. ``P2P`` posts and
     matches; the strategy it is made with carries what lies between: the
     charge of an instant's messages (``book``, Rule 4), the FIFO channels
@@ -576,7 +576,7 @@ _TIME = struct.Struct("<d")
 
 def pack_time(t: float) -> bytes:
     """A virtual time as 8 bytes, for an envelope's ``meta``: when a receive was posted (a clear
-    to send, Rule 5), or the instant a message was charged at (``_hosted_engine``)."""
+    to send, Rule 5), or the instant a message was charged at (``hosting.hosted_engine``)."""
     return _TIME.pack(t)
 
 

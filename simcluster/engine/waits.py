@@ -2,7 +2,7 @@
 
 They live apart from ``request`` because that module is compiled in the
 fast build, and a compiled coroutine cannot be inspected: a strict run
-checks that each wait coroutine a rank made was awaited (``_awaits``), which
+checks that each wait coroutine a rank made was awaited (``engine.awaits``), which
 needs the state of a Python coroutine. This module always runs interpreted
 and imports no module that is compiled; the request states live here so
 that ``request`` can import them, and ``request`` re-exports the public
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Coroutine, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from . import _awaits
+from . import awaits as _awaits
 
 if TYPE_CHECKING:
-    from .request import Request
+    from ..request import Request
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Delivery between the ranks of one process: the protocol's in-process strategy.
 
 ``LocalDelivery`` carries an envelope from its sender's charge to its
-receiver's match (``_protocol`` states the rules it keeps):
+receiver's match (``engine.protocol`` states the rules it keeps):
 
 * ``book`` charges the messages of the instant that just ended to the
   latency model's ports together (Rule 4): each send port in posting order,
@@ -15,7 +15,7 @@ receiver's match (``_protocol`` states the rules it keeps):
   the send's and the receive's posting (Rule 5), and the data's arrival
   completes both sides.
 
-``_hosted_engine.HostedDelivery`` is the other strategy: ranks here and in
+``hosting.hosted_engine.HostedDelivery`` is the other strategy: ranks here and in
 other processes. It uses these channels (``Channels``) for what reaches its
 own ranks.
 """
@@ -28,9 +28,8 @@ from typing import Any, Final
 
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
 
-from ._kernel import Kernel, finish_request
-from ._protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of,
-                        sort_by_source, transfer_start)
+from .kernel import Kernel, finish_request
+from .protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of, sort_by_source, transfer_start)
 
 _Deque: Final = deque
 

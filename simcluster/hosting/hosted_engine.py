@@ -4,7 +4,7 @@
 envelopes go, and when the receive side of a port is charged (at the
 coordinator's STEP, in the memory transport's order). ``HostedEngine`` is
 the engine made with it, plus ``phase``, which runs one STEP. The protocol
-they follow is described in ``_hosting``.
+they follow is described in ``hosting.host``.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from typing import Any
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
 from simcluster.transports.tcp import TcpTransport
 
-from . import _control, _remote
-from ._coll_check import CallCheck, HostedCallCheck, SignatureRecord
-from ._delivery import Channels
-from ._kernel import Kernel, finish_request
-from ._protocol import (Booking, Delivery, P2P, by_source_and_id, pack_time, serial_of, sort_by_source,
-                        transfer_start, unpack_time)
-from .engine import Engine
-from ._hosted_views import SplitPorts as _SplitPorts
-from ._settings import EngineSettings
-from .latency import Ports
-from .trace import Trace
-from .request import Request
+from . import control as _control, remote as _remote
+from ..engine.coll_check import CallCheck, HostedCallCheck, SignatureRecord
+from ..engine.delivery import Channels
+from ..engine.kernel import Kernel, finish_request
+from ..engine.protocol import (Booking, Delivery, P2P, by_source_and_id, pack_time, serial_of, sort_by_source, transfer_start, unpack_time)
+from ..engine.assembly import Engine
+from .views import SplitPorts as _SplitPorts
+from ..engine.settings import EngineSettings
+from ..latency import Ports
+from ..trace import Trace
+from ..request import Request
 
 
 class HostedDelivery(Delivery):
@@ -312,7 +311,7 @@ class HostedEngine(Engine):
     async def phase(self, now: float, counts: list[int], firsts: list[SignatureRecord],
                     payloads: list[SignatureRecord], close: bool = False,
                     until: float | None = None) -> _control.Report:
-        """Run one STEP at virtual time ``now`` (``_control.Step``'s fields) and return its Report.
+        """Run one STEP at virtual time ``now`` (``hosting.control.Step``'s fields) and return its Report.
 
         Completes when every local event up to ``until`` (``now`` in
         lockstep) has run, including those the delivered envelopes caused,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .latency import LatencyModel
+    from ..latency import LatencyModel
 
 __all__ = ["EngineSettings"]
 

@@ -8,7 +8,7 @@ every report in hand, each process applies the same rules to the same data
 ends, without a coordinator in between: one exchange per round instead of a
 STEP out and a REPORT back.
 
-The rules (``_hosting``'s docstring tells why they keep times equal to the
+The rules (``hosting.host``'s docstring tells why they keep times equal to the
 memory transport's):
 
 - A round is a window, every event before ``now + lookahead`` (a few
@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from . import _control as C
-from . import _remote
-from ._coll_check import SignatureRecord, merge_firsts
+from . import control as C
+from . import remote as _remote
+from ..engine.coll_check import SignatureRecord, merge_firsts
 
 
 class Plan(NamedTuple):
@@ -78,7 +78,7 @@ class Rounds:
         self.unfinished = list(unfinished)
         self.held = [False] * n
         self.open = [0] * n
-        self.firsts: list[SignatureRecord] = []  # for this process's next run (``_control.Step``)
+        self.firsts: list[SignatureRecord] = []  # for this process's next run (``hosting.control.Step``)
         self.payloads: list[SignatureRecord] = []
         self.now = 0.0
         self.time = 0.0  # the latest virtual time any process reached

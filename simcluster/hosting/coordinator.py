@@ -2,13 +2,13 @@
 
 Runs in the caller's event loop (``launch``). For a local run it starts
 ``procs`` processes (``multiprocessing``, forkserver where the OS has it,
-else spawn), each running ``_hosting.child_main``; for a multi-node run every
-node process runs ``_hosting.Host`` itself and node 0 also runs this
+else spawn), each running ``hosting.host.child_main``; for a multi-node run every
+node process runs ``hosting.host.Host`` itself and node 0 also runs this
 coordinator at ``master_addr:master_port``. Either way each hosting process
 connects back over an authenticated stream (the control link) and the
-protocol of ``_hosting`` takes over, in the typed messages of ``_control``:
+protocol of ``hosting.host`` takes over, in the typed messages of ``hosting.control``:
 HELLO, START, READY, GO; the processes then run their rounds among
-themselves (``_rounds``) and each sends DONE, the same verdict from all: every
+themselves (``hosting.rounds``) and each sends DONE, the same verdict from all: every
 rank has finished (then FINISH/RESULTS), a rank failed, or the run deadlocked
 (DESCRIBE/BLOCKED). A multi-node run ends with FINAL (the result, for every
 node) answered by BYE: node 0 closes the control links only after every BYE,
@@ -43,15 +43,15 @@ from simcluster.transports.base import Envelope, TransportError
 from simcluster.transports.tcp import STREAM_LIMIT, Link, TcpTransport, accept_handshake
 from simcluster.transports.tcp import log as _log
 
-from . import _control as C
-from . import _hosting as H
-from . import _mpi_job, _remote
-from ._config import SECRET_ENV, RunConfig
-from ._local_link import LocalLink
-from ._result import RunResult, Stats
-from .engine import deadlock_error
-from .errors import RankError, RunTimeoutError, SimclusterError, UsageError
-from .trace import Message, Span, Trace
+from . import control as C
+from . import host as H
+from . import mpi_job as _mpi_job, remote as _remote
+from .._config import SECRET_ENV, RunConfig
+from .local_link import LocalLink
+from .._result import RunResult, Stats
+from ..engine.assembly import deadlock_error
+from ..errors import RankError, RunTimeoutError, SimclusterError, UsageError
+from ..trace import Message, Span, Trace
 
 _GRACE: Final = 2.0  # seconds a process gets to exit before it is killed
 _FAREWELL: Final = 10.0  # seconds node 0 waits for every node to acknowledge the result (BYE)
@@ -360,7 +360,7 @@ class Coordinator:
             self.send(proc, C.Go())
 
     async def step(self) -> None:
-        """Wait while the processes run their rounds (``_rounds``); raise the run's error, if any.
+        """Wait while the processes run their rounds (``hosting.rounds``); raise the run's error, if any.
 
         Every process sends the same verdict (DONE); process 0's is taken. A
         rank that failed first, by virtual time, ends the run with its
@@ -522,7 +522,7 @@ def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:
 
 # ---- processes ----
 
-_PRELOAD: Final = ("simcluster._hosting", "simcluster.collectives")
+_PRELOAD: Final = ("simcluster.hosting.host", "simcluster.collectives")
 _HEAVY: Final = ("pytest", "hypothesis", "scipy", "pandas", "torch", "cupy", "jax",
                  "array_api_strict")
 """Imported once in the forkserver when the caller has them, so children start warm."""

@@ -34,11 +34,11 @@ from collections.abc import Callable, Coroutine
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
-from . import _frames
-from .errors import SimclusterError
+from . import frames as _frames
+from ..errors import SimclusterError
 
 if TYPE_CHECKING:
-    from ._kernel import Kernel as Engine, Task
+    from .kernel import Kernel as Engine, Task
 
 Note = tuple[Coroutine[Any, Any, Any], "Task", FrameType, int, str, "tuple[tuple[str, str], ...] | None"]
 """(coroutine, rank task, calling frame, offset of the call in it, call name, shown arguments)."""
@@ -194,7 +194,7 @@ def show(name: str, value: object) -> str:
     if name == "op":
         return "SUM" if value is None else str(getattr(value, "name", value))
     if name == "buf":
-        from .payload import describe
+        from ..payload import describe
 
         return describe(value)
     return repr(value)
