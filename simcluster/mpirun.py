@@ -28,7 +28,7 @@ finished. Rule 2: everything swapped in for a run is swapped back when it
 ends, also when it fails.
 
 With ``--transport shm|tcp`` the ranks live in hosting processes: the rank
-function is ``_script_rank`` (importable by module path), each process sets
+function is ``script_rank`` (importable by module path), each process sets
 the same things up for its own ranks, and each rank's lines and outcome come
 back through a file in a per-run folder, merged and written by the caller.
 With ``--transport mpi`` (under ``mpiexec``) every MPI process is a caller
@@ -190,7 +190,7 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
         stderr), a deadlock or a timeout (the report printed), 2 when the
         script or the options are refused.
     """
-    spec = _spec(script, list(argv), module)
+    spec = script_spec(script, list(argv), module)
     if isinstance(spec, int):
         return spec
     transport = keywords.get("transport", "memory")
@@ -207,7 +207,7 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
         spec = world.bcast(spec, root=0)
         os.makedirs(spec["records"], exist_ok=True)
     out, err = (sys.stdout, sys.stderr) if first else (io.StringIO(), io.StringIO())
-    session = _Session(spec, world_size, prepend_rank, out, err)
+    session = Session(spec, world_size, prepend_rank, out, err)
     session.mpi = world
     session.summary = summary
     try:
@@ -229,7 +229,7 @@ def _mpi_world() -> Any:
         return None
 
 
-def _spec(script: str, argv: list[str], module: bool, prog: str = PROG) -> dict[str, Any] | int:
+def script_spec(script: str, argv: list[str], module: bool, prog: str = PROG) -> dict[str, Any] | int:
     """What every hosting process needs to run the script: plain data (it travels by msgpack).
 
     Returns 2 (the exit status) when ``script`` is not a file; ``prog`` names
@@ -299,16 +299,16 @@ def _find_module(name: str) -> importlib.machinery.ModuleSpec:
     return found
 
 
-def _script_rank(comm: Any, spec: dict[str, Any]) -> int:
+def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     """The rank function: run the script as this rank's ``__main__``; return its exit code.
 
     Module-level, so that hosting processes (shm/tcp) import it by name.
     """
     from .engine import sync as _sync
 
-    session = _Session.current(spec)
+    session = Session.current(spec)
     task = _sync.current()
-    assert task is not None, "_script_rank runs as a synchronous rank"
+    assert task is not None, "script_rank runs as a synchronous rank"
     state = session.start_rank(task)
     code = 0
     assert session.code is not None
@@ -362,10 +362,10 @@ def _abort_code(exc: BaseException) -> int | None:
 # ---- one run in one process ----
 
 
-class _RankState:
+class RankState:
     """One rank's process state (``__main__``, ``sys.argv``, stdin) and its pending output."""
 
-    def __init__(self, session: _Session, task: Any, module: types.ModuleType,
+    def __init__(self, session: Session, task: Any, module: types.ModuleType,
                  argv: list[str], stdin: TextIO) -> None:
         self.session = session
         self.task = task  # the _sync.SyncRank (its .comm.now is the virtual time)
@@ -465,7 +465,7 @@ class _RankState:
             self.sink.close()
 
 
-class _Session:
+class Session:
     """Everything one run swaps in a process, and the lines its ranks printed there.
 
     The caller's process has one per ``mpirun`` call; a hosting process makes
@@ -475,7 +475,7 @@ class _Session:
     rank's process state up.
     """
 
-    _by_id: dict[str, _Session] = {}
+    _by_id: dict[str, Session] = {}
     prog: str = PROG
 
     def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool,
@@ -488,7 +488,7 @@ class _Session:
         self.pid = os.getpid()
         self.code: types.CodeType | None = None
         self.attrs: dict[str, Any] = {}
-        self.states: dict[int, _RankState] = {}
+        self.states: dict[int, RankState] = {}
         self.heap: list[Record] = []
         self.done = bytearray(world_size)
         self.lowest = 0  # lowest rank not finished
@@ -507,7 +507,7 @@ class _Session:
         self.seen = 0  # len(sys.modules) when last sorted
 
     @classmethod
-    def current(cls, spec: dict[str, Any]) -> _Session:
+    def current(cls, spec: dict[str, Any]) -> Session:
         """The session of the run ``spec`` belongs to in this process (made here when hosted)."""
         session = cls._by_id.get(spec["id"])
         if session is not None and session.pid == os.getpid():
@@ -606,10 +606,10 @@ class _Session:
                 self.gathered.update(part)
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
-        """Run ``_script_rank`` on every rank (``keywords`` go to ``simcluster.run``)."""
+        """Run ``script_rank`` on every rank (``keywords`` go to ``simcluster.run``)."""
         from . import runner
 
-        self.result = runner.run(_script_rank, self.world_size, args=(self.spec,), **keywords)
+        self.result = runner.run(script_rank, self.world_size, args=(self.spec,), **keywords)
 
     def _status(self, error: BaseException | None) -> int:
         from . import errors
@@ -641,16 +641,16 @@ class _Session:
 
     # ---- ranks ----
 
-    def rank_state(self, task: Any) -> _RankState:
+    def rank_state(self, task: Any) -> RankState:
         module = types.ModuleType("__main__")
         module.__dict__.update(self.attrs)
         module.__builtins__ = builtins  # type: ignore[attr-defined]
         stdin = self.saved[2] if task.rank == 0 and self.saved is not None else io.StringIO("")
-        state = _RankState(self, task, module, list(self.spec["argv"]), stdin)
+        state = RankState(self, task, module, list(self.spec["argv"]), stdin)
         self.states[task.rank] = state
         return state
 
-    def start_rank(self, task: Any) -> _RankState:
+    def start_rank(self, task: Any) -> RankState:
         """From a new rank: make its state and have it swapped in whenever the rank resumes."""
         from .engine import sync as _sync
 
@@ -668,7 +668,7 @@ class _Session:
             if _users_own(modules[name]):
                 self.local.add(name)
 
-    def finished(self, state: _RankState) -> None:
+    def finished(self, state: RankState) -> None:
         self.done[state.rank] = 1
         while self.lowest < self.world_size and self.done[self.lowest]:
             self.lowest += 1
@@ -773,7 +773,7 @@ class _Session:
         self.checked = set(sys.modules)  # what is imported already stays shared
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
-        _Session._by_id[self.spec["id"]] = self
+        Session._by_id[self.spec["id"]] = self
 
     def uninstall(self) -> None:
         if not self.undo:
@@ -782,7 +782,7 @@ class _Session:
         self.undo = []
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)
-        _Session._by_id.pop(self.spec["id"], None)
+        Session._by_id.pop(self.spec["id"], None)
         if sys.path and sys.path[0] == path0:
             del sys.path[0]
         elif path0 in sys.path:
@@ -806,7 +806,7 @@ class _Stream(io.TextIOBase):
     run) goes straight to the real stream.
     """
 
-    def __init__(self, session: _Session, stream: int, real: TextIO) -> None:
+    def __init__(self, session: Session, stream: int, real: TextIO) -> None:
         super().__init__()
         self._session = session
         self._stream = stream

@@ -1,6 +1,6 @@
 """``simcluster torchrun``: run a script written for torchrun once per virtual rank, unmodified.
 
-``simcluster mpirun`` runs the script (``mpirun._Session``: each rank runs it
+``simcluster mpirun`` runs the script (``mpirun.Session``: each rank runs it
 as ``__main__`` with its own globals and ``sys.argv``, output in virtual-time
 order, the exit status from ``sys.exit`` and errors, deadlock reports naming
 the script's lines); this module adds what torchrun gives its workers:
@@ -226,7 +226,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
               "process, so only the memory transport can host them; leave transport out",
               file=sys.stderr)
         return 2
-    spec = mpirun._spec(script, list(argv), module, PROG)
+    spec = mpirun.script_spec(script, list(argv), module, PROG)
     if isinstance(spec, int):
         return spec
     spec["records"] = None
@@ -254,13 +254,13 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
 
 def _torch_script_rank(comm: Any, spec: dict[str, Any]) -> int:
     """The rank function: ``mpirun``'s, on a thread rank (torch needs a real thread per rank)."""
-    return mpirun._script_rank(comm, spec)
+    return mpirun.script_rank(comm, spec)
 
 
 _torch_script_rank.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
 
 
-class _TorchrunSession(mpirun._Session):
+class _TorchrunSession(mpirun.Session):
     """``mpirun``'s session, with a torch session around the run and torchrun's environment."""
 
     prog = PROG
@@ -284,7 +284,7 @@ class _TorchrunSession(mpirun._Session):
             finally:
                 self.torch_session = None
 
-    def start_rank(self, task: Any) -> mpirun._RankState:
+    def start_rank(self, task: Any) -> mpirun.RankState:
         from .engine import sync as _sync
 
         state = self.rank_state(task)

@@ -56,7 +56,7 @@ _OURS: dict[CodeType, bool] = {}
 def _ours(code: CodeType) -> bool:
     ours = _OURS.get(code)
     if ours is None:
-        ours = _OURS[code] = _frames._is_ours(code.co_filename)
+        ours = _OURS[code] = _frames.is_ours(code.co_filename)
     return ours
 
 
@@ -82,7 +82,7 @@ def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
         frame = frame.f_back
     if frame is None or _ours(frame.f_code):  # simcluster's own call (a helper task, MPI)
         return
-    calls = engine._calls
+    calls = engine.calls
     if calls and calls[-1][0] is coro:  # a facade call noting what an inner call returned
         calls.pop()
     calls.append((coro, task, frame, frame.f_lasti, name, args))
@@ -108,7 +108,7 @@ def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]],
             engine = self._kernel
             task = engine.current
             if task is not None:
-                engine._calls.append((coro, task, frame, frame.f_lasti, name, None))
+                engine.calls.append((coro, task, frame, frame.f_lasti, name, None))
         return coro
 
     shown = shown or method
@@ -123,14 +123,14 @@ def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]],
 
 def check(engine: Engine) -> None:
     """Look at every noted call after a rank went back to the engine; fail its rank if unawaited."""
-    calls = engine._calls
+    calls = engine.calls
     kept: list[Note] = []
     for call in calls:
         coro = call[0]
         if inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
             continue  # awaited: done, waiting at an await, or running
         task = call[1]
-        if engine._failure is not None:  # the run is stopping: only tidy up
+        if engine.failure is not None:  # the run is stopping: only tidy up
             _drop(coro)
             continue
         held = sys.getrefcount(coro) > _HELD
@@ -140,12 +140,12 @@ def check(engine: Engine) -> None:
                 kept.append(call)  # kept to be awaited later: look again next time
                 continue
             owner.cancel()
-            engine._failure = (task, _handed_to_asyncio(call))
+            engine.fail(task, _handed_to_asyncio(call))
             continue
         error = _never_awaited(call)
         coro.close()
-        engine._failure = (task, error)
-    engine._calls = kept
+        engine.fail(task, error)
+    engine.calls = kept
 
 
 def _drop(coro: Coroutine[Any, Any, Any]) -> None:

@@ -28,7 +28,7 @@ def skip(directory: str) -> None:
         _PACKAGE_DIRS = (*_PACKAGE_DIRS, path)
 
 
-def _is_ours(filename: str) -> bool:
+def is_ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIRS)
 
 
@@ -44,14 +44,14 @@ def coroutine_line(coro: Any) -> str:
     """
     inner = getattr(coro, "suspended_frame", None)
     if inner is not None:
-        while inner is not None and _is_ours(inner.f_code.co_filename):
+        while inner is not None and is_ours(inner.f_code.co_filename):
             inner = inner.f_back
         return "?" if inner is None else _where(inner)
     best = "?"
     obj = coro
     while obj is not None:
         frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
-        if frame is not None and not _is_ours(frame.f_code.co_filename):
+        if frame is not None and not is_ours(frame.f_code.co_filename):
             best = _where(frame)
         obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
     return best
@@ -60,6 +60,6 @@ def coroutine_line(coro: Any) -> str:
 def user_line() -> str:
     """Return ``file:line`` of the innermost user frame on the current call stack."""
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _is_ours(frame.f_code.co_filename):
+    while frame is not None and is_ours(frame.f_code.co_filename):
         frame = frame.f_back
     return "?" if frame is None else _where(frame)

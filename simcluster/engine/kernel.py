@@ -210,7 +210,7 @@ class Kernel:
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
         self._spawned = [0] * world_size  # helpers each rank has started (Task.serial)
         self._tracked: dict[int, Request[Any]] = {}  # strict: nonblocking requests, for leaks
-        self._calls: list[_awaits.Note] = []  # strict: calls not yet awaited (_awaits.check)
+        self.calls: list[_awaits.Note] = []  # strict: calls not yet awaited (awaits.check)
         self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
         self.current: Task | None = None
         self._looping = False  # inside _run_events: a request completed by an event resumes its rank at once
@@ -542,7 +542,7 @@ class Kernel:
             return
         finally:
             self.current = _running[0] = None
-            if self._calls:  # strict runs only: was every simcluster call awaited?
+            if self.calls:  # strict runs only: was every simcluster call awaited?
                 _awaits.check(self)
         if isinstance(yielded, Request):  # the common case, inline
             task.state = BLOCKED
@@ -726,6 +726,10 @@ class Kernel:
             if self._sync_ranks:
                 self._sync_ranks = False
                 _sync.end_run()
+
+    def fail(self, task: Task, exc: BaseException) -> None:
+        """Stop the run now: ``task`` failed with ``exc`` (a strict run's unawaited call)."""
+        self._failure = (task, exc)
 
     @property
     def failing(self) -> bool:

@@ -105,6 +105,6 @@ def spinning_line(exc: BaseException) -> str:
     """Return ``file:line`` of the innermost user frame an ``Overtime`` interrupted."""
     where = "?"
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
-        if not _frames._is_ours(frame.f_code.co_filename):
+        if not _frames.is_ours(frame.f_code.co_filename):
             where = f"{os.path.basename(frame.f_code.co_filename)}:{lineno}"
     return where
