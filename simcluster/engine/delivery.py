@@ -29,7 +29,8 @@ from typing import Any, Final
 from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
 
 from .kernel import Kernel, finish_request
-from .protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of, sort_by_source, transfer_start)
+from .protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of,
+                       sort_by_source, transfer_start)
 
 _Deque: Final = deque
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
     from .settings import EngineSettings
     from ..matching import MatchQueue
     from ..latency import Ports
-    from ..trace import Trace
 
 # Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
 _tuple_new: Final = tuple.__new__
@@ -138,6 +136,8 @@ def _new_status(fields: tuple[int, int, int]) -> Status:
     """``request.make_status(fields)``, the same way."""
     status: Status = _tuple_new(_Status, fields)
     return status
+
+
 _NDARRAY: Final = np.ndarray
 _inline_nbytes: Final = wire.inline_nbytes
 

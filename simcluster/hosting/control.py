@@ -69,7 +69,7 @@ OP_NAMES: Final = {
 }
 
 ExcData = dict[str, Any]
-"""An exception as plain data (``hosting.remote.encode_exception``; ``hosting.remote.decode_exception`` reads it)."""
+"""An exception as plain data (``remote.encode_exception``; ``remote.decode_exception`` reads it)."""
 
 BlockedEntry = tuple[int, str, list[int], Any]
 """A blocked rank or helper: (world rank, line, ranks it waits on, collective info or None),

@@ -18,8 +18,9 @@ from simcluster.transports.tcp import TcpTransport
 from . import control as _control, remote as _remote
 from ..engine.coll_check import CallCheck, HostedCallCheck, SignatureRecord
 from ..engine.delivery import Channels
-from ..engine.kernel import Kernel, finish_request
-from ..engine.protocol import (Booking, Delivery, P2P, by_source_and_id, pack_time, serial_of, sort_by_source, transfer_start, unpack_time)
+from ..engine.kernel import finish_request
+from ..engine.protocol import (Booking, Delivery, P2P, by_source_and_id, pack_time, serial_of,
+                               sort_by_source, transfer_start, unpack_time)
 from ..engine.assembly import Engine
 from .views import SplitPorts as _SplitPorts
 from ..engine.settings import EngineSettings
