@@ -274,7 +274,7 @@ def test_the_protocol_calls_its_delivery_only_through_delivery() -> None:
 
 
 def test_the_deliveries_use_nothing_private_of_the_protocol_or_the_kernel() -> None:
-    for file, name in (("engine/delivery.py", "Channels"), ("engine/delivery.py", "LocalDelivery"),
+    for file, name in (("engine/protocol.py", "Channels"), ("engine/delivery.py", "LocalDelivery"),
                        ("hosting/hosted_engine.py", "HostedDelivery"), ("hosting/hosted_engine.py", "HostedEngine")):
         cls = _class(file, name)
         used = _calls_on(cls, "p2p") | _calls_on(cls, "kernel")

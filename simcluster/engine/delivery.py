@@ -8,124 +8,34 @@ receiver's match (``engine.protocol`` states the rules it keeps):
   each receive port in the order they reach it, then each source's messages
   leave in posting order;
 * ``deliver`` (the transport's callback) puts eager messages and requests to
-  send on their (source, destination) channel, whose arrival times never
-  decrease (Rule 3), and ``arrive`` hands the head of the channel to
+  send on their (source, destination) channel (``protocol.Channels``), whose
+  arrival times never decrease (Rule 3), and the channel hands its head to
   ``P2P.arrived`` at its time;
 * a clear to send starts the rendezvous transfer, charged from the later of
   the send's and the receive's posting (Rule 5), and the data's arrival
   completes both sides.
 
 ``hosting.hosted_engine.HostedDelivery`` is the other strategy: ranks here and in
-other processes. It uses these channels (``Channels``) for what reaches its
-own ranks.
+other processes. It puts what reaches its own ranks on the same channels.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
-from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
+from simcluster.transports.base import DATA, RTS, Envelope
 
-from .kernel import Kernel, finish_request
 from .protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of,
                        sort_by_source, transfer_start)
-
-_Deque: Final = deque
-
-
-class Channels:
-    """The FIFO channels between ranks of this process (Rule 3): envelopes on their way to a match.
-
-    One channel per (source, destination): arrival times never decrease
-    along it, so its messages are matched in send order. What a source has in
-    flight sits in its slot: the envelope itself while it is the only one (a
-    collective's round), else a dict by destination of envelopes, or deques
-    once a channel holds two.
-    """
-
-    def __init__(self, p2p: P2P) -> None:
-        self.p2p = p2p
-        self.kernel: Kernel = p2p.kernel
-        self._inflight: list[Any] = [None] * p2p.world_size
-        self.arrive_key = self.arrive  # bound once: an event per message names it
-
-    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
-        """The ranks an arrival on a channel touches: its receiver (None: not a channel's event)."""
-        # by equality: a compiled method is a new bound object at each access
-        return {arg.dst} if fn == self.arrive else None
-
-    def enter(self, env: Envelope) -> None:
-        """Put an eager message or a request to send on its channel; match it now if it is due."""
-        src = env.src
-        t = env.time
-        inflight = self._inflight
-        slot = inflight[src]
-        kernel = self.kernel
-        if slot is None:
-            if t <= kernel.now:  # arrives now, nothing ahead of it: match it at once
-                self.p2p.arrived(env)
-                return
-            inflight[src] = env
-            kernel.schedule(t, self.arrive_key, env)
-            return
-        if type(slot) is not dict:  # a second message in flight from src
-            slot = inflight[src] = {slot.dst: slot}
-        dst = env.dst
-        chan = slot.get(dst)
-        if chan is None:
-            if t <= kernel.now:
-                self.p2p.arrived(env)
-                return
-            slot[dst] = env
-        elif isinstance(chan, _Deque):
-            if chan[-1].time > t:
-                t = chan[-1].time
-                env = retimed(env, t)
-            chan.append(env)
-        else:  # a second message on this channel: now a queue
-            if chan.time > t:
-                t = chan.time
-                env = retimed(env, t)
-            slot[dst] = _Deque((chan, env))
-        kernel.schedule(t, self.arrive_key, env)
-
-    def arrive(self, env: Envelope) -> None:
-        """A message's arrival time came: match the head of its channel (``env``, or one sent before it)."""
-        src = env.src
-        inflight = self._inflight
-        slot = inflight[src]
-        if type(slot) is not dict:  # the only message in flight from src: env itself
-            inflight[src] = None
-            self.p2p.arrived(slot)
-            return
-        dst = env.dst
-        chan = slot[dst]
-        if isinstance(chan, _Deque):
-            head = chan.popleft()
-            if len(chan) == 1:
-                slot[dst] = chan[0]
-        else:
-            head = chan
-            del slot[dst]
-            if not slot:
-                inflight[src] = None
-        self.p2p.arrived(head)
-
 
 class LocalDelivery(Delivery):
     """Every rank in this process: envelopes go from the charge straight to their channels."""
 
     def bind(self, p2p: P2P) -> None:
         super().bind(p2p)
-        self.channels = Channels(p2p)
-        self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
         # envelopes are handed over as objects: this strategy puts its own on their channels
         self.in_process = p2p.in_process
-
-    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
-        return {arg.src, arg.dst} if fn == self.data_arrived else self.channels.owner(fn, arg)
 
     def send(self, env: Envelope) -> None:
         """Hand an eager message or a request to send over (in process: straight to its channel)."""
@@ -144,16 +54,7 @@ class LocalDelivery(Delivery):
             touched.add(env.dst)
             if self.p2p.noisy:
                 touched.add(-1)
-        kind = env.kind
-        if kind == EAGER or kind == RTS:
-            self.channels.enter(env)
-        elif kind == CTS:
-            self.clear_to_send(env)
-        elif kind == DATA:
-            self.kernel.schedule(env.time, self.data_key, env)
-        elif kind == ACK:
-            req = self.p2p.sync_sends.pop((env.dst, env.msg_id))
-            self.kernel.schedule(env.time, finish_request, req)
+        self.enter(env)
 
     def clear_to_send(self, env: Envelope) -> None:
         """The receiver matched a request to send: send its data, charged from ``transfer_start``."""

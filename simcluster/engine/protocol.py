@@ -34,19 +34,21 @@ from __future__ import annotations
 
 import struct
 import zlib
+from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
 from simcluster.transports import wire
-from simcluster.transports.base import ACK, CTS, EAGER, RTS, Envelope, Transport
+from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, Transport, retimed
 from simcluster.transports.wire import INLINE, PACKED_NONE
 
 from . import frames as _frames
 from . import schedule as _schedule
 from .. import arrays as _arrays
-from .kernel import Kernel, Layer, Task
+from .kernel import Kernel, Layer, Task, finish_request
 from .ports import NativePorts
 from ..errors import TruncationError
 from ..matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
@@ -139,6 +141,7 @@ def _new_status(fields: tuple[int, int, int]) -> Status:
 
 
 _NDARRAY: Final = np.ndarray
+_Deque: Final = deque
 _inline_nbytes: Final = wire.inline_nbytes
 
 
@@ -211,40 +214,145 @@ class Member(Protocol):
     def _group(self) -> Roster: ...
 
 
-class Delivery:
+class Channels:
+    """The FIFO channels between ranks of this process (Rule 3): envelopes on their way to a match.
+
+    One channel per (source, destination): arrival times never decrease
+    along it, so its messages are matched in send order. What a source has in
+    flight sits in its slot: the envelope itself while it is the only one (a
+    collective's round), else a dict by destination of envelopes, or deques
+    once a channel holds two.
+    """
+
+    def __init__(self, p2p: P2P) -> None:
+        self.p2p = p2p
+        self.kernel = p2p.kernel
+        self._inflight: list[Any] = [None] * p2p.world_size
+        self.arrive_key = self.arrive  # bound once: an event per message names it
+
+    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
+        """The ranks an arrival on a channel touches: its receiver (None: not a channel's event)."""
+        # by equality: a compiled method is a new bound object at each access
+        return {arg.dst} if fn == self.arrive else None
+
+    def enter(self, env: Envelope) -> None:
+        """Put an eager message or a request to send on its channel; match it now if it is due."""
+        src = env.src
+        t = env.time
+        inflight = self._inflight
+        slot = inflight[src]
+        kernel = self.kernel
+        if slot is None:
+            if t <= kernel.now:  # arrives now, nothing ahead of it: match it at once
+                self.p2p.arrived(env)
+                return
+            inflight[src] = env
+            kernel.schedule(t, self.arrive_key, env)
+            return
+        if type(slot) is not dict:  # a second message in flight from src
+            slot = inflight[src] = {slot.dst: slot}
+        dst = env.dst
+        chan = slot.get(dst)
+        if chan is None:
+            if t <= kernel.now:
+                self.p2p.arrived(env)
+                return
+            slot[dst] = env
+        elif isinstance(chan, _Deque):
+            if chan[-1].time > t:
+                t = chan[-1].time
+                env = retimed(env, t)
+            chan.append(env)
+        else:  # a second message on this channel: now a queue
+            if chan.time > t:
+                t = chan.time
+                env = retimed(env, t)
+            slot[dst] = _Deque((chan, env))
+        kernel.schedule(t, self.arrive_key, env)
+
+    def arrive(self, env: Envelope) -> None:
+        """A message's arrival time came: match the head of its channel (``env``, or one sent before it)."""
+        src = env.src
+        inflight = self._inflight
+        slot = inflight[src]
+        if type(slot) is not dict:  # the only message in flight from src: env itself
+            inflight[src] = None
+            self.p2p.arrived(slot)
+            return
+        dst = env.dst
+        chan = slot[dst]
+        if isinstance(chan, _Deque):
+            head = chan.popleft()
+            if len(chan) == 1:
+                slot[dst] = chan[0]
+        else:
+            head = chan
+            del slot[dst]
+            if not slot:
+                inflight[src] = None
+        self.p2p.arrived(head)
+
+
+class Delivery(ABC):
     """How envelopes travel and what their ports are charged: the protocol's strategy (its seam).
 
     ``engine.delivery.LocalDelivery`` moves them between ranks of one process;
     ``hosting.hosted_engine.HostedDelivery``, in a process hosting world ranks
     ``[lo, hi)``, also to and from the other processes. ``P2P`` posts and
     matches; the strategy it is made with carries what lies between: the
-    charge of an instant's messages (``book``, Rule 4), the FIFO channels
-    (Rule 3), the rendezvous transfer after a clear to send (Rule 5).
+    charge of an instant's messages (``book``, Rule 4), the rendezvous
+    transfer after a clear to send (Rule 5). Both put what reaches their own
+    ranks on the same FIFO ``Channels`` (Rule 3), through ``enter``.
     """
 
     p2p: P2P  # the protocol this strategy delivers for (``bind``)
     kernel: Kernel  # the kernel it runs on
+    channels: Channels  # the channels to this process's ranks
 
     def bind(self, p2p: P2P) -> None:
         """Deliver for ``p2p`` (its ``__init__`` calls this once)."""
         self.p2p = p2p
         self.kernel = p2p.kernel
-
-    def send(self, env: Envelope) -> None:
-        """Send an eager message or a request to send, already charged."""
-        raise NotImplementedError
-
-    def deliver(self, env: Envelope) -> None:
-        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
-        raise NotImplementedError
-
-    def book(self) -> bool:
-        """Charge and send the messages of the instant that just ended; False when there are none."""
-        raise NotImplementedError
+        self.channels = Channels(p2p)
+        self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
 
     def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         """The ranks one of this strategy's events touches (None: not its event)."""
-        return None
+        # by equality: a compiled method is a new bound object at each access
+        return {arg.src, arg.dst} if fn == self.data_arrived else self.channels.owner(fn, arg)
+
+    def enter(self, env: Envelope) -> None:
+        """An envelope charged on both sides: on to its channel, or to its handshake's step."""
+        kind = env.kind
+        if kind == EAGER or kind == RTS:
+            self.channels.enter(env)
+        elif kind == CTS:
+            self.clear_to_send(env)
+        elif kind == DATA:
+            self.kernel.schedule(env.time, self.data_key, env)
+        elif kind == ACK:
+            req = self.p2p.sync_sends.pop((env.dst, env.msg_id))
+            self.kernel.schedule(env.time, finish_request, req)
+
+    @abstractmethod
+    def send(self, env: Envelope) -> None:
+        """Send an eager message or a request to send, already charged."""
+
+    @abstractmethod
+    def deliver(self, env: Envelope) -> None:
+        """Take an envelope from the transport (the transport's ``deliver`` callback)."""
+
+    @abstractmethod
+    def book(self) -> bool:
+        """Charge and send the messages of the instant that just ended; False when there are none."""
+
+    @abstractmethod
+    def clear_to_send(self, env: Envelope) -> None:
+        """A receiver matched a request to send from here: send its data."""
+
+    @abstractmethod
+    def data_arrived(self, env: Envelope) -> None:
+        """A rendezvous transfer's data reached its receiver here: complete the receive."""
 
 
 class P2P(Layer):

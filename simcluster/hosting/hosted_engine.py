@@ -9,17 +9,15 @@ they follow is described in ``hosting.host``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from simcluster.transports.base import ACK, CTS, DATA, EAGER, RTS, Envelope, retimed
+from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, retimed
 from simcluster.transports.tcp import TcpTransport
 
 from . import control as _control, remote as _remote
 from ..engine.coll_check import CallCheck, HostedCallCheck, SignatureRecord
-from ..engine.delivery import Channels
 from ..engine.kernel import finish_request
-from ..engine.protocol import (Booking, Delivery, P2P, by_source_and_id, pack_time, serial_of,
+from ..engine.protocol import (Booking, Delivery, by_source_and_id, pack_time, serial_of,
                                sort_by_source, transfer_start, unpack_time)
 from ..engine.assembly import Engine
 from .views import SplitPorts as _SplitPorts
@@ -47,14 +45,6 @@ class HostedDelivery(Delivery):
         # envelopes charged on their send side, waiting for their receive side (land):
         # (instant they were charged at, 1 for rendezvous data else 0, envelope)
         self.landing: list[tuple[float, int, Envelope]] = []
-
-    def bind(self, p2p: P2P) -> None:
-        super().bind(p2p)
-        self.channels = Channels(p2p)
-        self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
-
-    def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
-        return {arg.src, arg.dst} if fn == self.data_arrived else self.channels.owner(fn, arg)
 
     def send(self, env: Envelope) -> None:
         self.p2p.transport.send(env)
@@ -84,19 +74,6 @@ class HostedDelivery(Delivery):
                     self.kernel.schedule(env.time, finish_request, req)
                     return
         self.enter(env)
-
-    def enter(self, env: Envelope) -> None:
-        """An envelope charged on both sides: on to its channel, or to its handshake's step."""
-        kind = env.kind
-        if kind == EAGER or kind == RTS:
-            self.channels.enter(env)
-        elif kind == CTS:
-            self.clear_to_send(env)
-        elif kind == DATA:
-            self.kernel.schedule(env.time, self.data_key, env)
-        elif kind == ACK:
-            req = self.p2p.sync_sends.pop((env.dst, env.msg_id))
-            self.kernel.schedule(env.time, finish_request, req)
 
     def clear_to_send(self, env: Envelope) -> None:
         """A receiver matched a request to send from here: send its data."""
