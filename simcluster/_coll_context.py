@@ -53,18 +53,18 @@ class CollContext:
         self.call = call
         self.algorithm = algorithm
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
-        self._coll: Comm = comm._coll if comm._engine.fidelity == "message" else None  # type: ignore[assignment]
+        self._coll: Comm = comm.coll if comm.engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
-        self._kernel = comm._kernel
-        self._p2p = comm._p2p
+        self._kernel = comm.kernel
+        self._p2p = comm.p2p
         # the run's model charges nothing for reductions: skip sizing each partial result
-        self.free_reductions: bool = comm._p2p.free_reductions
+        self.free_reductions: bool = comm.p2p.free_reductions
 
     @property
     def info(self) -> CollectiveInfo:
         """(context, comm name, call number, call, comm rank, comm size): what reports say of this call."""
         comm = self.comm
-        return (comm._ctx, comm._group.name, self.seq, self.call, comm.rank, comm.size)
+        return (comm.ctx, comm.group.name, self.seq, self.call, comm.rank, comm.size)
 
     @property
     def latency(self) -> LatencyModel:
@@ -119,7 +119,7 @@ class CollContext:
         last member arrives, ``resolve(values, times)`` computes every member's
         result and the virtual time at which all complete (``Engine.meet``).
         """
-        return self._kernel.meet((self.comm._ctx, self.seq), self.size, self.rank, value,
+        return self._kernel.meet((self.comm.ctx, self.seq), self.size, self.rank, value,
                                  "analytic meeting", resolve)
 
     def payload_nbytes(self, obj: object) -> int:

@@ -59,11 +59,11 @@ class Send(_Call):
         comm = self._comm
         obj, self._payload = self._payload, None
         dst, tag = self._peer, self._tag
-        if (comm._kernel.trace is None and type(dst) is int and 0 <= dst < comm.size
+        if (comm.kernel.trace is None and type(dst) is int and 0 <= dst < comm.size
                 and type(tag) is int and 0 <= tag < _TAG_UB):
-            req = comm._p2p.post_send(comm, obj, dst, tag, False, ("send", dst, tag), False)
+            req = comm.p2p.post_send(comm, obj, dst, tag, False, ("send", dst, tag), False)
             return COMPLETED.__await__() if req is None else req.__await__()
-        return comm._send_coroutine(obj, dst, tag).__await__()
+        return comm.send_coroutine(obj, dst, tag).__await__()
 
 
 class Recv(_Call):
@@ -77,11 +77,11 @@ class Recv(_Call):
         buf, src, tag = self._payload, self._peer, self._tag
         # -1 is the wildcard (ANY_SOURCE, ANY_TAG: an int subclass, hence isinstance); bools go
         # the long way, to be refused there
-        if (buf is None and comm._kernel.trace is None
+        if (buf is None and comm.kernel.trace is None
                 and isinstance(src, int) and type(src) is not bool and -1 <= src < comm.size
                 and isinstance(tag, int) and type(tag) is not bool and -1 <= tag < _TAG_UB):
-            return comm._p2p.post_recv(comm, None, src, tag, "recv", False).__await__()
-        return comm._recv_coroutine(buf, src, tag).__await__()
+            return comm.p2p.post_recv(comm, None, src, tag, "recv", False).__await__()
+        return comm.recv_coroutine(buf, src, tag).__await__()
 
 
 # Comm calls these rather than the classes: a compiled function takes its arguments from the

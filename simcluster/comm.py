@@ -8,7 +8,7 @@ sub-communicators.
 Rule 1: every user-visible check (ranks, tags, buffers) happens here, at the
 call, so the error names the rank and the call the user wrote.
 Rule 2: collectives see only this class's public point-to-point surface, on
-the private context ``comm._coll`` whose traffic never meets user messages.
+the private context ``comm.coll`` whose traffic never meets user messages.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def groups_of(engine: Engine) -> dict[int, Group]:
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
-    __slots__ = ("engine", "ctx", "world_ranks", "_local", "members", "endpoints", "name", "tasks", "coll", "key",
+    __slots__ = ("engine", "ctx", "world_ranks", "local", "members", "endpoints", "name", "tasks", "coll", "key",
                  "check", "setups")
 
     def __init__(self, engine: Engine, ctx: int, world_ranks: list[int], name: str,
@@ -65,9 +65,9 @@ class Group:
         identity = world_ranks == list(range(len(world_ranks))) if len(world_ranks) < 64 else (
             world_ranks[0] == 0 and world_ranks[-1] == len(world_ranks) - 1
             and all(w == i for i, w in enumerate(world_ranks)))
-        self._local: dict[int, int] | None = None if identity else {w: i for i, w in enumerate(world_ranks)}
+        self.local: dict[int, int] | None = None if identity else {w: i for i, w in enumerate(world_ranks)}
         self.members: list[Comm | None] = [None] * len(world_ranks)
-        self.endpoints = engine.p2p.register(self, ctx, len(world_ranks), self._local)  # members' match queues
+        self.endpoints = engine.p2p.register(self, ctx, len(world_ranks), self.local)  # members' match queues
         self.name = name
         self.tasks = tasks  # the task of each member, by local rank
         self.coll: Group | None = None
@@ -82,7 +82,7 @@ class Group:
 
     def local_rank(self, world_rank: int) -> int:
         """Return the rank in this communicator of a world rank."""
-        local = self._local
+        local = self.local
         return world_rank if local is None else local[world_rank]
 
     def member(self, rank: int) -> Comm:
@@ -125,21 +125,30 @@ class Comm(CollectiveMethods):
     Attributes:
         rank: this rank's number in the communicator.
         size: number of ranks in the communicator.
+        world_rank: this rank's number in the world communicator.
+        group: what the members share: world ranks, name, context id, collective checks.
+        ctx: the communicator's context id (a message matches only receives on its context).
+
+    The engine's side, which a user's code has no need of: ``engine``,
+    ``kernel`` and ``p2p`` (the run's engine and its parts), ``match_queue``
+    (this rank's posted receives and unexpected messages), ``coll`` (the same
+    members on the private context collectives send on), and
+    ``send_coroutine``/``recv_coroutine`` (``send``/``recv`` as coroutines).
     """
 
-    __slots__ = ("_group", "_engine", "_kernel", "_p2p", "_ctx", "rank", "size", "_world_rank", "_mq", "_task",
+    __slots__ = ("group", "engine", "kernel", "p2p", "ctx", "rank", "size", "world_rank", "match_queue", "_task",
                  "_coll_seq", "_created", "__weakref__")
 
     def __init__(self, group: Group, rank: int) -> None:
-        self._group = group
-        self._engine = group.engine
-        self._kernel = group.engine.kernel  # the clock, tasks and timers
-        self._p2p = group.engine.p2p  # sends and receives
-        self._ctx = group.ctx
+        self.group = group
+        self.engine = group.engine
+        self.kernel = group.engine.kernel  # the clock, tasks and timers
+        self.p2p = group.engine.p2p  # sends and receives
+        self.ctx = group.ctx
         self.rank = rank
         self.size = len(group.world_ranks)
-        self._world_rank = group.world_ranks[rank]
-        self._mq = group.endpoints.queue(rank)
+        self.world_rank = group.world_ranks[rank]
+        self.match_queue = group.endpoints.queue(rank)
         self._task = group.tasks[rank]
         self._coll_seq = 0  # collectives called so far, for mismatch reports
         self._created = 0  # communicators created from this one, for context ids
@@ -149,49 +158,44 @@ class Comm(CollectiveMethods):
     @property
     def now(self) -> float:
         """This rank's virtual time, in seconds."""
-        return self._kernel.now
+        return self.kernel.now
 
     @property
     def world_ranks(self) -> list[int]:
         """The world rank of each member of this communicator."""
-        return list(self._group.world_ranks)
-
-    @property
-    def world_rank(self) -> int:
-        """This rank's number in the world communicator."""
-        return self._world_rank
+        return list(self.group.world_ranks)
 
     @property
     def name(self) -> str:
         """The communicator's name ('world', or how it was made)."""
-        return self._group.name
+        return self.group.name
 
     @property
     def transport(self) -> str:
         """The name of the run's transport (``"memory"``, ``"shm"``, ``"tcp"``, ...)."""
-        return self._p2p.transport.name
+        return self.p2p.transport.name
 
     @property
     def serializer(self) -> str:
         """``"pickle"`` in runs made with ``serializer="pickle"``, else ``"msgpack"``."""
-        return "msgpack" if self._p2p.dumps is None else "pickle"
+        return "msgpack" if self.p2p.dumps is None else "pickle"
 
     @property
     def latency(self) -> LatencyModel:
         """The run's latency model (collectives use its ``reduce_time``)."""
-        model = self._p2p.latency_model
+        model = self.p2p.latency_model
         assert model is not None, "runs always bind a latency model"
         return model
 
     @property
-    def _coll(self) -> Comm:
+    def coll(self) -> Comm:
         """The same members on the private collective context."""
-        coll = self._group.coll
+        coll = self.group.coll
         assert coll is not None, "a private context has no private context of its own"
         return coll.member(self.rank)
 
     def __repr__(self) -> str:
-        return f"<Comm {self._group.name!r} rank={self.rank} size={self.size}>"
+        return f"<Comm {self.group.name!r} rank={self.rank} size={self.size}>"
 
     # ---- validation ----
 
@@ -211,7 +215,7 @@ class Comm(CollectiveMethods):
                 raise _bad_tag(self, self._op_error((name, dst, tag)), False)
             tag = operator.index(tag)
         # positional: a compiled engine parses keywords for each call
-        return self._p2p.post_send(self, obj, dst, tag, sync, (name, dst, tag), nonblocking)
+        return self.p2p.post_send(self, obj, dst, tag, sync, (name, dst, tag), nonblocking)
 
     def isend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start sending ``obj`` to ``dst`` and return at once.
@@ -229,16 +233,16 @@ class Comm(CollectiveMethods):
         """
         req = self._send(obj, dst, tag, "isend", False, True)
         assert req is not None
-        if self._kernel.trace is not None:
-            self._span("isend", self._kernel.now, dst=dst, tag=tag, nbytes=self._p2p.last_nbytes)
+        if self.kernel.trace is not None:
+            self._span("isend", self.kernel.now, dst=dst, tag=tag, nbytes=self.p2p.last_nbytes)
         return req
 
     def issend(self, obj: object, dst: int, tag: int = 0) -> Request[None]:
         """Start a synchronous-mode send: its request completes only once ``dst`` has matched it."""
         req = self._send(obj, dst, tag, "issend", True, True)
         assert req is not None
-        if self._kernel.trace is not None:
-            self._span("issend", self._kernel.now, dst=dst, tag=tag, nbytes=self._p2p.last_nbytes)
+        if self.kernel.trace is not None:
+            self._span("issend", self.kernel.now, dst=dst, tag=tag, nbytes=self.p2p.last_nbytes)
         return req
 
     def send(self, obj: object, dst: int, tag: int = 0) -> Awaitable[None]:
@@ -251,12 +255,12 @@ class Comm(CollectiveMethods):
         """
         return _send_call(self, obj, dst, tag)
 
-    async def _send_coroutine(self, obj: object, dst: int, tag: int = 0) -> None:
+    async def send_coroutine(self, obj: object, dst: int, tag: int = 0) -> None:
         """``send`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
-        traced = self._kernel.trace is not None  # else nothing to read for a span: a hot path
-        start = self._kernel.now if traced else 0.0
+        traced = self.kernel.trace is not None  # else nothing to read for a span: a hot path
+        start = self.kernel.now if traced else 0.0
         req = self._send(obj, dst, tag, "send", False, False)
-        nbytes = self._p2p.last_nbytes if traced else 0
+        nbytes = self.p2p.last_nbytes if traced else 0
         if req is not None:  # None: an eager send, already complete
             await req
         if traced:
@@ -264,12 +268,12 @@ class Comm(CollectiveMethods):
 
     async def ssend(self, obj: object, dst: int, tag: int = 0) -> None:
         """Send ``obj`` to ``dst`` and return only once a receive has matched it."""
-        start = self._kernel.now
+        start = self.kernel.now
         req = self._send(obj, dst, tag, "ssend", True, False)
-        nbytes = self._p2p.last_nbytes
+        nbytes = self.p2p.last_nbytes
         if req is not None:
             await req
-        if self._kernel.trace is not None:
+        if self.kernel.trace is not None:
             self._span("ssend", start, dst=dst, tag=tag, nbytes=nbytes)
 
     def _recv(self, buf: Any, src: int, tag: int, name: str, nonblocking: bool) -> Request[Any]:
@@ -283,7 +287,7 @@ class Comm(CollectiveMethods):
             tag = operator.index(tag)
         if buf is not None:
             check_buffer(buf, self.rank, self._op_error((name, buf, src, tag)))
-        return self._p2p.post_recv(self, buf, src, tag, name, nonblocking)
+        return self.p2p.post_recv(self, buf, src, tag, name, nonblocking)
 
     @overload
     def irecv(self, buf: None = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]: ...
@@ -302,8 +306,8 @@ class Comm(CollectiveMethods):
             TypeError: ``buf`` is not an array.
         """
         req = self._recv(buf, src, tag, "irecv", True)
-        if self._kernel.trace is not None:
-            self._span("irecv", self._kernel.now, src=src, tag=tag)
+        if self.kernel.trace is not None:
+            self._span("irecv", self.kernel.now, src=src, tag=tag)
         return req
 
     @overload
@@ -321,12 +325,12 @@ class Comm(CollectiveMethods):
         """
         return _recv_call(self, buf, src, tag)
 
-    async def _recv_coroutine(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
+    async def recv_coroutine(self, buf: Any = None, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:
         """``recv`` as a coroutine: what strict checks note, and the path of traced runs and odd arguments."""
-        traced = self._kernel.trace is not None
-        start = self._kernel.now if traced else 0.0
+        traced = self.kernel.trace is not None
+        start = self.kernel.now if traced else 0.0
         req = self._recv(buf, src, tag, "recv", False)
-        value = req._take_result() if req._state else await req  # _state: matched already
+        value = req.result() if req.done() else await req  # matched already
         if traced:
             status = req.status
             self._span("recv", start, src=src, tag=tag, nbytes=status.nbytes if status else 0)
@@ -335,13 +339,13 @@ class Comm(CollectiveMethods):
     async def sendrecv(self, obj: object, dst: int, buf: Any = None, src: int = ANY_SOURCE,
                        sendtag: int = 0, recvtag: int = ANY_TAG) -> Any:
         """Send to ``dst`` and receive from ``src`` at once, without deadlock; return the payload."""
-        start = self._kernel.now
+        start = self.kernel.now
         rreq = self._recv(buf, src, recvtag, "sendrecv", False)
         sreq = self._send(obj, dst, sendtag, "sendrecv", False, False)
         value = await rreq
         if sreq is not None:
             await sreq
-        if self._kernel.trace is not None:
+        if self.kernel.trace is not None:
             self._span("sendrecv", start, dst=dst, src=src)
         return value
 
@@ -355,18 +359,18 @@ class Comm(CollectiveMethods):
         """Return the Status of a message a receive for (src, tag) would take now, or None."""
         op = f"iprobe(src={src!r}, tag={tag!r})"
         self._check_probe(src, tag, op)
-        status = self._p2p.iprobe(self, src, tag)
+        status = self.p2p.iprobe(self, src, tag)
         if status is None:
-            self._kernel.spin(Request(self._kernel, None, op))
+            self.kernel.spin(Request(self.kernel, None, op))
         return status
 
     async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
         """Wait until a message fitting (src, tag) has arrived; return its Status without receiving it."""
         op = f"probe(src={src!r}, tag={tag!r})"
         self._check_probe(src, tag, op)
-        start = self._kernel.now
-        status: Status = await self._p2p.post_probe(self, src, tag, op)
-        if self._kernel.trace is not None:
+        start = self.kernel.now
+        status: Status = await self.p2p.post_probe(self, src, tag, op)
+        if self.kernel.trace is not None:
             self._span("probe", start, src=src, tag=tag)
         return status
 
@@ -377,18 +381,18 @@ class Comm(CollectiveMethods):
                              "pass the virtual compute time in seconds")
         if seconds == 0:
             return
-        start = self._kernel.now
-        await self._kernel.post_sleep(float(seconds), f"sleep({seconds!r})")
-        if self._kernel.trace is not None:
+        start = self.kernel.now
+        await self.kernel.post_sleep(float(seconds), f"sleep({seconds!r})")
+        if self.kernel.trace is not None:
             self._span("sleep", start, seconds=seconds)
 
     def _span(self, name: str, start: float, **args: Any) -> None:
         """Record an operation of this rank in the trace (only called when tracing)."""
-        trace = self._kernel.trace
+        trace = self.kernel.trace
         assert trace is not None
-        if self._ctx != 0:
-            args["comm"] = self._group.name
-        trace.span(self._world_rank, name, start, self._kernel.now, **args)
+        if self.ctx != 0:
+            args["comm"] = self.group.name
+        trace.span(self.world_rank, name, start, self.kernel.now, **args)
 
     # ---- sub-communicators ----
 
@@ -400,12 +404,12 @@ class Comm(CollectiveMethods):
         new communicator identically on every member, in any process.
         """
         self._created += 1
-        name = how if self._group.name == "world" else f"{self._group.name}.{how}"
-        return self._member_of(f"{self._ctx}/{self._created}/{how}", world_ranks, name)
+        name = how if self.group.name == "world" else f"{self.group.name}.{how}"
+        return self._member_of(f"{self.ctx}/{self._created}/{how}", world_ranks, name)
 
     def _member_of(self, key: str, world_ranks: list[int], name: str) -> Comm:
         """Return this rank's Comm on the communicator ``key`` names, made on first use."""
-        engine = self._engine
+        engine = self.engine
         groups = groups_of(engine)
         ctx = 2 * (zlib.crc32(key.encode()) + 1)
         while ctx in groups and groups[ctx].key != key:
@@ -415,7 +419,7 @@ class Comm(CollectiveMethods):
             tasks = [groups[0].tasks[w] for w in world_ranks]
             group = Group(engine, ctx, list(world_ranks), name, tasks)
             group.key = key
-        return group.member(world_ranks.index(self._world_rank))
+        return group.member(world_ranks.index(self.world_rank))
 
     def named(self, key: str, world_ranks: list[int]) -> Comm:
         """Return this rank's Comm on the communicator of ``world_ranks`` that ``key`` names.
@@ -429,11 +433,11 @@ class Comm(CollectiveMethods):
         Raises:
             ValueError: this rank is not in ``world_ranks``.
         """
-        if self._world_rank not in world_ranks:
+        if self.world_rank not in world_ranks:
             raise ValueError(f"rank {self.rank}: named({key!r}, world_ranks={world_ranks!r}): this "
-                             f"rank (world rank {self._world_rank}) is not a member; pass ranks "
+                             f"rank (world rank {self.world_rank}) is not a member; pass ranks "
                              "that include it")
-        return self._member_of(f"{self._ctx}/named/{key}", world_ranks, key)
+        return self._member_of(f"{self.ctx}/named/{key}", world_ranks, key)
 
     async def split(self, color: int | None, key: int = 0) -> Comm | None:
         """Split this communicator by ``color``; order each part by ``(key, rank)``.
@@ -449,7 +453,7 @@ class Comm(CollectiveMethods):
             self._created += 1
             return None
         members = sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)
-        world_ranks = [self._group.world_ranks[r] for _, r in members]
+        world_ranks = [self.group.world_ranks[r] for _, r in members]
         return self._derive(f"split({color})", world_ranks)
 
     async def new_group(self, ranks: list[int]) -> Comm | None:
@@ -470,7 +474,7 @@ class Comm(CollectiveMethods):
         if self.rank not in ranks:
             self._created += 1
             return None
-        return self._derive(f"group({ranks})", [self._group.world_ranks[r] for r in ranks])
+        return self._derive(f"group({ranks})", [self.group.world_ranks[r] for r in ranks])
 
     async def dup(self) -> Comm:
         """Return a copy of this communicator whose traffic never meets this one's.
@@ -478,7 +482,7 @@ class Comm(CollectiveMethods):
         Collective: every member must call it. Costs one barrier.
         """
         await self.barrier()
-        return self._derive("dup", list(self._group.world_ranks))
+        return self._derive("dup", list(self.group.world_ranks))
 
     # ---- collectives: the private context ----
 
@@ -494,7 +498,7 @@ class Comm(CollectiveMethods):
         at the call (``engine.coll_check``). ``forced``: the algorithm was asked for.
         """
         self._coll_seq = seq = self._coll_seq + 1
-        self._group.check.enter(self, seq, (call, algorithm, payload, op), forced)
+        self.group.check.enter(self, seq, (call, algorithm, payload, op), forced)
         return CollContext(self, seq, call, algorithm)
 
     async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
@@ -505,7 +509,7 @@ class Comm(CollectiveMethods):
             result = await body(ctx)
         finally:
             self._leave_collective(outer)
-        if self._kernel.trace is not None:
+        if self.kernel.trace is not None:
             self._trace_collective(ctx, start)
         return result
 
@@ -516,17 +520,17 @@ class Comm(CollectiveMethods):
                           op: str = "", forced: bool = False
                           ) -> tuple[CollContext, CollectiveCall | None, float]:
         """Start a blocking collective: return its context, the call it nests in, and the time."""
-        task = self._kernel.current
+        task = self.kernel.current
         if task is None:
-            raise self._kernel.outside(self.rank, call)
+            raise self.kernel.outside(self.rank, call)
         ctx = self._collective(call, algorithm, payload, op, forced)
         outer = task.collective
         task.collective = ctx
-        return ctx, outer, self._kernel.now
+        return ctx, outer, self.kernel.now
 
     def _leave_collective(self, outer: CollectiveCall | None) -> None:
         """End what ``_enter_collective`` started (also when it failed)."""
-        task = self._kernel.current
+        task = self.kernel.current
         if task is not None:
             task.collective = outer
 
@@ -539,13 +543,13 @@ class Comm(CollectiveMethods):
                           algorithm: str = "", payload: str | None = None, op: str = "",
                           forced: bool = False) -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
-        if self._kernel.current is None:
-            raise self._kernel.outside(self.rank, "i" + call)
+        if self.kernel.current is None:
+            raise self.kernel.outside(self.rank, "i" + call)
         ctx = self._collective(call, algorithm, payload, op, forced)
-        if self._kernel.trace is not None:
-            self._span("i" + call.partition("(")[0], self._kernel.now, call=call, algorithm=algorithm,
+        if self.kernel.trace is not None:
+            self._span("i" + call.partition("(")[0], self.kernel.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)
-        return self._kernel.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
+        return self.kernel.spawn(_as_coro(body(ctx)), f"i{call}", ctx)
 
 
 class _StrictComm(Comm):
@@ -564,7 +568,7 @@ _BLOCKING: Final = (
 """The blocking ``Comm`` methods: ``_StrictComm``'s return coroutines, which strict runs note
 (``Comm``'s own ``send`` and ``recv`` return compiled awaitables instead: ``_p2p_calls``)."""
 
-_COROUTINES: Final = {"send": Comm._send_coroutine, "recv": Comm._recv_coroutine}
+_COROUTINES: Final = {"send": Comm.send_coroutine, "recv": Comm.recv_coroutine}
 """The blocking calls that ``Comm`` runs as compiled awaitables (``_p2p_calls``): their coroutines."""
 
 for _name in _BLOCKING:

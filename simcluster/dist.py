@@ -79,7 +79,7 @@ Op = ReduceOp | str
 
 # ---- finding the rank and its communicator ----
 
-def _world(name: str) -> Comm:
+def _world_comm(name: str) -> Comm:
     comm = current_comm()
     if comm is None:
         raise RuntimeError(f"simcluster.dist.{name}(): called outside a rank; call it from the "
@@ -89,7 +89,7 @@ def _world(name: str) -> Comm:
 
 def _comm(name: str, group: Comm | None) -> Comm:
     """Return the communicator a call runs on: ``group``, or the world for None."""
-    world = _world(name)
+    world = _world_comm(name)
     if group is None:
         return world
     if not isinstance(group, Comm):
@@ -169,7 +169,7 @@ def _then(comm: Comm, req: Request[Any], then: Callable[[Any], T], op: str) -> R
     async def follow() -> T:
         _, value = await wait_any([req])
         return then(value)
-    done: Request[T] = comm._kernel.spawn(follow(), op)
+    done: Request[T] = comm.kernel.spawn(follow(), op)
     return done
 
 
@@ -183,7 +183,7 @@ def _noted(comm: Comm, coro: Coroutine[Any, Any, T], name: str, **shown: object)
     torch users write ``dist.all_reduce(t)`` without ``await``; the error then
     names ``dist.<name>(shown arguments)`` and the user's line (``engine.awaits``).
     """
-    kernel = comm._kernel
+    kernel = comm.kernel
     if kernel.strict:
         _awaits.note(kernel, coro, f"dist.{name}",
                      tuple((key, _awaits.show(key, value)) for key, value in shown.items()))
@@ -240,7 +240,7 @@ def new_group(ranks: Sequence[int] | None = None) -> Coroutine[Any, Any, Comm | 
         An awaitable giving this rank's ``Comm`` on the group, or ``None`` on
         ranks outside it.
     """
-    world = _world("new_group")
+    world = _world_comm("new_group")
     members = list(range(world.size)) if ranks is None else sorted(ranks)
     return _noted(world, world.new_group(members), "new_group", ranks=ranks)
 
@@ -610,7 +610,7 @@ def send(tensor: object, dst: int, group: Comm | None = None, tag: int = 0) -> C
     posted a matching receive and the data has arrived (rendezvous).
     """
     comm = _comm("send", group)
-    return _noted(comm, comm._send_coroutine(tensor, _local(comm, "send", "dst", dst), tag), "send", dst=dst,
+    return _noted(comm, comm.send_coroutine(tensor, _local(comm, "send", "dst", dst), tag), "send", dst=dst,
                   tag=tag)
 
 

@@ -236,22 +236,22 @@ class _Model(LatencyModel):
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
 
-    def _key(self) -> tuple[object, ...]:
+    def _field_values(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self._fields)
 
     def __reduce__(self) -> tuple[object, ...]:
         # rebuilt through __init__ (which takes the fields in order), so models
         # travel to shm/tcp hosting processes although they refuse setattr
-        return (type(self), self._key())
+        return (type(self), self._field_values())
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         assert isinstance(other, _Model)
-        return self._key() == other._key()
+        return self._field_values() == other._field_values()
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, *self._key()))
+        return hash((type(self).__name__, *self._field_values()))
 
     def describe(self) -> str:
         args = ", ".join(f"{field}={getattr(self, field)!r}" for field in self._fields)

@@ -77,7 +77,7 @@ def _entries(slot: Slot) -> list[Entry]:
 class MatchQueue:
     """Posted receives and unexpected messages for one rank on one communicator."""
 
-    __slots__ = ("_one", "_one_src", "_one_tag", "_one_seq", "_posted", "_unexpected", "_post_seq",
+    __slots__ = ("_one", "_one_src", "_one_tag", "_one_seq", "_posted", "unexpected", "_post_seq",
                  "_arrive_seq", "_wild", "probes")
 
     def __init__(self) -> None:
@@ -88,7 +88,7 @@ class MatchQueue:
         self._one_tag = 0
         self._one_seq = 0
         self._posted: dict[tuple[int, int], Slot] | None = None
-        self._unexpected: dict[tuple[int, int], Slot] | None = None
+        self.unexpected: dict[tuple[int, int], Slot] | None = None
         self._post_seq = 0
         self._arrive_seq = 0
         self._wild = 0  # posted receives with a wildcard; none: one lookup per arrival
@@ -135,15 +135,15 @@ class MatchQueue:
 
     def add_unexpected(self, src: int, tag: int, message: Any) -> None:
         """Queue a message that no posted receive wanted."""
-        if self._unexpected is None:
-            self._unexpected = {}
+        if self.unexpected is None:
+            self.unexpected = {}
         self._arrive_seq += 1
-        _append(self._unexpected, (src, tag), (self._arrive_seq, message))
+        _append(self.unexpected, (src, tag), (self._arrive_seq, message))
 
     # ---- a receive is posted ----
 
     def _find(self, src: int, tag: int) -> tuple[int, int] | None:
-        unexpected = self._unexpected
+        unexpected = self.unexpected
         if not unexpected:
             return None
         if src != _ANY and tag != _ANY:
@@ -162,16 +162,16 @@ class MatchQueue:
         key = self._find(src, tag)
         if key is None:
             return None
-        assert self._unexpected is not None
-        return _pop(self._unexpected, key)[1]
+        assert self.unexpected is not None
+        return _pop(self.unexpected, key)[1]
 
     def peek_unexpected(self, src: int, tag: int) -> Any | None:
         """Return, without removing, the message a receive for (src, tag) would take."""
         key = self._find(src, tag)
         if key is None:
             return None
-        assert self._unexpected is not None
-        return _head(self._unexpected[key])[1]
+        assert self.unexpected is not None
+        return _head(self.unexpected[key])[1]
 
     def post(self, src: int, tag: int, receive: Any) -> None:
         """Queue a receive that found no message yet."""
@@ -222,7 +222,7 @@ class MatchQueue:
     def leftovers(self) -> tuple[list[Any], list[Any]]:
         """Return (posted receives never matched, messages never received)."""
         posted = [e[1] for slot in self._posted_table().values() for e in _entries(slot)]
-        unexpected = [e[1] for slot in (self._unexpected or {}).values() for e in _entries(slot)]
+        unexpected = [e[1] for slot in (self.unexpected or {}).values() for e in _entries(slot)]
         return posted, unexpected
 
 

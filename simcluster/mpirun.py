@@ -475,7 +475,7 @@ class Session:
     rank's process state up.
     """
 
-    _by_id: dict[str, Session] = {}
+    _sessions: dict[str, Session] = {}
     prog: str = PROG
 
     def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool,
@@ -509,7 +509,7 @@ class Session:
     @classmethod
     def current(cls, spec: dict[str, Any]) -> Session:
         """The session of the run ``spec`` belongs to in this process (made here when hosted)."""
-        session = cls._by_id.get(spec["id"])
+        session = cls._sessions.get(spec["id"])
         if session is not None and session.pid == os.getpid():
             return session
         # a hosting process: set up once, for good (the process ends with the run)
@@ -773,7 +773,7 @@ class Session:
         self.checked = set(sys.modules)  # what is imported already stays shared
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
-        Session._by_id[self.spec["id"]] = self
+        Session._sessions[self.spec["id"]] = self
 
     def uninstall(self) -> None:
         if not self.undo:
@@ -782,7 +782,7 @@ class Session:
         self.undo = []
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)
-        Session._by_id.pop(self.spec["id"], None)
+        Session._sessions.pop(self.spec["id"], None)
         if sys.path and sys.path[0] == path0:
             del sys.path[0]
         elif path0 in sys.path:

@@ -104,10 +104,14 @@ class ReduceOp:
             reorder operands keep rank order for ops where this is false.
         elementwise: whether the op may be applied to pieces of an array
             (true for the built-ins), which the chunking algorithms need.
+        fn: a user op's function (None for the built-ins).
+        py: a built-in's function on Python numbers (None for user ops).
+        ufunc: a built-in's numpy ufunc (None for user ops and AVG).
+        logical: whether the result is a truth value, cast back to the input dtype.
     """
 
-    __slots__ = ("name", "commutative", "elementwise", "_py", "_ufunc", "_kinds", "_fix", "_logical",
-                 "_fn", "_xp")
+    __slots__ = ("name", "commutative", "elementwise", "py", "ufunc", "_kinds", "_fix", "logical",
+                 "fn", "_xp")
 
     SUM: ClassVar[ReduceOp]
     PRODUCT: ClassVar[ReduceOp]
@@ -124,12 +128,12 @@ class ReduceOp:
     name: str
     commutative: bool
     elementwise: bool
-    _py: Callable[[Any, Any], Any] | None  # built-ins: on Python numbers
-    _ufunc: np.ufunc | None  # built-ins: on numpy values
+    py: Callable[[Any, Any], Any] | None  # built-ins: on Python numbers
+    ufunc: np.ufunc | None  # built-ins: on numpy values
     _kinds: frozenset[str]  # numpy dtype kinds the op is defined for
     _fix: str  # what to do when the dtype does not fit
-    _logical: bool  # result is a truth value, cast back to the input dtype
-    _fn: Callable[[Any, Any], Any] | None  # user ops
+    logical: bool  # result is a truth value, cast back to the input dtype
+    fn: Callable[[Any, Any], Any] | None  # user ops
     _xp: str  # built-ins: the array-API function, for arrays of other libraries
 
     def __init__(self, name: str, *, commutative: bool = True, elementwise: bool = True,
@@ -140,8 +144,8 @@ class ReduceOp:
         set_ = object.__setattr__
         xp = "" if ufunc is None else ufunc.__name__  # numpy's ufunc names are the array API's
         for slot, value in (("name", name), ("commutative", commutative), ("elementwise", elementwise),
-                            ("_py", py), ("_ufunc", ufunc), ("_kinds", kinds), ("_fix", fix),
-                            ("_logical", logical), ("_fn", fn), ("_xp", xp)):
+                            ("py", py), ("ufunc", ufunc), ("_kinds", kinds), ("_fix", fix),
+                            ("logical", logical), ("fn", fn), ("_xp", xp)):
             set_(self, slot, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -173,7 +177,7 @@ class ReduceOp:
     @property
     def is_custom(self) -> bool:
         """True for ops made by :meth:`custom`."""
-        return self._fn is not None
+        return self.fn is not None
 
     # ---- what the collectives call ----
 
@@ -184,7 +188,7 @@ class ReduceOp:
         ``rank 0: all_reduce(op=BAND): BAND is not defined for dtype float64;
         use an integer or bool dtype, or another op``. User ops accept anything.
         """
-        if self._fn is not None:
+        if self.fn is not None:
             return
         t = type(obj)  # the common cases first, with nothing to say: no message is built
         if t is np.ndarray:
@@ -207,32 +211,32 @@ class ReduceOp:
 
     def apply(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` as a new value (the inputs are never modified)."""
-        if self._fn is None and type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
-            return self._py(a, b)  # type: ignore[misc]
-        ufunc = self._ufunc
-        if type(a) is np.ndarray and type(b) is np.ndarray and ufunc is not None and self._fn is None \
-                and not self._logical:  # the common case of reductions over arrays, early
+        if self.fn is None and type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
+            return self.py(a, b)  # type: ignore[misc]
+        ufunc = self.ufunc
+        if type(a) is np.ndarray and type(b) is np.ndarray and ufunc is not None and self.fn is None \
+                and not self.logical:  # the common case of reductions over arrays, early
             value = ufunc(a, b)
             return value if type(value) is np.ndarray else np.asarray(value)  # keep 0-d arrays arrays
-        if self._fn is not None:
-            value = self._fn(a, b)
+        if self.fn is not None:
+            value = self.fn(a, b)
             if isinstance(a, np.ndarray) and isinstance(value, np.generic):
                 value = np.asarray(value)  # numpy turns 0-d results into scalars; keep the array
             return value
-        assert ufunc is not None and self._py is not None
+        assert ufunc is not None and self.py is not None
         if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):
             value = ufunc(a, b)
             dtype = a.dtype if isinstance(a, (np.ndarray, np.generic)) else b.dtype
-            if self._logical:
+            if self.logical:
                 value = value.astype(dtype)
             if isinstance(a, np.ndarray) and not isinstance(value, np.ndarray):
                 value = np.asarray(value)  # ufuncs turn 0-d arrays into scalars; keep the array
             return value
         if type(a) in _PY_NUMBERS and type(b) in _PY_NUMBERS:
-            return self._py(a, b)
+            return self.py(a, b)
         if _arrays.is_array(a) or _arrays.is_array(b):
             return self._apply_xp(a, b)
-        return self._py(a, b)
+        return self.py(a, b)
 
     def _apply_xp(self, a: Any, b: Any) -> Any:
         """Return ``a op b`` for arrays of another library, computed by its own namespace."""
@@ -246,7 +250,7 @@ class ReduceOp:
         name = self._xp
         if xp.isdtype(dtype, "bool"):
             name = _ON_BOOL.get(name, name)
-        elif self._logical:  # numpy's logical ufuncs take numbers: nonzero is true
+        elif self.logical:  # numpy's logical ufuncs take numbers: nonzero is true
             a, b = a != 0, b != 0
         value = getattr(xp, name)(a, b)
         return value if value.dtype == dtype else xp.astype(value, dtype)
@@ -266,14 +270,14 @@ class ReduceOp:
     # ---- protocol ----
 
     def __repr__(self) -> str:
-        if self._fn is None:
+        if self.fn is None:
             return f"ReduceOp.{self.name}"
         return f"ReduceOp.custom({self.name}, commutative={self.commutative})"
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        if self._fn is None:
+        if self.fn is None:
             return (_builtin, (self.name,))  # members stay singletons across processes
-        return (_custom, (self._fn, self.commutative, self.name, self.elementwise))
+        return (_custom, (self.fn, self.commutative, self.name, self.elementwise))
 
 
 def _builtin(name: str) -> ReduceOp:

@@ -5,7 +5,7 @@ value or an error) or to CANCELLED. Awaiting a pending request yields the
 request itself to the engine, which parks the rank on it; the engine resumes
 the rank at the virtual time the request completes.
 
-Rule 1: only the engine completes a request (``_finish``); users only look.
+Rule 1: only the engine completes a request (``complete``); users only look.
 Rule 2: a request is awaited only from the coroutine of the rank that owns it;
 an ``asyncio.gather`` of simcluster calls inside a rank is refused with a clear
 error, because asyncio would drive those coroutines, not the simulator.
@@ -59,17 +59,22 @@ class Request(Generic[T]):
     ``await req`` (or ``await req.wait()``) returns the payload for receives and
     ``None`` for sends. ``req.test()`` never blocks and is true once the
     operation has completed at the caller's current virtual time.
+
+    The engine's side, which a user's code has no need of: ``kernel`` (the
+    simulator that completes it), ``task`` (the rank's task that made it),
+    ``nonblocking`` (made by a nonblocking call: a wait on it shows in traces),
+    and the methods ``complete``, ``set_waiter``, ``guard_buffers`` and ``annotate``.
     """
 
     __slots__ = (
-        "_kernel", "_task", "_state", "_value", "_error", "_waiter",
-        "_op", "status", "_guard", "_retrieved", "_peer", "_nb", "__weakref__",
+        "kernel", "task", "_state", "_value", "_error", "_waiter",
+        "_op", "status", "_guard", "_retrieved", "_peer", "nonblocking", "__weakref__",
     )
 
     def __init__(self, engine: Kernel, task: Task | None, op: str | tuple[Any, ...],
                  peer: int | None = None) -> None:
-        self._kernel = engine
-        self._task = task
+        self.kernel = engine
+        self.task = task
         self._state = PENDING
         self._value: Any = None
         self._error: BaseException | None = None
@@ -79,7 +84,7 @@ class Request(Generic[T]):
         self._guard: Any = None  # buffer-hazard check, set by strict isend
         self._retrieved = False
         self._peer = peer  # world rank this request waits on, for the wait-for graph
-        self._nb = False  # made by a nonblocking call: waiting on it shows in traces
+        self.nonblocking = False
 
     def peer(self) -> int | None:
         """The world rank this request waits on, for the deadlock report's wait-for graph."""
@@ -88,7 +93,7 @@ class Request(Generic[T]):
     @property
     def owner(self) -> int | None:
         """The world rank that made this request (None for one made outside any rank)."""
-        task = self._task
+        task = self.task
         return None if task is None else task.rank
 
     @property
@@ -102,10 +107,14 @@ class Request(Generic[T]):
         op = self._op
         return op if isinstance(op, str) else _format_op(op)
 
+    def annotate(self, note: str) -> None:
+        """Add ``note`` to the call ``op`` shows (the engine's call: a rendezvous send says so)."""
+        self._op = f"{self.op} {note}"
+
     # ---- engine side ----
 
-    def _finish(self, value: Any = None, error: BaseException | None = None) -> None:
-        """Complete at the engine's current virtual time and wake the waiter."""
+    def complete(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Complete at the engine's current virtual time and wake the waiter (the engine's call)."""
         if self._state != PENDING:
             return
         self._state = DONE
@@ -114,7 +123,15 @@ class Request(Generic[T]):
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._kernel.resume_waiter(waiter)
+            self.kernel.resume_waiter(waiter)
+
+    def set_waiter(self, task: Task | None) -> None:
+        """Park ``task`` on this pending request (None: forget the one parked); the engine's call."""
+        self._waiter = task
+
+    def guard_buffers(self, guard: Any) -> None:
+        """Keep ``(buffers, checksums, line)`` to check when the request is waited for (strict isend)."""
+        self._guard = guard
 
     # ---- user side ----
 
@@ -138,9 +155,9 @@ class Request(Generic[T]):
                 rank awaiting anything (virtual time cannot advance).
         """
         if self._state == PENDING:
-            self._kernel.spin(self)
+            self.kernel.spin(self)
             return False
-        self._take_result()
+        self.result()
         return True
 
     def cancel(self) -> bool:
@@ -151,20 +168,20 @@ class Request(Generic[T]):
         """
         if self._state != PENDING:
             return False
-        if not self._kernel.cancel(self):
+        if not self.kernel.cancel(self):
             return False
         self._state = CANCELLED
         self._retrieved = True
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            self._kernel.wake(waiter)
+            self.kernel.wake(waiter)
         return True
 
     def wait(self) -> Coroutine[Any, Any, T]:
         """Wait until the operation completes and return its result (``await req.wait()``)."""
         coro = _waits.wait_one(self)
-        engine = self._kernel
+        engine = self.kernel
         if engine.strict:
             from .engine import awaits as _awaits
 
@@ -176,28 +193,35 @@ class Request(Generic[T]):
         # it returns its value through am_send without an exception, whereas a compiled
         # raise builds a traceback entry (a code object and a frame) every time.
         if self._state == PENDING:
-            engine = self._kernel
-            if engine.current is not self._task or self._task is None:
+            engine = self.kernel
+            if engine.current is not self.task or self.task is None:
                 engine.check_awaiter(self)  # raises: awaited outside its rank's coroutine
-            if self._nb and engine.trace is not None:  # a nonblocking request, traced run
+            if self.nonblocking and engine.trace is not None:  # a nonblocking request, traced run
                 start = engine.now
                 while self._state == PENDING:
                     yield self  # to the engine, which parks the rank until we complete
-                assert self._task is not None
-                engine.trace.span(self._task.rank, "wait", start, engine.now, op=self.op)
+                assert self.task is not None
+                engine.trace.span(self.task.rank, "wait", start, engine.now, op=self.op)
             while self._state == PENDING:
                 yield self
-        if self._guard is None and self._error is None:  # _take_result, inline
+        if self._guard is None and self._error is None:  # result(), inline
             self._retrieved = True
             value: T = self._value
             return value
-        return self._take_result()
+        return self.result()
 
-    def _take_result(self) -> T:
+    def result(self) -> T:
+        """Return the result of a completed request, or raise its error; it counts as waiting.
+
+        Raises:
+            RuntimeError: the request is still pending.
+        """
+        if self._state == PENDING:
+            raise RuntimeError(f"{self.op}.result(): the request is still pending; await it first")
         self._retrieved = True
         if self._guard is not None:
             guard, self._guard = self._guard, None
-            self._kernel.reports.check_hazard(self, guard)
+            self.kernel.reports.check_hazard(self, guard)
         if self._error is not None:  # raised again on every later wait or test
             raise self._error
         value: T = self._value

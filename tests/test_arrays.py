@@ -116,7 +116,7 @@ def test_p2p_round_trip_keeps_type_dtype_shape_and_device(transport: str, lib: s
         nested = await comm.recv(src=0, tag=5)
         assert_like(nested[0], x, smsg)
         assert_like(nested[1]["again"], x, smsg)
-        assert comm._p2p.bytes_recv[1] == 3 * arrays.nbytes(x)  # arrays count their nbytes
+        assert comm.p2p.bytes_recv[1] == 3 * arrays.nbytes(x)  # arrays count their nbytes
         return True
 
     assert sc.run(main, world_size=2, transport=transport)[1] is True

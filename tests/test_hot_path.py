@@ -71,11 +71,11 @@ def test_a_receive_request_sets_every_slot_a_request_sets_and_the_same_defaults(
     task = Task(1, None)  # type: ignore[arg-type]
     fast = _protocol._RecvRequest(engine.kernel, task, "irecv", None, 0, 5, None, True)  # type: ignore[arg-type]
     plain: Request[Any] = Request(engine.kernel, task, "irecv")
-    plain._nb = True
+    plain.nonblocking = True
     common = [s for s in Request.__slots__ if s not in ("__weakref__", "_peer")]
     for slot in common:
         assert getattr(fast, slot) == getattr(plain, slot), slot
-    assert fast._state == PENDING and (fast.src, fast.tag, fast.buf) == (0, 5, None)
+    assert not fast.done() and (fast.src, fast.tag, fast.buf) == (0, 5, None)
     engine.close()
 
 

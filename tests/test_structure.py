@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 OUTSIDE_THE_CORE = ("MPI", "torch", "bench")
 
-CEILINGS = {"private reaches": 94, "modules in import knots": 15, "largest import knot": 8,
+CEILINGS = {"private reaches": 0, "modules in import knots": 15, "largest import knot": 8,
             "methods of the largest engine part": 44}
 
 
@@ -49,6 +49,8 @@ OTHER_LIBRARIES = {
     "_inst": "random._inst: the module-level generator that each synchronous rank gets its own of",
     "_get_default_timeout": "torch.distributed has no public way to make a group for a registered backend",
     "_new_process_group_helper": "(as _get_default_timeout)",
+    "_rand": "numpy.random.mtrand._rand: the generator behind np.random's functions, saved and restored per rank",
+    "_world": "torch.distributed.distributed_c10d._world: the map get_backend reads a group's backend name from",
 }
 """Other libraries' private names the core uses, each with its reason; a new one fails the count."""
 

@@ -80,13 +80,13 @@ _KERNELS: list[Any] = []
 
 async def _barrier(comm: Any) -> None:
     if comm.rank == 0:
-        _KERNELS.append(comm._kernel)
+        _KERNELS.append(comm.kernel)
     await comm.barrier()
 
 
 async def _all_reduce(comm: Any) -> None:
     if comm.rank == 0:
-        _KERNELS.append(comm._kernel)
+        _KERNELS.append(comm.kernel)
     await comm.all_reduce(1.0)
 
 
@@ -107,7 +107,7 @@ def current_kernel() -> Any:
 
     comm = current_comm()
     assert comm is not None
-    return comm._kernel
+    return comm.kernel
 
 
 def _child_collective(fidelity: str, collective: str, ranks: int, model: str,

@@ -54,7 +54,7 @@ def _op_key(rop: ReduceOp) -> str:
     at one place in the source, ``MPI.Op.Create(f)``) agree, in any process:
     functions are compared by name and place of definition, not identity.
     """
-    fn = rop._fn
+    fn = rop.fn
     if fn is None:
         return ""
     text = _definition(fn, 0)
@@ -107,7 +107,7 @@ _SETUPS_LIMIT = 256
 
 def _setup_key(obj: object, op: object, algorithm: str | None) -> tuple[Any, ...] | None:
     """What a collective's setup depends on, for the payloads and ops whose setup is remembered."""
-    if op is not None and not (type(op) is ReduceOp and op._fn is None):
+    if op is not None and not (type(op) is ReduceOp and op.fn is None):
         return None
     t = type(obj)
     if t is float:
@@ -160,9 +160,9 @@ class CollectiveMethods:
     if TYPE_CHECKING:  # what the methods use of Comm, the class this is mixed into
         rank: int
         size: int
-        # the run's settings are read as _group.engine: declaring _engine here would need the
+        # the run's settings are read as group.engine: declaring engine here would need the
         # Engine type, which this layer never names (tests/test_layers.py)
-        _group: Group
+        group: Group
 
         async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
                                   payload: str | None = None, op: str = "", forced: bool = False) -> R: ...
@@ -190,7 +190,7 @@ class CollectiveMethods:
         members never choose differently.
         """
         if algorithm is None:
-            algorithm = self._group.engine.algorithms.get(name)
+            algorithm = self.group.engine.algorithms.get(name)
         if algorithm is None:
             return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
         check_algorithm(name, algorithm)
@@ -225,13 +225,13 @@ class CollectiveMethods:
         it (in-place copies, traces, nonblocking helpers) is the same.
         """
         algorithm = lookup(name, algo)
-        if self._group.engine.fidelity == "analytic":
+        if self.group.engine.fidelity == "analytic":
             return _twin(algorithm)
         return algorithm.run
 
     def _forced(self, name: str, algorithm: str | None) -> bool:
         """Whether the algorithm was asked for (on the call or the run) rather than the default."""
-        return algorithm is not None or name in self._group.engine.algorithms
+        return algorithm is not None or name in self.group.engine.algorithms
 
     def _go(self, call: str, algorithm: str, body: Callable[[CollContext], Awaitable[R]],
             nonblocking: bool, payload: str | None = None, op: str = "", forced: bool = False) -> Any:
@@ -258,12 +258,12 @@ class CollectiveMethods:
         algo = self._choose("barrier", algorithm, 0)
         fn = self._algorithm("barrier", algo)
         ctx, outer, start = self._enter_collective(  # _run_collective, inline
-            "barrier()", algo, None, "", algorithm is not None or "barrier" in self._group.engine.algorithms)
+            "barrier()", algo, None, "", algorithm is not None or "barrier" in self.group.engine.algorithms)
         try:
             await fn(ctx)
         finally:
             self._leave_collective(outer)
-        if self._group.engine.kernel.trace is not None:
+        if self.group.engine.kernel.trace is not None:
             self._trace_collective(ctx, start)
 
     def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
@@ -399,13 +399,13 @@ class CollectiveMethods:
         fails its checks is never remembered.
         """
         key = _setup_key(obj, op, algorithm)
-        setups = self._group.setups
+        setups = self.group.setups
         if key is not None:
             found = setups.get(key)
             if found is not None:
                 return found
         call, algo, fn, rop = self._all_reduce_setup(obj, op, algorithm)
-        setup = (call, algo, fn, rop, _payload(obj), "" if rop._fn is None else _op_key(rop),
+        setup = (call, algo, fn, rop, _payload(obj), "" if rop.fn is None else _op_key(rop),
                  self._forced("all_reduce", algorithm))
         if key is not None and len(setups) < _SETUPS_LIMIT:
             setups[key] = setup
@@ -431,7 +431,7 @@ class CollectiveMethods:
             result = await fn(ctx, obj, rop)
         finally:
             self._leave_collective(outer)
-        if self._group.engine.kernel.trace is not None:
+        if self.group.engine.kernel.trace is not None:
             self._trace_collective(ctx, start)
         return _in_place(obj, result)
 

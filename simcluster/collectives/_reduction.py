@@ -129,7 +129,7 @@ def apply(op: ReduceOp, left: Any, right: Any) -> Any:
     sum costs no call into the interpreted ``ReduceOp``.
     """
     t = type(left)
-    if (t is float or t is int) and type(right) is t and op._fn is None and op._py is _ADD:
+    if (t is float or t is int) and type(right) is t and op.fn is None and op.py is _ADD:
         return left + right
     return op.apply(left, right)
 
@@ -144,8 +144,8 @@ async def combine(c: CollContext, op: ReduceOp, left: Any, right: Any) -> Any:
 def apply_flat(op: ReduceOp, left: Flat, right: Flat) -> Flat:
     """Return ``left op right`` item by item for two segments (no charge)."""
     if type(left) is _NDARRAY and type(right) is _NDARRAY:
-        ufunc = op._ufunc
-        if ufunc is not None and op._fn is None and not op._logical:
+        ufunc = op.ufunc
+        if ufunc is not None and op.fn is None and not op.logical:
             # ReduceOp.apply's own first branch for arrays, without the interpreted call
             value = ufunc(left, right)
             return value if type(value) is _NDARRAY else np.asarray(value)

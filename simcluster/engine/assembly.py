@@ -25,7 +25,7 @@ the envelope to the transport, which calls the delivery back (``deliver``);
 it queues the envelope on its (source, destination) channel until its arrival
 time, when ``P2P.arrived`` matches it in the receiver's queue of the endpoint
 table, ``P2P.complete_recv`` unpacks it and finishes the receive's request,
-and ``Request._finish`` hands the parked rank to ``Kernel.resume_waiter``,
+and ``Request.complete`` hands the parked rank to ``Kernel.resume_waiter``,
 which steps it right there.
 """
 

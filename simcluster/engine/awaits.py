@@ -105,7 +105,7 @@ def noting(name: str, method: Callable[..., Coroutine[Any, Any, Any]],
         if ours is None:
             ours = _ours(code)
         if not ours:
-            engine = self._kernel
+            engine = self.kernel
             task = engine.current
             if task is not None:
                 engine.calls.append((coro, task, frame, frame.f_lasti, name, None))

@@ -81,7 +81,7 @@ class LocalDelivery(Delivery):
         p2p = self.p2p
         key = (env.src, env.msg_id)
         p2p.complete_recv(p2p.rdv_recvs.pop(key), env, True, -1)
-        p2p.rdv_landing.pop(key)._finish()
+        p2p.rdv_landing.pop(key).complete()
 
     # ---- charging an instant's messages (Rule 4) ----
 

@@ -4,7 +4,7 @@ Everything else is built on the few calls made here. A rank is a coroutine
 the kernel steps itself with ``coro.send()`` (``Task``); it runs until it
 awaits a pending ``Request``, which it yields to the kernel, and the kernel
 parks it there (state ``BLOCKED``). Whoever completes the request (a message
-arriving, a timer, a collective's meeting) calls ``Request._finish``, which
+arriving, a timer, a collective's meeting) calls ``Request.complete``, which
 hands the parked rank back with ``Kernel.resume_waiter``. A rank that awaits
 something foreign (an asyncio future: real I/O, ``asyncio.sleep``) is handed
 to the running asyncio loop (state ``FOREIGN``) and comes back when that
@@ -205,7 +205,7 @@ class Kernel:
         self._due: list[Event] = []  # the next batch at this time
         self._later: dict[float, list[Event]] = {}
         self._times: list[float] = []  # heap of the keys of _later
-        self._rand = self.rng.random
+        self._random = self.rng.random
         self.tasks: list[Task] = []
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
         self._spawned = [0] * world_size  # helpers each rank has started (Task.serial)
@@ -281,7 +281,7 @@ class Kernel:
         if self._shuffle:
             return self._shuffled(events)
         if n > 1:
-            k = int(self._rand() * 2 * n)
+            k = int(self._random() * 2 * n)
             if k % n:
                 events = events[k % n:] + events[:k % n]
             if k >= n:
@@ -410,7 +410,7 @@ class Kernel:
         if fn == self._resume:
             return {arg.rank}
         if fn == finish_request or fn == _finish_one:
-            task = (arg if fn == finish_request else arg[0])._task
+            task = (arg if fn == finish_request else arg[0]).task
             return None if task is None else {task.rank}
         return self.layer.owner(fn, arg)
 
@@ -468,7 +468,7 @@ class Kernel:
             coro.close()
             raise RuntimeError(f"{op}: called outside any rank; call it from a rank's coroutine")
         req: Request[Any] = Request(self, owner, op)
-        req._nb = True
+        req.nonblocking = True
         helper = Task(owner.rank, coro)
         self._spawned[owner.rank] += 1
         helper.serial = self._spawned[owner.rank]  # program order: Rule 4 orders by it
@@ -482,7 +482,7 @@ class Kernel:
         return req
 
     def resume_waiter(self, task: Task) -> None:
-        """Hand back a task parked on a request that just completed (``Request._finish``).
+        """Hand back a task parked on a request that just completed (``Request.complete``).
 
         Inside an event, between rank steps, it runs right here (one event per
         message); inside another rank's step it runs after that one, in the
@@ -521,7 +521,7 @@ class Kernel:
             task.time = self.now
             if task.done_request is not None:
                 del self._helpers[id(task)]
-                task.done_request._finish(stop.value)
+                task.done_request.complete(stop.value)
             else:
                 self._unfinished -= 1
             return
@@ -530,7 +530,7 @@ class Kernel:
             task.time = self.now
             if task.done_request is not None:  # a helper's error belongs to its request
                 del self._helpers[id(task)]
-                task.done_request._finish(None, exc)
+                task.done_request.complete(None, exc)
                 return
             self._unfinished -= 1
             if self._failing is None:  # the rank failed: the run ends with this instant (Rule 3)
@@ -547,7 +547,7 @@ class Kernel:
         if isinstance(yielded, Request):  # the common case, inline
             task.state = BLOCKED
             task.waiting = yielded
-            yielded._waiter = task
+            yielded.set_waiter(task)
         else:
             self._park(task, yielded)
 
@@ -569,8 +569,8 @@ class Kernel:
             task.state = BLOCKED
             task.waiting = yielded
             for req in yielded.requests:
-                if req._state == PENDING:
-                    req._waiter = task
+                if not req.done():
+                    req.set_waiter(task)
         elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
             yielded._asyncio_future_blocking = False
             task.state = FOREIGN
@@ -804,7 +804,7 @@ class Kernel:
                 "await the request, or await comm.sleep(dt) between tests")
 
     def check_awaiter(self, req: Request[Any]) -> None:
-        task = req._task
+        task = req.task
         if self.current is not task or task is None:
             raise self.outside("?" if task is None else task.rank, req.op, "awaited")
 
@@ -825,7 +825,7 @@ class Kernel:
         self._tracked.pop(id(req), None)
 
 def finish_request(req: Request[Any]) -> None:
-    req._finish()
+    req.complete()
 
 
 def _close_task_coro(coro: Any) -> None:
@@ -845,7 +845,7 @@ def _close_task_coro(coro: Any) -> None:
 
 def _finish_one(pair: tuple[Request[Any], Any]) -> None:
     """Complete one (request, value) pair of a ``_finish_each`` (chosen schedules)."""
-    pair[0]._finish(pair[1])
+    pair[0].complete(pair[1])
 
 
 def _one_each(due: list[Event]) -> list[Event]:
@@ -865,6 +865,6 @@ def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
     """Complete each (request, value) pair, from the end of the list (``Kernel._order``)."""
     for i in range(len(pairs) - 1, -1, -1):  # not reversed(): mypyc 2.4 fails on it here
         req, value = pairs[i]
-        req._finish(value)
+        req.complete(value)
 
 

@@ -161,13 +161,13 @@ class _RecvRequest(Request[Any]):
     def peer(self) -> int | None:
         """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
         src = self.src
-        return None if src == ANY_SOURCE else self.comm._group.world_ranks[src]
+        return None if src == ANY_SOURCE else self.comm.group.world_ranks[src]
 
     def __init__(self, kernel: Kernel, task: Task, op: str,
                  comm: Member, src: int, tag: int, buf: Any, nonblocking: bool) -> None:
         # Every slot set once, here: one receive is built per message.
-        self._kernel = kernel
-        self._task = task
+        self.kernel = kernel
+        self.task = task
         self._state = 0
         self._value = None
         self._error = None
@@ -176,7 +176,7 @@ class _RecvRequest(Request[Any]):
         self.status = None
         self._guard = None
         self._retrieved = False
-        self._nb = nonblocking
+        self.nonblocking = nonblocking
         self.comm = comm
         self.src = src
         self.tag = tag
@@ -189,7 +189,7 @@ class Roster(Protocol):
 
     name: str
     world_ranks: list[int]
-    _local: dict[int, int] | None  # world rank -> rank in it; None where they are equal
+    local: dict[int, int] | None  # world rank -> rank in it; None where they are equal
     check: CallCheck
 
     def local_rank(self, world_rank: int) -> int: ...
@@ -202,16 +202,16 @@ class Member(Protocol):
     def rank(self) -> int: ...
 
     @property
-    def _world_rank(self) -> int: ...
+    def world_rank(self) -> int: ...
 
     @property
-    def _ctx(self) -> int: ...
+    def ctx(self) -> int: ...
 
     @property
-    def _mq(self) -> MatchQueue: ...
+    def match_queue(self) -> MatchQueue: ...
 
     @property
-    def _group(self) -> Roster: ...
+    def group(self) -> Roster: ...
 
 
 class Channels:
@@ -461,7 +461,7 @@ class P2P(Layer):
         """
         kernel = self.kernel
         task = kernel.current
-        src_w: int = comm._world_rank
+        src_w: int = comm.world_rank
         if task is None or task.rank != src_w:
             raise kernel.outside(comm.rank, op)
         # in process, a float, a bool or a 64-bit int travels as itself: no Packed, no tuple
@@ -481,9 +481,9 @@ class P2P(Layer):
             header = INLINE
             buffers = obj  # immutable: nothing to copy
             arrays = False
-        group = comm._group
+        group = comm.group
         dst_w = group.world_ranks[dst]
-        ctx: int = comm._ctx
+        ctx: int = comm.ctx
         self._msg_id += 1
         msg_id = self._msg_id
         self.msgs_sent[src_w] += 1
@@ -498,11 +498,11 @@ class P2P(Layer):
         req: Request[None] | None = None
         if nonblocking or sync or not eager or need_request:
             req = Request(kernel, task, op, dst_w)
-            req._nb = nonblocking
+            req.nonblocking = nonblocking
             if kernel.strict and nonblocking:
                 if arrays:
                     held = [obj] if packed.single_array else list(buffers)
-                    req._guard = (held, [checksum(a) for a in held], _frames.user_line())
+                    req.guard_buffers((held, [checksum(a) for a in held], _frames.user_line()))
                 kernel.track(req)
         if eager:
             if arrays:
@@ -519,7 +519,7 @@ class P2P(Layer):
             if sync:
                 self.sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
             elif req is not None:
-                req._state = 1  # DONE at once; nobody can be waiting yet
+                req.complete()  # at once: nobody can be waiting yet
         else:
             assert req is not None
             reaches = now + self.rts_delay  # Rule 5
@@ -529,7 +529,7 @@ class P2P(Layer):
                 env = None
             else:
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
-            req._op = f"{req.op} [rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]"
+            req.annotate(f"[rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]")
             self.rdv_sends[(src_w, msg_id)] = (req, buffers, header, now)
         if env is not None:
             self.delivery.send(env)
@@ -555,13 +555,13 @@ class P2P(Layer):
         """Post a receive on ``comm``'s rank; it completes when a message is matched and has arrived."""
         kernel = self.kernel
         task = kernel.current
-        if task is None or task.rank != comm._world_rank:
+        if task is None or task.rank != comm.world_rank:
             raise kernel.outside(comm.rank, (op, buf, src, tag))
         req = _RecvRequest(kernel, task, op, comm, src, tag, buf, nonblocking)
         if nonblocking and kernel.strict:
             kernel.track(req)
-        mq = comm._mq
-        env = mq.take_unexpected(src, tag) if mq._unexpected else None
+        mq = comm.match_queue
+        env = mq.take_unexpected(src, tag) if mq.unexpected else None
         if env is None:
             mq.post(src, tag, req)
         else:
@@ -570,20 +570,20 @@ class P2P(Layer):
 
     def iprobe(self, comm: Member, src: int, tag: int) -> Status | None:
         """Return the status of a message a receive for (src, tag) would take now, if any."""
-        env = comm._mq.peek_unexpected(src, tag)
+        env = comm.match_queue.peek_unexpected(src, tag)
         if env is None:
             return None
-        return Status(comm._group.local_rank(env.src), env.tag, env.nbytes)
+        return Status(comm.group.local_rank(env.src), env.tag, env.nbytes)
 
     def post_probe(self, comm: Member, src: int, tag: int, op: str) -> Request[Status]:
         """Return a request that completes with a Status once a fitting message arrives."""
-        peer = None if src == ANY_SOURCE else comm._group.world_ranks[src]
+        peer = None if src == ANY_SOURCE else comm.group.world_ranks[src]
         req: Request[Status] = Request(self.kernel, self.kernel.current, op, peer)
         status = self.iprobe(comm, src, tag)
         if status is not None:
-            req._finish(status)
+            req.complete(status)
         else:
-            mq = comm._mq
+            mq = comm.match_queue
             if mq.probes is None:
                 mq.probes = []
             mq.probes.append((src, tag, req))
@@ -625,7 +625,7 @@ class P2P(Layer):
             for i, (psrc, ptag, preq) in enumerate(mq.probes):
                 if (psrc == ANY_SOURCE or psrc == src) and (ptag == ANY_TAG or ptag == env.tag):
                     del mq.probes[i]
-                    preq._finish(Status(src, env.tag, env.nbytes))
+                    preq.complete(Status(src, env.tag, env.nbytes))
                     break
 
     def matched(self, req: _RecvRequest, env: Envelope) -> None:
@@ -644,7 +644,7 @@ class P2P(Layer):
     def complete_recv(self, req: _RecvRequest, env: Envelope, copy: bool, source: int) -> None:
         """Hand a matched receive its message; ``source``: the sender's rank in the receive's comm, or -1."""
         if source < 0:
-            local = req.comm._group._local
+            local = req.comm.group.local
             source = env.src if local is None else local[env.src]
         if env.ctx & 1 == 0:  # a user's comm; a collective's own receives (odd contexts) have no reader
             req.status = _new_status((source, env.tag, env.nbytes))
@@ -663,14 +663,14 @@ class P2P(Layer):
                                        arrays=_arrays.HOST), req, source)
                 value = buf
         except Exception as exc:
-            req._finish(None, exc)
+            req.complete(None, exc)
             return
-        req._finish(value)  # may run the receiver right here: outside the try
+        req.complete(value)  # may run the receiver right here: outside the try
 
     def cancel(self, req: Request[Any]) -> bool:
         """Take a pending receive or probe out of its queue; return whether it was there."""
         if isinstance(req, _RecvRequest):
-            return req.comm._mq.unpost(req.src, req.tag, req)
+            return req.comm.match_queue.unpost(req.src, req.tag, req)
         for _, _, mq in self.endpoints.queues():
             probes = mq.probes or []
             for i, item in enumerate(probes):
@@ -704,9 +704,9 @@ def _collective_name(comm: Member, task: Task) -> str:
     """Name a traced collective message after its call: ``world:all_reduce#3(ring)``."""
     coll = task.collective
     if coll is None:
-        return f"{comm._group.name}:collective"
+        return f"{comm.group.name}:collective"
     algorithm = f"({coll.algorithm})" if coll.algorithm else ""
-    return f"{comm._group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
+    return f"{comm.group.name}:{coll.call.partition('(')[0]}#{coll.seq}{algorithm}"
 
 
 # orders of booked messages (``Delivery.book``): Envelope fields, then the posting task's serial,
@@ -734,7 +734,7 @@ def sort_by_source(items: list[Booking], world_size: int) -> None:
 
 def serial_of(req: Request[Any]) -> int:
     """The serial of the task that posted a send (``Task.serial``)."""
-    task = req._task
+    task = req.task
     return 0 if task is None else task.serial
 
 

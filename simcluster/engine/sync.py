@@ -156,7 +156,7 @@ class ThreadRank(SyncRank):
     schedule is the engine's, not the OS scheduler's: deterministic.
     """
 
-    __slots__ = ("_thread", "_go", "_back", "_out", "_finished", "_lost")
+    __slots__ = ("_thread", "_go", "_back", "_handback", "_finished", "_lost")
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                  comm: Any, rank: int, factor: float = 0.0) -> None:
@@ -164,7 +164,7 @@ class ThreadRank(SyncRank):
         self._thread: threading.Thread | None = None
         self._go = threading.Semaphore(0)  # the engine lets the rank run
         self._back = threading.Semaphore(0)  # the rank hands control back
-        self._out: tuple[bool, Any] = (False, None)  # (finished, value) or (False, yielded)
+        self._handback: tuple[bool, Any] = (False, None)  # (finished, value) or (False, yielded)
         self._finished = False
         self._lost = False  # blocked past FAILING_GRACE in a failing run: never resumed again
 
@@ -173,11 +173,11 @@ class ThreadRank(SyncRank):
         self._go.acquire()
         try:
             if not self.closing:
-                self._out = (True, self._main())
+                self._handback = (True, self._main())
         except _Cancelled:
-            self._out = (True, None)
+            self._handback = (True, None)
         except BaseException as exc:  # noqa: BLE001 - handed to the engine's thread
-            self._out = (True, exc)
+            self._handback = (True, exc)
             self._finished = True
         else:
             self._finished = True
@@ -208,7 +208,7 @@ class ThreadRank(SyncRank):
                 leave()
             if _states.torch is not None:
                 _states.torch_out(self)
-        finished, value = self._out
+        finished, value = self._handback
         if finished:
             self._join()
             if isinstance(value, BaseException):
@@ -235,11 +235,11 @@ class ThreadRank(SyncRank):
         waiting for a peer that failed) would never hand back: it is given
         ``FAILING_GRACE`` seconds, then left behind.
         """
-        kernel = getattr(self.comm, "_kernel", None)
+        kernel = getattr(self.comm, "kernel", None)
         return None if kernel is None or not kernel.failing else FAILING_GRACE
 
     def suspend(self, yielded: Any) -> None:
-        self._out = (False, yielded)
+        self._handback = (False, yielded)
         self._back.release()
         self._go.acquire()
         if self.closing:
@@ -357,7 +357,7 @@ def poll_wait(rank: SyncRank, wait: Callable[[], Awaitable[Any]], op: str) -> No
     rank polls for something that never comes ends in the engine's deadlock
     report rather than spinning forever in virtual time.
     """
-    engine = rank.comm._kernel
+    engine = rank.comm.kernel
     if engine.only_polls_pending():
         engine.stalled_polls += 1
         if engine.stalled_polls > STALL_LIMIT:
@@ -400,7 +400,7 @@ def abandon(rank: SyncRank) -> None:
     """
     if isinstance(rank, ThreadRank):
         rank._finished = True
-        rank._out = (True, None)
+        rank._handback = (True, None)
         rank._back.release()
         threading.Event().wait()  # a daemon thread, parked until the process exits
     _abandoned.append(rank._glet)

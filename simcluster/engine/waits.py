@@ -40,8 +40,8 @@ class WaitAny:
 
 def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> None:
     """Record a span for a wait on several requests that took virtual time."""
-    engine = requests[0]._kernel
-    task = requests[0]._task
+    engine = requests[0].kernel
+    task = requests[0].task
     if engine.trace is not None and task is not None and engine.now > start:
         engine.trace.span(task.rank, name, start, engine.now, requests=len(requests))
 
@@ -49,7 +49,7 @@ def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> No
 def _unwait(requests: Sequence[Request[Any]]) -> None:
     """Forget the rank parked on several requests, so the ones still pending cannot wake it later."""
     for r in requests:
-        r._waiter = None
+        r.set_waiter(None)
 
 
 async def wait_one(request: Request[T]) -> T:
@@ -72,33 +72,33 @@ async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
 
 
 async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
-    start = reqs[0]._kernel.now
+    start = reqs[0].kernel.now
     while True:
         for i, r in enumerate(reqs):
-            if r._state != PENDING:
+            if r.done():
                 _trace_wait(reqs, "wait_any", start)
-                return i, r._take_result()
+                return i, r.result()
         await WaitAny(reqs)
         _unwait(reqs)
 
 
 async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
-    active = [r for r in reqs if not r._retrieved]
+    active = [r for r in reqs if not r.retrieved]
     if not active:
         return []
-    start = active[0]._kernel.now
-    while all(r._state == PENDING for r in active):
+    start = active[0].kernel.now
+    while all(not r.done() for r in active):
         await WaitAny(active)
         _unwait(active)
     _trace_wait(active, "wait_some", start)
-    return [(i, r._take_result()) for i, r in enumerate(reqs)
-            if r._state != PENDING and not r._retrieved]
+    return [(i, r.result()) for i, r in enumerate(reqs)
+            if r.done() and not r.retrieved]
 
 
 def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
     reqs = list(requests)
     for r in reqs:
-        if not hasattr(r, "_take_result"):  # a Request (request imports this module)
+        if not hasattr(r, "set_waiter"):  # a Request (request imports this module)
             raise TypeError(f"wait/test: expected Request objects, got {type(r).__name__}; "
                             "pass the values returned by isend/irecv/i<collective>")
     return reqs
@@ -106,9 +106,9 @@ def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
 
 def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) -> Coroutine[Any, Any, T]:
     """Return ``coro``; in strict runs, note it so that one never awaited fails its rank."""
-    if reqs and reqs[0]._kernel.strict:
+    if reqs and reqs[0].kernel.strict:
         count = f"{len(reqs)} request{'s' if len(reqs) != 1 else ''}"
-        _awaits.note(reqs[0]._kernel, coro, name, (("", count),))
+        _awaits.note(reqs[0].kernel, coro, name, (("", count),))
     return coro
 
 
@@ -153,9 +153,9 @@ def wait_some(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[tupl
 def test_all(requests: Iterable[Request[Any]]) -> bool:
     """Return True if every request has completed; never blocks."""
     reqs = _as_list(requests)
-    if any(r._state == PENDING for r in reqs):  # like MPI_Testall: nothing completes unless all do
+    if any(not r.done() for r in reqs):  # like MPI_Testall: nothing completes unless all do
         if reqs:
-            reqs[0]._kernel.spin(reqs[0])
+            reqs[0].kernel.spin(reqs[0])
         return False
     return all([r.test() for r in reqs])
 
@@ -165,7 +165,7 @@ def test_any(requests: Iterable[Request[Any]]) -> tuple[int, Any] | None:
     reqs = _as_list(requests)
     for i, r in enumerate(reqs):
         if r.test():
-            return i, r._value
+            return i, r.result()
     return None
 
 

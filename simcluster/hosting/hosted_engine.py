@@ -111,7 +111,7 @@ class HostedDelivery(Delivery):
         key = (env.src, env.msg_id)
         if self.lo <= env.src < self.hi:  # the sender's arrays: copy out, then the send completes
             p2p.complete_recv(p2p.rdv_recvs.pop(key), env, True, -1)
-            p2p.rdv_landing.pop(key)._finish()
+            p2p.rdv_landing.pop(key).complete()
         else:  # the transport's buffers are ours already
             p2p.complete_recv(p2p.rdv_recvs.pop(key), env, False, -1)
 

@@ -28,13 +28,13 @@ _GONE = "look for that side's own error; it may have failed"
 class LocalLink:
     """One end of an in-process control link (see the module docstring)."""
 
-    __slots__ = ("peer", "closing", "_other", "_inbox")
+    __slots__ = ("peer", "closing", "_other", "_received")
 
     def __init__(self, peer: object) -> None:
         self.peer = peer
         self.closing = False
         self._other: LocalLink | None = None
-        self._inbox: asyncio.Queue[Envelope | None] = asyncio.Queue()
+        self._received: asyncio.Queue[Envelope | None] = asyncio.Queue()
 
     @classmethod
     def pair(cls, first: object, second: object) -> tuple[LocalLink, LocalLink]:
@@ -47,7 +47,7 @@ class LocalLink:
         """Hand ``envelope`` to the other end (it reads it at its next await)."""
         other = self._other
         if not self.closing and other is not None and not other.closing:
-            other._inbox.put_nowait(envelope)
+            other._received.put_nowait(envelope)
 
     async def drain(self) -> None:
         """Nothing is ever buffered: return at once."""
@@ -58,7 +58,7 @@ class LocalLink:
         Raises:
             TransportError: the other end closed first.
         """
-        while (envelope := await self._inbox.get()) is not None:
+        while (envelope := await self._received.get()) is not None:
             deliver(envelope)
         if not self.closing:
             raise TransportError(None, "recv", f"peer {self.peer!r} closed its connection", _GONE,
@@ -66,7 +66,7 @@ class LocalLink:
 
     async def first(self) -> Envelope:
         """The first envelope the other end sends (its introduction)."""
-        envelope = await self._inbox.get()
+        envelope = await self._received.get()
         if envelope is None:
             raise TransportError(None, "accept", f"peer {self.peer!r} closed before introducing "
                                  "itself", _GONE, peer=self.peer)
@@ -79,9 +79,9 @@ class LocalLink:
         if self.closing:
             return
         self.closing = True
-        self._inbox.put_nowait(None)
+        self._received.put_nowait(None)
         if self._other is not None:
-            self._other._inbox.put_nowait(None)
+            self._other._received.put_nowait(None)
 
     def __repr__(self) -> str:
         return f"<LocalLink peer={self.peer!r}{' closing' if self.closing else ''}>"

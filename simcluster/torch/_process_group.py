@@ -377,7 +377,7 @@ def subcomm(world: Comm, group_name: str, world_ranks: list[int]) -> Comm:
     # XX: mirrors Comm._derive (which numbers groups per parent, so it needs every parent
     # member to take part); a public Comm method for named groups would replace this.
     key = f"torch/{group_name}/{world_ranks}"
-    engine = world._engine
+    engine = world.engine
     groups = groups_of(engine)
     ctx = 2 * (zlib.crc32(key.encode()) + 1)
     while ctx in groups and groups[ctx].key != key:

@@ -54,7 +54,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         # send or receive is still reported, as the script's own.
         req = self._req
         if req is not None and self._finish is None and self._op not in ("send", "recv"):
-            req._kernel.untrack(req)
+            req.kernel.untrack(req)
 
     def _complete(self, value: Any) -> None:
         self._done = True
@@ -84,7 +84,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         if req is not None and req.test():
             if req.status is not None:
                 self._source = req.status.source
-            self._complete(req._take_result())
+            self._complete(req.result())
         return self._done
 
     def is_success(self) -> bool:

@@ -121,7 +121,7 @@ def test_synchronous_ranks_block_on_the_call_objects() -> None:
 
 def test_plain_calls_take_the_fast_path_and_the_rest_the_coroutine(monkeypatch: pytest.MonkeyPatch) -> None:
     slow: list[str] = []
-    send, recv = sc.Comm._send_coroutine, sc.Comm._recv_coroutine
+    send, recv = sc.Comm.send_coroutine, sc.Comm.recv_coroutine
 
     def counting_send(self: sc.Comm, *args: object) -> object:
         slow.append("send")
@@ -131,8 +131,8 @@ def test_plain_calls_take_the_fast_path_and_the_rest_the_coroutine(monkeypatch: 
         slow.append("recv")
         return recv(self, *args)
 
-    monkeypatch.setattr(sc.Comm, "_send_coroutine", counting_send)
-    monkeypatch.setattr(sc.Comm, "_recv_coroutine", counting_recv)
+    monkeypatch.setattr(sc.Comm, "send_coroutine", counting_send)
+    monkeypatch.setattr(sc.Comm, "recv_coroutine", counting_recv)
 
     async def plain(comm: sc.Comm) -> object:
         if comm.rank == 0:
