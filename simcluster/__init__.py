@@ -13,7 +13,9 @@ from .comm import Comm as Comm
 from .errors import BufferHazardError as BufferHazardError
 from .errors import CollectiveMismatchError as CollectiveMismatchError
 from .errors import DeadlockError as DeadlockError
+from .errors import ProcessFailedError as ProcessFailedError
 from .errors import RankError as RankError
+from .errors import RevokedError as RevokedError
 from .errors import RunTimeoutError as RunTimeoutError
 from .errors import SimclusterError as SimclusterError
 from .errors import SimclusterWarning as SimclusterWarning
@@ -40,7 +42,8 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "BufferHazardError", "CollectiveMismatchError", "Comm",
-    "DeadlockError", "RankError", "ReduceOp", "dist", "Request", "RunResult", "RunTimeoutError", "SimclusterError",
+    "DeadlockError", "ProcessFailedError", "RankError", "ReduceOp", "RevokedError", "dist", "faults", "Request",
+    "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "UsageError",
     "UsageTypeError", "latency",
     "launch", "run", "test_all", "testing", "test_any", "trace", "wait_all", "wait_any", "wait_some",
@@ -49,3 +52,12 @@ __all__ = [
 
 def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir(); submodules stay importable
+
+
+def __getattr__(name: str) -> object:
+    # ``sc.faults`` loads on first use: a run without a fault plan never needs it
+    if name == "faults":
+        import importlib  # not `from . import faults`: that asks this function again, for ever
+
+        return importlib.import_module("simcluster.faults")
+    raise AttributeError(f"module 'simcluster' has no attribute {name!r}")

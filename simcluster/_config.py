@@ -28,7 +28,7 @@ import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from simcluster.transports.base import Transport
 from simcluster.transports.memory import MemoryTransport
@@ -41,6 +41,9 @@ from .engine.settings import EngineSettings
 from .engine.assembly import Engine, Task
 from .errors import UsageError, UsageTypeError
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .faults import Fault, FaultPlan
 
 __all__ = ["KEYWORDS", "RunConfig", "World", "build_world", "check_names", "configure", "split"]
 
@@ -101,6 +104,7 @@ class RunConfig:
     secret: str | None = None  # multi-node: the per-run secret an MPI job handed out ($SIMCLUSTER_SECRET else)
     shares: str = ""  # transport="mpi" with processes hosting no rank: this one's part (_mpi_job.shared)
     poll_cost: float = 1e-6  # virtual seconds a synchronous rank's fruitless Test/Iprobe costs
+    faults: FaultPlan | None = None  # run(faults=...): crashes, slow ranks, cut links (simcluster.faults)
 
     @property
     def strict(self) -> bool:
@@ -129,7 +133,8 @@ class RunConfig:
                 f"transport={self.transport.name} latency={self.latency.describe()} "
                 f"seed={self.seed} eager_limit={self.eager_limit} strict={self.strict} "
                 f"trace={self.tracing} algorithms={sorted(self.algorithms.items())} "
-                f"serializer={self.serializer} schedule={self.schedule}")
+                f"serializer={self.serializer} schedule={self.schedule}"
+                f" faults={'' if self.faults is None else self.faults.describe()}")
 
 
 def split(world_size: int, procs: int) -> tuple[int, int]:
@@ -169,6 +174,7 @@ def configure(
     master_addr: str | None = None,
     master_port: int | None = None,
     poll_cost: float = 1e-6,
+    faults: FaultPlan | str | Sequence[Fault] | Fault | None = None,
 ) -> RunConfig:
     """Check ``fn`` and every keyword of ``run``; return the run's configuration.
 
@@ -216,6 +222,7 @@ def configure(
         shares = "" if placement is None else placement.shares
     tp = make_transport(transport)
     multiprocess = is_multiprocess(tp)
+    plan = check_faults(faults, world_size, tp.name if multiprocess else None)
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
     try:
         _schedule.check(schedule, tp.name if multiprocess else None)
@@ -225,6 +232,10 @@ def configure(
         raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
                          "collectives meet inside one process", "use transport='memory', or "
                          "fidelity='message'")
+    if plan is not None and compute_factor:
+        raise UsageError(None, f"run(compute={compute!r}, faults=...)", "a fault plan replays exactly "
+                         "only when no measured compute time is charged", "leave compute= out (simcluster "
+                         "mpirun: --faults already charges none)")
     if multiprocess and compute_factor:
         raise UsageError(None, f"run(compute={compute!r}, transport={transport!r})", "compute= is "
                          "measured on the memory transport only", "leave it out, or use "
@@ -243,7 +254,7 @@ def configure(
         fidelity=fidelity, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
         name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=secret,
-        shares=shares, poll_cost=float(poll_cost))
+        shares=shares, poll_cost=float(poll_cost), faults=plan)
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
@@ -386,6 +397,26 @@ def check_nodes(serializer: object, nnodes: object, node_rank: object, procs: ob
         raise cls(None, f"run(node_rank={node_rank!r})", f"node_rank must be in range({nnodes})")
 
 
+def check_faults(faults: object, world_size: int, multiprocess: str | None) -> FaultPlan | None:
+    """Return the run's fault plan (``simcluster.faults``), checked against its world size."""
+    if faults is None:
+        return None
+    from .faults import FaultPlan  # only runs with faults load it
+
+    try:
+        plan = FaultPlan.of(faults)  # type: ignore[arg-type]
+        if plan is not None:
+            plan.check(world_size)
+    except TypeError as exc:
+        raise UsageTypeError(None, "run(faults=...)", str(exc), "see docs/faults.md") from None
+    except ValueError as exc:
+        raise UsageError(None, "run(faults=...)", str(exc), "see docs/faults.md") from None
+    if plan is not None and multiprocess is not None:
+        raise UsageError(None, f"run(faults=..., transport={multiprocess!r})", "fault plans run on "
+                         "the memory transport for now", "leave transport out (memory)")
+    return plan
+
+
 def check_fidelity(fidelity: object) -> None:
     """Refuse a fidelity other than ``"message"`` and ``"analytic"``."""
     if fidelity not in ("message", "analytic"):
@@ -503,13 +534,17 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
     """
     w = config.world_size
     ports = config.latency.bind(w, model_rng(config.seed))
+    if config.faults is not None and config.faults.shapes_messages:
+        from .faults import ShapedPorts
+
+        ports = ShapedPorts(ports, config.faults)
     pickled = config.serializer == "pickle"
     settings = EngineSettings(
         seed=config.seed, eager_limit=config.eager_limit, strict=config.strict,
         timeout=config.timeout, model=config.latency, schedule=config.schedule,
         algorithms=dict(config.algorithms), compute=config.compute, poll_cost=config.poll_cost,
         fidelity=config.fidelity, dumps=pickle.dumps if pickled else None,
-        loads=pickle.loads if pickled else None)
+        loads=pickle.loads if pickled else None, faults=config.faults)
     engine: Engine
     if block is None:
         lo, hi = 0, w

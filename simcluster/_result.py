@@ -51,13 +51,19 @@ class RunResult(Sequence[Any]):
         rounds: for ranks hosted by several processes (shm, tcp, mpi), how many
             synchronisation rounds the processes ran, and how many of those were
             lookahead windows, as ``(rounds, windows)``; None in one process.
+        crashed: the ranks the run's fault plan crashed, each with the virtual
+            time it crashed (``simcluster.faults``); its value is None.
+        calls: with a fault plan made with ``count_calls=True``, how many
+            calls of each kind each rank made, as ``{(rank, kind): count}``
+            (the crash points ``sc.testing.explore`` tries); else None.
     """
 
-    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks", "rounds")
+    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks", "rounds", "crashed", "calls")
 
     def __init__(self, values: list[Any], times: list[float], stats: Stats, wall: float,
                  trace: Any = None, leaks: list[str] | None = None,
-                 rounds: tuple[int, int] | None = None) -> None:
+                 rounds: tuple[int, int] | None = None, crashed: dict[int, float] | None = None,
+                 calls: dict[tuple[int, str], int] | None = None) -> None:
         self._values = values
         self.times = times
         self.elapsed = max(times) if times else 0.0
@@ -66,6 +72,8 @@ class RunResult(Sequence[Any]):
         self.trace = trace
         self.leaks = leaks or []
         self.rounds = rounds
+        self.crashed = dict(crashed or {})
+        self.calls = calls
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
     run.add_argument("--compute", default=None, metavar="wall[:F]",
                      help="charge the wall time a synchronous rank computes (x F) to its virtual clock")
+    run.add_argument("--faults", default=None, metavar="PLAN",
+                     help="a fault plan, e.g. 'crash:1@0.5ms', "
+                          "'crash:2@all_reduce#3;slow:0x4@0..1ms' (docs/faults.md)")
     run.add_argument("--fidelity", choices=("message", "analytic"), default="message",
                      help="message: simulate every collective message; analytic: one step per collective")
     run.add_argument("--nnodes", type=int, default=1,
@@ -163,6 +166,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               "seed": args.seed, "timeout": args.timeout}
     if args.fidelity != "message":
         kwargs["fidelity"] = args.fidelity
+    if args.faults is not None:
+        kwargs["faults"] = args.faults
     if args.nnodes != 1:
         kwargs.update(nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=args.master_port)
@@ -194,7 +199,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not _mpi_job.first_process():
         return 0
     for rank, value in enumerate(result):
-        if value is not None:
+        if rank in result.crashed:
+            print(f"rank {rank}: crashed at virtual time {format_seconds(result.crashed[rank])} "
+                  "(the fault plan)")
+        elif value is not None:
             print(f"rank {rank}: {value!r}")
     print(f"elapsed {format_seconds(result.elapsed)} virtual, {result.wall:.3f} s wall, "
           f"{result.stats.total_messages} messages, {result.stats.total_bytes} bytes")

@@ -26,6 +26,7 @@ from .collectives._methods import CollectiveMethods
 from .matching import ANY_SOURCE, ANY_TAG
 from .payload import check_buffer
 from .request import Request, Status
+from .errors import ProcessFailedError, RevokedError
 
 if TYPE_CHECKING:
     from .engine.assembly import Engine, Task
@@ -200,9 +201,9 @@ class Comm(CollectiveMethods):
     # ---- validation ----
 
     def _op_error(self, op: tuple[Any, ...]) -> str:
-        from .request import _format_op
+        from .request import format_op
 
-        return _format_op(op)
+        return format_op(op)
 
     def _send(self, obj: object, dst: int, tag: int, name: str, sync: bool,
               nonblocking: bool) -> Request[None] | None:
@@ -484,6 +485,73 @@ class Comm(CollectiveMethods):
         await self.barrier()
         return self._derive("dup", list(self.group.world_ranks))
 
+    # ---- surviving failures (ULFM; docs/faults.md) ----
+
+    def revoke(self) -> None:
+        """Revoke this communicator for every member, now (ULFM's ``MPI_Comm_revoke``).
+
+        Every pending and later operation on it, on any member, raises
+        ``RevokedError``, except ``shrink``, ``agree``, ``ack_failed`` and
+        ``get_failed``. Not collective: one member calls it, the others learn
+        of it at once.
+        """
+        if self.kernel.current is None:
+            raise self.kernel.outside(self.rank, "revoke()")
+        self.engine.failures().revoke(self)
+
+    @property
+    def is_revoked(self) -> bool:
+        """Whether this communicator was revoked (``revoke``)."""
+        failures = self.p2p.failures
+        return failures is not None and (self.ctx & ~1) in failures.revoked
+
+    def get_failed(self) -> list[int]:
+        """The ranks of this communicator known to have failed, in the order they failed."""
+        failures = self.p2p.failures
+        if failures is None:
+            return []
+        return [self.group.local_rank(w) for w in failures.failed_in(self.group)]
+
+    def ack_failed(self, count: int | None = None) -> int:
+        """Acknowledge the first ``count`` failures ``get_failed`` lists (all: None); return how many.
+
+        After that, a receive from any source on this communicator waits for
+        the live members' messages instead of raising ``ProcessFailedError``,
+        and ``agree`` no longer raises for those failures.
+        """
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            raise TypeError(f"rank {self.rank}: ack_failed(count={count!r}): count must be an int or None")
+        failures = self.p2p.failures
+        return 0 if failures is None else failures.ack_failed(self, count)
+
+    def iagree(self, flag: int) -> Request[int]:
+        """Start ``agree``; the request's result is the agreed flag."""
+        if isinstance(flag, bool) or not isinstance(flag, int):
+            raise TypeError(f"rank {self.rank}: agree(flag={flag!r}): flag must be an int")
+        if self.kernel.current is None:
+            raise self.kernel.outside(self.rank, "agree()")
+        return self.engine.failures().meet(self, "agree", flag)
+
+    async def agree(self, flag: int) -> int:
+        """Agree with the live members on ``flag``: return the bitwise AND of their flags (``MPI_Comm_agree``).
+
+        Completes on every live member, even on a revoked communicator or if
+        members fail meanwhile. Raises ``ProcessFailedError`` (after agreeing)
+        when a member failed whose failure this rank has not acknowledged.
+        """
+        value: int = await self.iagree(flag)
+        return value
+
+    async def shrink(self) -> Comm:
+        """Return a new communicator of the live members, in this one's order (``MPI_Comm_shrink``).
+
+        Collective over the live members; works on a revoked communicator.
+        """
+        if self.kernel.current is None:
+            raise self.kernel.outside(self.rank, "shrink()")
+        survivors: list[int] = await self.engine.failures().meet(self, "shrink", None)
+        return self._derive("shrink", survivors)
+
     # ---- collectives: the private context ----
 
     def _collective(self, call: str, algorithm: str = "", payload: str | None = None, op: str = "",
@@ -497,6 +565,9 @@ class Comm(CollectiveMethods):
         entered the same call; a difference raises CollectiveMismatchError here,
         at the call (``engine.coll_check``). ``forced``: the algorithm was asked for.
         """
+        failures = self.p2p.failures
+        if failures is not None:  # a crash planned at this call, a failed member, a revoked comm
+            failures.entering(self, call.partition("(")[0])
         self._coll_seq = seq = self._coll_seq + 1
         self.group.check.enter(self, seq, (call, algorithm, payload, op), forced)
         return CollContext(self, seq, call, algorithm)
@@ -545,7 +616,13 @@ class Comm(CollectiveMethods):
         """Start a nonblocking collective; its request completes with ``body``'s result."""
         if self.kernel.current is None:
             raise self.kernel.outside(self.rank, "i" + call)
-        ctx = self._collective(call, algorithm, payload, op, forced)
+        try:
+            ctx = self._collective(call, algorithm, payload, op, forced)
+        except (ProcessFailedError, RevokedError) as exc:  # reported at completion, as MPI does
+            req: Request[R] = Request(self.kernel, self.kernel.current, "i" + call)
+            req.nonblocking = True
+            req.complete(None, exc)
+            return req
         if self.kernel.trace is not None:
             self._span("i" + call.partition("(")[0], self.kernel.now, call=call, algorithm=algorithm,
                        seq=ctx.seq)

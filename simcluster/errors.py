@@ -12,9 +12,9 @@ from simcluster.transports.base import SimclusterError as SimclusterError
 from simcluster.transports.base import TransportError as TransportError
 
 __all__ = [
-    "BufferHazardError", "CollectiveMismatchError", "DeadlockError", "RankError", "RunTimeoutError",
-    "SimclusterError", "SimclusterWarning", "TransportError", "TruncationError", "UsageError",
-    "UsageTypeError",
+    "BufferHazardError", "CollectiveMismatchError", "DeadlockError", "ProcessFailedError", "RankError",
+    "RevokedError", "RunTimeoutError", "SimclusterError", "SimclusterWarning", "TransportError",
+    "TruncationError", "UsageError", "UsageTypeError",
 ]
 
 
@@ -26,10 +26,12 @@ class RankError(SimclusterError):
     """A rank raised; the run was stopped and the other ranks cancelled.
 
     ``.rank`` is the failing rank and ``__cause__`` the original exception,
-    traceback intact.
+    traceback intact. ``.crashed`` maps the ranks the run's fault plan had
+    crashed by then to the virtual time of each crash.
     """
 
     def __init__(self, rank: int, exc: BaseException, op: str = "run") -> None:
+        self.crashed: dict[int, float] = {}
         problem = f"raised {type(exc).__name__}: {exc}"
         super().__init__(rank, op, problem, "the other ranks were cancelled; see the traceback above")
 
@@ -86,6 +88,61 @@ class UsageTypeError(UsageError, TypeError):
 
     A ``UsageError`` (so also a ``ValueError``) and a ``TypeError``.
     """
+
+
+class ProcessFailedError(SimclusterError):
+    """A call needs a rank that failed (a crash of the run's fault plan): ULFM's ``MPI_ERR_PROC_FAILED``.
+
+    ``.failed`` lists the failed world ranks the call needed, ``.time`` the
+    virtual time the first of them failed. ``.pending`` is true for a receive
+    from any source on a communicator with a failure not yet acknowledged
+    (``comm.ack_failed()``): ULFM's ``MPI_ERR_PROC_FAILED_PENDING``.
+    The survivors' way on is in docs/faults.md: ``revoke``, ``shrink``, ``agree``.
+    """
+
+    def __init__(self, rank: int | None, op: str, failed: list[int], time: float,
+                 pending: bool = False) -> None:
+        self.failed = list(failed)
+        self.time = time
+        self.pending = pending
+        who = ", ".join(str(r) for r in self.failed[:8]) + (", ..." if len(self.failed) > 8 else "")
+        plural = "s" if len(self.failed) > 1 else ""
+        what = (f"world rank{plural} {who} failed (at virtual time {time:.9g} s)"
+                + (" and no message can match this receive until the failure is acknowledged"
+                   if pending else ""))
+        fix = ("acknowledge it with comm.ack_failed() (MPI: Ack_failed) and post the receive again"
+               if pending else "recover: comm.revoke(), then comm.shrink() to go on with the survivors")
+        super().__init__(rank, op, what, fix)
+
+
+class RevokedError(SimclusterError):
+    """A call on a revoked communicator: ULFM's ``MPI_ERR_REVOKED``.
+
+    ``.time`` is the virtual time of the revocation and ``.by`` the world rank
+    that revoked it. Only ``shrink``, ``agree``, ``ack_failed`` and
+    ``get_failed`` still work on it.
+    """
+
+    def __init__(self, rank: int | None, op: str, by: int, time: float) -> None:
+        self.by = by
+        self.time = time
+        super().__init__(rank, op, f"the communicator was revoked by world rank {by} at virtual "
+                         f"time {time:.9g} s", "go on with comm.shrink(), which still works on it")
+
+
+class RankCrashed(BaseException):
+    """Raised in a rank at the call where the run's fault plan crashes it (``simcluster.faults``).
+
+    A ``BaseException``, like ``SystemExit``: ``except Exception`` in the
+    rank's code does not catch it, and the run ends the rank quietly.
+    """
+
+    def __init__(self, rank: int, call: str) -> None:
+        self.rank, self.call = rank, call
+        super().__init__(f"rank {rank} crashed at {call} (the run's fault plan)")
+
+    def __reduce__(self) -> tuple[type[RankCrashed], tuple[int, str]]:
+        return (RankCrashed, (self.rank, self.call))
 
 
 class SimclusterWarning(UserWarning):

@@ -110,6 +110,9 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     parser.add_argument("--compute", default=None, metavar="wall[:F]",
                         help="charge the wall time a rank computes (x F) to its virtual clock")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
+    parser.add_argument("--faults", default=None, metavar="PLAN",
+                        help="a fault plan, e.g. 'crash:1@0.5ms', "
+                             "'crash:2@all_reduce#3;slow:0x4@0..1ms' (docs/faults.md)")
     parser.add_argument("--summary", action="store_true",
                         help="after the run, one line on stderr: virtual time, wall time, "
                              "messages and bytes")
@@ -136,7 +139,7 @@ def run_args(args: argparse.Namespace) -> int:
         print(f"{PROG}: --exact charges no measured compute time; leave out --compute {args.compute}",
               file=sys.stderr)
         return 2
-    if args.compute is None and not args.exact and args.transport == "memory":
+    if args.compute is None and not args.exact and args.transport == "memory" and args.faults is None:
         args.compute = "wall"  # Wtime advances with the work between MPI calls, as under mpiexec
     keywords = script_keywords(args, PROG, ("procs", "trace", "compute"))
     if keywords is None:
@@ -156,15 +159,18 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
     ``optional`` names the options passed on only when given.
     """
     from .engine import sync as _sync
-    from . import latency
+    from . import faults, latency
 
     try:
         model = latency.parse(args.latency)
         _sync.parse_compute(args.compute)
+        plan = None if args.faults is None else faults.parse(args.faults)
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None
     keywords: dict[str, Any] = {"latency": model, "seed": args.seed, "timeout": args.timeout}
+    if plan is not None:
+        keywords["faults"] = plan
     for name in optional:
         if getattr(args, name) is not None:
             keywords[name] = getattr(args, name)
@@ -564,6 +570,13 @@ class Session:
         self.flush_all()
         if self.summary and self.result is not None and self.mpi_first():
             self.print_summary()
+        crashed = self.result.crashed if self.result is not None else getattr(error, "crashed", {})
+        if self.mpi_first():
+            from .trace import format_seconds
+
+            for rank, when in sorted(crashed.items()):
+                print(f"{self.prog}: rank {rank} crashed at virtual time {format_seconds(when)} "
+                      "(the fault plan)", file=self.real[ERR])
         status = self._status(error)
         if self.mpi is not None and not isinstance(error, errors.TransportError):
             status = self.mpi.bcast(status, root=0)  # every process exits as process 0 does

@@ -105,7 +105,7 @@ class Request(Generic[T]):
     def op(self) -> str:
         """The call that made this request, as ``send(dst=1, tag=0)``."""
         op = self._op
-        return op if isinstance(op, str) else _format_op(op)
+        return op if isinstance(op, str) else format_op(op)
 
     def annotate(self, note: str) -> None:
         """Add ``note`` to the call ``op`` shows (the engine's call: a rendezvous send says so)."""
@@ -231,7 +231,7 @@ class Request(Generic[T]):
         return f"<Request {self.op} {_STATE_NAMES[self._state]}>"
 
 
-def _format_op(op: tuple[Any, ...]) -> str:
+def format_op(op: tuple[Any, ...]) -> str:
     """Format the tuple a point-to-point call stores.
 
     (name, dst): a collective's send; (name, dst, tag): a send; (name, buf, src, tag): a receive.

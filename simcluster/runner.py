@@ -134,18 +134,27 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
                 task, exc = failure
                 if not isinstance(exc, Exception):
                     raise exc
-                raise RankError(task.rank, exc) from exc
+                error = RankError(task.rank, exc)
+                if engine.p2p.failures is not None:  # what the fault plan crashed, for the report
+                    error.crashed = dict(engine.p2p.failures.failed)
+                raise error from exc
         finally:
             if world is not None:
                 world.engine.close()
+                if world.engine.kernel.trace is not None and config.faults is not None:
+                    config.faults.mark(world.engine.kernel.trace, world.engine.now)
                 if world.engine.kernel.trace is not None and isinstance(trace, (str, os.PathLike)):
                     world.engine.kernel.trace.save(trace)  # also after a failure, when a trace helps most
     tasks = world.tasks
     leaks = engine.diagnostics.leaks() if config.strict else []
     p2p = engine.p2p
     stats = Stats(tuple(p2p.msgs_sent), tuple(p2p.bytes_sent), tuple(p2p.msgs_recv), tuple(p2p.bytes_recv))
+    failures = p2p.failures
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
-                     _time.perf_counter() - wall_start, engine.kernel.trace, leaks)
+                     _time.perf_counter() - wall_start, engine.kernel.trace, leaks,
+                     crashed=None if failures is None else failures.failed,
+                     calls=failures.calls if failures is not None and config.faults is not None
+                     and config.faults.count_calls else None)
 
 
 def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import random
 import re
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -193,8 +194,8 @@ class Exploration(list[RunResult]):
             counts the runs it stopped early because they could only repeat
             a schedule already run, so ``runs >= len(self)``.
         complete: True when every distinct order of simultaneous events ran
-            (``schedule="exhaustive"`` within ``max_runs``); always False over
-            seeds, which sample orders.
+            (``schedule="exhaustive"`` within ``max_runs``), or every crash
+            point (``crashes="each"``); always False over seeds, which sample.
     """
 
     def __init__(self, results: list[RunResult], runs: int, complete: bool) -> None:
@@ -220,6 +221,7 @@ def explore(
     jitter: float | None = None,
     schedule: str = "shuffle",
     max_runs: int | None = None,
+    crashes: str | None = None,
     **run_kwargs: Any,
 ) -> Exploration:
     """Run ``fn`` on ``world_size`` ranks under many schedules; raise on the first that fails.
@@ -246,9 +248,18 @@ def explore(
     (``.complete``, with a ``SimclusterWarning`` when not). Ranks must share
     nothing but messages, and each run must depend only on its arguments.
 
+    ``crashes="each"`` explores failures instead of orders: a first run
+    counts each rank's calls by kind, then the program runs once per crash
+    point, each rank crashing at each of its calls in turn
+    (``faults="crash:R@KIND#N"``, docs/faults.md), under the first seed; a run
+    that fails or hangs is raised with its plan in the reproduction line.
+    ``crashes="sample"`` runs one crash point per seed, drawn by that seed,
+    for programs with too many points to try each.
+
     Example::
 
         sc.testing.explore(race, world_size=3, seeds=range(50))
+        sc.testing.explore(resilient, world_size=4, crashes="each")
         done = sc.testing.explore(race, world_size=3, schedule="exhaustive")
         assert done.complete
 
@@ -262,6 +273,7 @@ def explore(
         jitter: relative delay noise, or None for none.
         schedule: ``"shuffle"`` (default), ``"batch"`` or ``"exhaustive"``.
         max_runs: the most runs exhaustive exploration makes (default 1000).
+        crashes: ``"each"`` or ``"sample"`` to explore crash points (above), or None.
         **run_kwargs: other ``sc.run`` keywords (``latency``, ``eager_limit``, ...).
 
     Returns:
@@ -300,6 +312,8 @@ def explore(
     if model is not None:
         run_kwargs["latency"] = model
     trial = _Trial(fn, world_size, args, kwargs, check, run_kwargs)
+    if crashes is not None:
+        return _explore_crashes(trial, crashes, seeds, schedule)
     if exhaustive:
         return _exhaustive(trial, [0] if seeds is None else seeds,
                            1000 if max_runs is None else max_runs)
@@ -307,6 +321,38 @@ def explore(
     for seed in range(100) if seeds is None else seeds:
         results.append(trial.run(seed, schedule, schedule, results))
     return Exploration(results, len(results), False)
+
+
+def _explore_crashes(trial: _Trial, crashes: str, seeds: Iterable[int] | None,
+                     schedule: str) -> Exploration:
+    """Run the program once per crash point (``"each"``), or one drawn per seed (``"sample"``)."""
+    __tracebackhide__ = True
+    call = f"explore({trial.name}, crashes={crashes!r})"
+    if crashes not in ("each", "sample"):
+        raise UsageError(None, call, "unknown way to explore crashes", "valid: 'each' (every "
+                         "rank at every call) or 'sample' (one crash point per seed)")
+    if schedule == "exhaustive":
+        raise UsageError(None, call, "crash points are explored under one schedule per run",
+                         "use schedule='shuffle' or 'batch' with crashes=")
+    if "faults" in trial.run_kwargs:
+        raise UsageTypeError(None, call, "explore makes the fault plans", "leave faults= out")
+    from .faults import FaultPlan
+
+    order = list(range(100) if seeds is None else seeds)
+    first = order[0] if order else 0
+    results = [trial.run(first, schedule, schedule, [])]  # without a crash, it must pass
+    counted = run(trial.fn, trial.world_size, seed=first, schedule=schedule, args=trial.args,
+                  kwargs=trial.kwargs, faults=FaultPlan((), count_calls=True), **trial.run_kwargs)
+    calls = counted.calls or {}
+    points = [(rank, kind, nth) for (rank, kind), n in sorted(calls.items()) for nth in range(1, n + 1)]
+    plans = ([(first, p) for p in points] if crashes == "each"
+             else [(seed, random.Random(f"crash-point:{seed}").choice(points)) for seed in order
+                   if points])
+    for seed, (rank, kind, nth) in plans:
+        trial.run_kwargs["faults"] = f"crash:{rank}@{kind}#{nth}"
+        results.append(trial.run(seed, schedule, schedule, results))
+    trial.run_kwargs.pop("faults", None)
+    return Exploration(results, len(results), crashes == "each")
 
 
 def _exhaustive(trial: _Trial, seeds: Iterable[int], max_runs: int) -> Exploration:

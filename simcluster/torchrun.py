@@ -89,6 +89,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="accepted, as torchrun's: the rendezvous is in memory")
     parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=None,
                         help="accepted, as torchrun's: the rendezvous is in memory")
+    parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
+                        metavar="N", help="restart the whole world up to N times after a failed "
+                                          "attempt, as torchelastic does (default 0)")
     parser.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
                         default=SIGNALS, metavar="SIGNALS",
                         help=f"the TORCHELASTIC_SIGNALS_TO_HANDLE ranks see (default {SIGNALS})")
@@ -124,6 +127,8 @@ def _options_refused(args: argparse.Namespace) -> str | None:
                 f"number of ranks you want (the world size)")
     if args.node_rank != 0:
         return (f"--node-rank {args.node_rank}: there is one node, node 0; leave --node-rank out")
+    if args.max_restarts < 0:
+        return f"--max-restarts {args.max_restarts}: give how many restarts to allow, 0 or more"
     if args.transport != "memory":
         return (f"--transport {args.transport}: torch ranks run as threads of this process "
                 "(torch keeps per-rank state in C++ thread-locals) and rendezvous in its memory, "
@@ -145,7 +150,7 @@ def run_args(args: argparse.Namespace) -> int:
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
-                    summary=args.summary, **keywords)
+                    summary=args.summary, max_restarts=args.max_restarts, **keywords)
 
 
 # ---- the launcher ----
@@ -153,8 +158,8 @@ def run_args(args: argparse.Namespace) -> int:
 
 def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTER_ADDR,
                      master_port: int = MASTER_PORT, run_id: str = "none",
-                     signals_to_handle: str = SIGNALS, error_file: str | None = None
-                     ) -> dict[str, str]:
+                     signals_to_handle: str = SIGNALS, error_file: str | None = None,
+                     restart_count: int = 0, max_restarts: int = 0) -> dict[str, str]:
     """The environment variables torchrun gives worker ``rank`` of one node of ``nproc_per_node``.
 
     As torchrun (torch 2.13) sets them: ``OMP_NUM_THREADS`` is ``1`` when
@@ -168,7 +173,7 @@ def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTE
         "ROLE_NAME": "default", "WORLD_SIZE": size, "LOCAL_WORLD_SIZE": size,
         "ROLE_WORLD_SIZE": size, "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port), "TORCHELASTIC_RUN_ID": run_id,
-        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count), "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": signals_to_handle,
@@ -192,7 +197,8 @@ def standalone_run_id(seed: int) -> str:
 def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, module: bool = False,
              prepend_rank: bool = False, master_addr: str | None = None,
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
-             signals_to_handle: str = SIGNALS, summary: bool = False, **keywords: Any) -> int:
+             signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
+             **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -208,6 +214,12 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     (where ``@record`` writes the error that ends it) lies in a temporary
     folder removed when the run ends. ``summary`` adds one line on stderr
     after a run that finished: its virtual time, wall time, messages and bytes.
+
+    ``max_restarts``: after an attempt that fails (a rank raised, a crash of
+    the fault plan, a nonzero exit), start the whole world again, as
+    torchelastic's agent does: the same ranks, ``TORCHELASTIC_RESTART_COUNT``
+    one more, virtual time from 0 again; the fault plan (``faults``) applies
+    to the first attempt only, as a crash happens once.
 
     Returns:
         The exit status, as ``simcluster mpirun``'s: 0 when every rank
@@ -236,18 +248,27 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
         run_id = standalone_run_id(keywords.get("seed") or 0) if standalone else "none"
     errors = tempfile.mkdtemp(prefix="torchelastic_")  # torchrun's log folder, as it names it
     try:
-        env = {}
-        for rank in range(nproc_per_node):
-            folder = os.path.join(errors, "attempt_0", str(rank))
-            os.makedirs(folder)
-            env[rank] = rank_environment(
-                rank, nproc_per_node, master_addr=master_addr, master_port=master_port,
-                run_id=run_id, signals_to_handle=signals_to_handle,
-                error_file=os.path.join(folder, "error.json"))
-        session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
-                                   env)
-        session.summary = summary
-        return session.launch(keywords)
+        attempt = 0
+        while True:
+            env = {}
+            for rank in range(nproc_per_node):
+                folder = os.path.join(errors, f"attempt_{attempt}", str(rank))
+                os.makedirs(folder)
+                env[rank] = rank_environment(
+                    rank, nproc_per_node, master_addr=master_addr, master_port=master_port,
+                    run_id=run_id, signals_to_handle=signals_to_handle,
+                    error_file=os.path.join(folder, "error.json"), restart_count=attempt,
+                    max_restarts=max_restarts)
+            session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
+                                       env)
+            session.summary = summary
+            status = session.launch(keywords)
+            if status in (0, 2) or attempt == max_restarts:  # 2: the script or options refused
+                return status
+            attempt += 1
+            print(f"{PROG}: attempt {attempt - 1} failed with exit status {status}; restarting "
+                  f"every rank (restart {attempt} of {max_restarts})", file=sys.stderr)
+            keywords = {k: v for k, v in keywords.items() if k != "faults"}  # a crash happens once
     finally:
         shutil.rmtree(errors, ignore_errors=True)
 

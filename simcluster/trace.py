@@ -199,17 +199,29 @@ def show(path: str | Path, *, width: int = 12) -> str:
     size and the tag (world), the communicator, or the collective call
     (``world:all_reduce#3(ring)``: the comm's third collective, and its
     algorithm). The line starts with the send and receive times, in the unit
-    that suits the trace's last receive.
+    that suits the trace's last receive. A fault plan's crashes and the
+    revocations of communicators get a line of their own, an ``X`` in the
+    rank's column (``simcluster.faults``).
     """
     doc = load(path)
     size = world_size_of(doc)
     msgs = messages_of(doc)
-    _, scale, unit = _unit(max((m["recv"] for m in msgs), default=0.0) / _US)
+    faults = [(e["ts"], e["tid"], {**e["args"], "dur": e.get("dur", 0.0)})
+              for e in doc["traceEvents"] if e.get("ph") == "X" and "fault" in e.get("args", {})]
+    faults.sort(key=lambda f: (f[0], f[1]))
+    last = max([0.0, *(m["recv"] for m in msgs), *(f[0] for f in faults)])
+    _, scale, unit = _unit(last / _US)
     per_us = 1 / (scale * _US)
     col = max(width, 6)
     head = " " * 25 + "".join(f"rank {r}".ljust(col) for r in range(size))
     lines = [head.rstrip()]
-    for m in msgs:
+    for m in _with_faults(msgs, faults):
+        if "fault" in m:
+            row = ["|".ljust(col) for _ in range(size)]
+            row[m["rank"]] = "X".ljust(col)
+            what = _fault_text(m, per_us)
+            lines.append(f"{m['ts'] * per_us:10.3f}" + " " * 15 + "".join(row) + f"rank {m['rank']} {what}")
+            continue
         cells = ["|".ljust(col) for _ in range(size)]
         src, dst = m["src"], m["dst"]
         label = f"t{m['tag']} {m['nbytes']}B" if m["comm"] == "world" else f"{m['comm']} {m['nbytes']}B"
@@ -236,6 +248,33 @@ def show(path: str | Path, *, width: int = 12) -> str:
         lines.append(times + "".join(row).rstrip())
     lines.append(f"{len(msgs)} messages; times in virtual {unit} (send -> receive)")
     return "\n".join(lines)
+
+
+def _fault_text(mark: dict[str, Any], per_us: float) -> str:
+    """What a fault marker says in ``show``: crashed, revoked, slow or cut (``simcluster.faults``)."""
+    kind = mark["fault"]
+    if kind == "crash-stop":
+        return "crashed"
+    if kind == "revoke":
+        return f"revoked {mark.get('comm', '')}".rstrip()
+    until = f"until {(mark['ts'] + mark.get('dur', 0.0)) * per_us:.3f}"
+    if kind == "slow":
+        return f"slow x{mark['factor']:g} {until}"
+    return f"cut between {mark['a']} and {mark['b']} {until}"
+
+
+def _with_faults(msgs: list[dict[str, Any]], faults: list[tuple[float, int, dict[str, Any]]]
+                 ) -> list[dict[str, Any]]:
+    """The messages, with the fault markers put in by time (a marker before a message that arrives then)."""
+    marks = [{**args, "ts": ts, "rank": rank} for ts, rank, args in faults]
+    out: list[dict[str, Any]] = []
+    i = 0
+    for m in msgs:
+        while i < len(marks) and marks[i]["ts"] <= m["recv"]:
+            out.append(marks[i])
+            i += 1
+        out.append(m)
+    return out + marks[i:]
 
 
 def plot(path: str | Path, output: str | Path = "timeline.png") -> None:

@@ -2,7 +2,8 @@
 
 Examples are found by walking the folder, so a new example without an
 ``.out`` file next to it fails here instead of being skipped. A script
-written for torchrun has one ``simcluster torchrun ...`` line in its
+written for torchrun (or mpirun, outside examples/mpi4py) has one
+``simcluster torchrun ...`` (``simcluster mpirun ...``) line in its
 docstring and runs through that command.
 """
 
@@ -26,19 +27,23 @@ SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py")
 SGD = EXAMPLES / "seeds" / "torch_p2p_and_sgd" / "sync_sgd.py"
 
 
-# a script written for torchrun names its command in its docstring; stderr has the launcher's note
-TORCHRUN = "simcluster torchrun "
-TORCHRUN_NOTE = re.compile(r"simcluster torchrun: .* runs on simcluster \(.*\)")
+# a script written for torchrun or mpirun names its command in its docstring; stderr has the
+# launcher's notes
+LAUNCHERS = ("simcluster torchrun ", "simcluster mpirun ")
+NOTES = re.compile(r"simcluster torchrun: .* runs on simcluster \(.*\)"
+                   r"|simcluster (mpirun|torchrun): rank \d+ crashed at virtual time .* \(the fault plan\)"
+                   r"|simcluster torchrun: attempt \d+ failed with exit status \d+; restarting every rank "
+                   r"\(restart \d+ of \d+\)")
 
 
 def command_of(script: Path) -> list[str]:
-    """``python SCRIPT``, or the ``simcluster torchrun ...`` line of its docstring as ``python -m``."""
+    """``python SCRIPT``, or the ``simcluster torchrun|mpirun ...`` line of its docstring as ``python -m``."""
     lines = [line.strip() for line in script.read_text(encoding="utf-8").splitlines()
-             if line.strip().startswith(TORCHRUN)]
+             if line.strip().startswith(LAUNCHERS)]
     if not lines:
         return [str(script)]
-    assert len(lines) == 1, f"{script.name}: its docstring needs one `{TORCHRUN}...` line, not {len(lines)}"
-    return ["-m", "simcluster", "torchrun", *shlex.split(lines[0])[2:]]
+    assert len(lines) == 1, f"{script.name}: its docstring needs one launcher line, not {len(lines)}"
+    return ["-m", "simcluster", *shlex.split(lines[0])[1:]]
 
 
 def run_example(script: Path) -> subprocess.CompletedProcess[str]:
@@ -65,8 +70,10 @@ def stdout_of(script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]
     proc = outputs[script]
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stderr}"
     errors = proc.stderr.splitlines()
-    if command_of(script)[0] == "-m":  # simcluster torchrun says once which backend it maps
-        assert errors and all(TORCHRUN_NOTE.fullmatch(line) for line in errors), proc.stderr
+    command = command_of(script)
+    if command[0] == "-m":  # torchrun says once which backend it maps; mpirun names crashed ranks
+        assert all(NOTES.fullmatch(line) for line in errors), proc.stderr
+        assert errors or command[2] != "torchrun", "simcluster torchrun says which backend it maps"
     else:
         assert proc.stderr == "", f"{script.name} wrote to stderr:\n{proc.stderr}"
     return proc.stdout

@@ -22,8 +22,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 OUTSIDE_THE_CORE = ("MPI", "torch", "bench")
 
-CEILINGS = {"private reaches": 0, "modules in import knots": 15, "largest import knot": 8,
-            "methods of the largest engine part": 44}
+CEILINGS = {"private reaches": 0, "modules in import knots": 13, "largest import knot": 8,
+            "methods of the largest engine part": 47}  # the kernel: 44, and 3 for crash-stop faults
 
 
 def core_files() -> list[Path]:
@@ -247,7 +247,7 @@ def test_the_engine_is_composed_of_its_parts_not_a_chain_of_subclasses() -> None
     assert _bases("hosting/hosted_engine.py", "HostedDelivery") == ["Delivery"]
     # the hosted engine is the engine made with the hosted delivery: it overrides no step
     hosted = _methods(_class("hosting/hosted_engine.py", "HostedEngine"))
-    assert hosted <= {"__init__", "call_check", "phase", "blocked_split", "timeout_lines"}, hosted
+    assert hosted <= {"__init__", "call_check", "failures", "phase", "blocked_split", "timeout_lines"}, hosted
 
 
 def _calls_on(tree: ast.AST, holder: str) -> set[str]:

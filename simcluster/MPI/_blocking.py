@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from ..engine import sync as _sync
-from ..errors import TruncationError
+from ..errors import ProcessFailedError, RevokedError, TruncationError
 from ._constants import ERR_TRUNCATE, ERR_TYPE
-from ._errors import _Raised, error
+from ._errors import _Raised, error, ulfm_error
 
 T = TypeVar("T")
 
@@ -38,15 +38,21 @@ READY = _Ready()
 
 
 def block(awaitable: Awaitable[T]) -> T:
-    """Run ``awaitable`` to completion from the calling synchronous rank and return its value."""
-    return _sync.block(awaitable)
+    """Run ``awaitable`` to completion from the calling synchronous rank and return its value.
+
+    A call a crash or a revocation cut short raises ULFM's MPI error (``ulfm_error``).
+    """
+    try:
+        return _sync.block(awaitable)
+    except (ProcessFailedError, RevokedError) as exc:
+        raise ulfm_error(exc) from None
 
 
 def block_receive(awaitable: Awaitable[T], rank: int, call: Callable[[], str]) -> T:
     """``block`` for a receive: simcluster's truncation and type errors become MPI errors of ``call()``."""
     try:
         return _sync.block(awaitable)
-    except (TruncationError, TypeError) as exc:
+    except (TruncationError, TypeError, ProcessFailedError, RevokedError) as exc:
         converted = receive_error(exc, rank, call)
         if converted is None:
             raise
@@ -73,6 +79,8 @@ def receive_error(exc: BaseException, rank: int, call: Callable[[], str]) -> _Ra
     """Return the MPI error for a failed receive, or None when ``exc`` is not a receive failure."""
     if isinstance(exc, _Raised):
         return None
+    if isinstance(exc, (ProcessFailedError, RevokedError)):
+        return ulfm_error(exc)
     text = str(exc)
     if isinstance(exc, TruncationError):
         problem = _problem(text, exc.op)

@@ -204,6 +204,75 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
 
     name = property(Get_name, Set_name, doc="The communicator's name.")
 
+    # ---- fault tolerance: ULFM (docs/faults.md) ----
+
+    def Revoke(self) -> None:
+        """Revoke the communicator on every rank: what is pending on it, and what comes, fails
+        with ``ERR_REVOKED`` (``Shrink``, ``Agree``, ``Ack_failed`` and ``Get_failed`` still work)."""
+        self._st.sc.revoke()
+
+    def Is_revoked(self) -> bool:
+        """Return whether the communicator was revoked."""
+        return self._st.sc.is_revoked
+
+    def Get_failed(self) -> Group:
+        """Return the group of the communicator's ranks known to have failed."""
+        sc = self._st.sc
+        return Group._of([sc.world_ranks[r] for r in sc.get_failed()], sc.world_rank)
+
+    def Ack_failed(self, num_to_ack: int | None = None) -> int:
+        """Acknowledge the first ``num_to_ack`` failed ranks (all: None); return how many were.
+
+        Acknowledged failures no longer fail receives from ``ANY_SOURCE``
+        (``ERR_PROC_FAILED_PENDING``) nor ``Agree``.
+        """
+        st = self._st
+        if num_to_ack is not None and not hasattr(num_to_ack, "__index__"):
+            raise TypeError(f"rank {st.sc.rank}: Ack_failed(num_to_ack={num_to_ack!r}): expected an int")
+        return st.sc.ack_failed(None if num_to_ack is None else int(num_to_ack))
+
+    def Agree(self, flag: int) -> int:
+        """Return the bitwise AND of ``flag`` over the live ranks; works on a revoked communicator.
+
+        Raises ``ERR_PROC_FAILED`` (after agreeing) when a rank failed whose
+        failure this rank has not acknowledged (``Ack_failed``).
+        """
+        st = self._st
+        if isinstance(flag, bool) or not hasattr(flag, "__index__"):
+            raise TypeError(f"rank {st.sc.rank}: Agree(flag={flag!r}): expected an int")
+        st.rank_state.reap()
+        return int(block(st.sc.agree(_c_int(int(flag)))))
+
+    def Iagree(self, flag: Any) -> Request:
+        """Start ``Agree`` on ``flag``, a buffer holding one C int; the result is written there."""
+        st = self._st
+        rank = st.sc.rank
+        try:
+            view = memoryview(flag).cast("B")
+        except TypeError:
+            raise TypeError(f"rank {rank}: Iagree(flag={flag!r}): expected a buffer holding one C int, "
+                            "such as memoryview(MPI.buffer.allocate(4)).cast('i')") from None
+        if view.nbytes != 4:
+            raise ValueError(f"rank {rank}: Iagree(flag): the buffer holds {view.nbytes} bytes, not one "
+                             "C int (4 bytes)")
+        ints = view.cast("i")
+        st.rank_state.reap()
+
+        def finish(raw: Any, _status: Any) -> None:
+            ints[0] = _c_int(raw)
+        return Request._of(st.sc.iagree(ints[0]), rank, lambda: "Iagree(flag)", finish, owner=st.rank_state)
+
+    def Shrink(self) -> Comm:
+        """Return a communicator of the live ranks, in this one's order; works on a revoked one."""
+        st = self._st
+        st.rank_state.reap()
+        return self._new(st.child(block(st.sc.shrink())))
+
+    def Ishrink(self) -> tuple[Comm, Request]:
+        """``Shrink``, returned with a request that is already complete (the communicator is made at once)."""
+        new = self.Shrink()
+        return new, immediate(new.Get_rank(), lambda: "Ishrink()")
+
     # ---- new communicators ----
 
     def _dup(self, call: str, hints: dict[str, str] | None) -> Comm:
@@ -485,6 +554,12 @@ def _group_comm(st: CommState, ranks: list[int], how: tuple[str, Any]) -> CommSt
     st.create_groups[key] = n + 1  # type: ignore[index]
     made = st.sc.named(f"group{list(ranks)}/{how[0]}={how[1]}/#{n}", ranks)
     return st.child(made)
+
+
+def _c_int(value: int) -> int:
+    """``value`` as a C int would hold it (two's complement, 32 bits)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _target(comm: Comm) -> CommState | None:

@@ -110,13 +110,15 @@ ERR_OTHER: Final = 15
 ERR_PENDING: Final = 18
 ERR_PORT: Final = 38
 ERR_PROC_ABORTED: Final = 76
-ERR_PROC_FAILED: Final = 13
-ERR_PROC_FAILED_PENDING: Final = 13
+# ULFM's classes have the values of MPICH's mpi.h (MPIX_ERR_PROC_FAILED, ...); an mpi4py
+# built without ULFM maps all three to ERR_UNKNOWN (13), which leaves them indistinguishable
+ERR_PROC_FAILED: Final = 101
+ERR_PROC_FAILED_PENDING: Final = 102
 ERR_QUOTA: Final = 39
 ERR_RANK: Final = 6
 ERR_READ_ONLY: Final = 40
 ERR_REQUEST: Final = 19
-ERR_REVOKED: Final = 13
+ERR_REVOKED: Final = 103
 ERR_RMA_ATTACH: Final = 56
 ERR_RMA_CONFLICT: Final = 49
 ERR_RMA_FLAVOR: Final = 58

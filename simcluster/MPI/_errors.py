@@ -21,10 +21,11 @@ import weakref
 from typing import Any, Final
 
 from ..engine.assembly import current_task
-from ..errors import SimclusterError, TruncationError
+from ..errors import ProcessFailedError, RevokedError, SimclusterError, TruncationError
 from ._constants import (
     ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GROUP, ERR_IN_STATUS, ERR_INFO, ERR_KEYVAL,
-    ERR_LASTCODE, ERR_OP, ERR_RANK, ERR_REQUEST, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE,
+    ERR_LASTCODE, ERR_OP, ERR_PROC_FAILED, ERR_PROC_FAILED_PENDING, ERR_RANK, ERR_REQUEST, ERR_REVOKED,
+    ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE,
     ERR_TYPE, ERR_UNKNOWN, SUCCESS,
 )
 
@@ -91,6 +92,9 @@ ERROR_STRINGS: Final[dict[int, str]] = {
     76: 'Process was aborted',
     77: 'Value is too large to store',
     80: 'Invalid errhandler',
+    101: 'Process failure',
+    102: 'A failure has caused this request to be pending',
+    103: 'The communication object has been revoked',
 }
 """MPICH's error strings (``MPI.Get_error_string``)."""
 
@@ -326,6 +330,16 @@ _VALUE_CLASSES: Final = frozenset({ERR_RANK, ERR_TAG, ERR_ROOT, ERR_COUNT, ERR_A
                                    ERR_DIMS, ERR_REQUEST, ERR_TOPOLOGY, ERR_KEYVAL, ERR_INFO,
                                    ERR_IN_STATUS})
 _TYPE_CLASSES: Final = frozenset({ERR_TYPE, ERR_OP, ERR_BUFFER})
+
+
+def ulfm_error(exc: ProcessFailedError | RevokedError) -> _Raised:
+    """The MPI error for a call a crash or a revocation cut short (``simcluster.faults``):
+    ``ERR_PROC_FAILED``, ``ERR_PROC_FAILED_PENDING`` or ``ERR_REVOKED``, with simcluster's message."""
+    if isinstance(exc, RevokedError):
+        code = ERR_REVOKED
+    else:
+        code = ERR_PROC_FAILED_PENDING if exc.pending else ERR_PROC_FAILED
+    return error(code, exc.rank, exc.op, exc.problem, exc.fix)
 
 
 def error(code: int, rank: int | None, op: str, problem: str, fix: str, *, mismatch: bool = False

@@ -32,7 +32,7 @@ from ..comm import current_comm
 from ..matching import ANY_SOURCE as SC_ANY_SOURCE
 from ..matching import ANY_TAG as SC_ANY_TAG
 from ..request import Request as ScRequest
-from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, THREAD_SINGLE, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, THREAD_SINGLE, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_REVOKED, ERR_TAG
 from ._errors import error
 
 TAG_MAX: Final = 2**31 - 1
@@ -185,9 +185,17 @@ def dest(st: CommState, dest: int, call: Call) -> int | None:
         if 0 <= d < st.sc.size:
             return d
         if d == PROC_NULL:
+            _not_revoked(st, call)
             return None
     raise error(ERR_RANK, st.sc.rank, call(), f"dest must be in range({st.sc.size}) or PROC_NULL "
                 "for this comm", "for a ring use (comm.rank + 1) % comm.size")
+
+
+def _not_revoked(st: CommState, call: Call) -> None:
+    """A call with ``PROC_NULL`` sends nothing, but on a revoked communicator it fails as any call does."""
+    if st.sc.is_revoked:
+        raise error(ERR_REVOKED, st.sc.rank, call(), "the communicator was revoked",
+                    "go on with Shrink(), which still works on it")
 
 
 def source(st: CommState, source: int, call: Call) -> int | None:
@@ -199,6 +207,7 @@ def source(st: CommState, source: int, call: Call) -> int | None:
         if s == ANY_SOURCE:
             return SC_ANY_SOURCE
         if s == PROC_NULL:
+            _not_revoked(st, call)
             return None
     raise error(ERR_RANK, st.sc.rank, call(), f"source must be in range({st.sc.size}), ANY_SOURCE "
                 "or PROC_NULL for this comm", "pass a rank of this comm, or ANY_SOURCE")

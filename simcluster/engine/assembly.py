@@ -41,6 +41,7 @@ from .protocol import P2P, Delivery, Roster
 from .kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, current_task
 
 if TYPE_CHECKING:
+    from .failures import Failures
     from ..latency import Ports
     from ..matching import Endpoints
     from ..request import Request
@@ -72,8 +73,23 @@ class Engine:
                        LocalDelivery() if delivery is None else delivery)
         self.diagnostics = Diagnostics(self)
         self.kernel.reports = self.diagnostics
+        plan = settings.faults
+        crashes = [] if plan is None else plan.crashes(world_size, settings.seed)
+        if crashes or (plan is not None and plan.count_calls):
+            from .failures import Failures as _Failures  # only runs with crashes load it
+            self.p2p.failures = _Failures(self.kernel, self.p2p, crashes)
         self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
         self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
+
+    def failures(self) -> Failures:
+        """The run's crash and ULFM state, made on first use (a ``revoke``, ``agree`` or ``shrink``)."""
+        from .failures import Failures as _Failures
+
+        failures = self.p2p.failures
+        if failures is None:
+            failures = self.p2p.failures = _Failures(self.kernel, self.p2p, [])
+        assert isinstance(failures, _Failures)
+        return failures
 
     def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
         """The collective verification of a new communicator (every member lives here)."""
@@ -128,6 +144,10 @@ class Engine:
 
     def unfinished_sends(self) -> list[Request[Any]]:
         return self.p2p.unfinished_sends()
+
+    def excused(self, ctx: int, src: int, dst: int) -> bool:
+        failures = self.p2p.failures
+        return failures is not None and failures.excused(ctx, src, dst)
 
     def orphan_envelopes(self) -> list[Envelope]:
         return self.p2p.orphan_envelopes()

@@ -60,7 +60,10 @@ class LocalDelivery(Delivery):
         """The receiver matched a request to send: send its data, charged from ``transfer_start``."""
         p2p = self.p2p
         sender, receiver = env.dst, env.src
-        req, buffers, header, posted = p2p.rdv_sends.pop((sender, env.msg_id))
+        entry = p2p.rdv_sends.pop((sender, env.msg_id), None)
+        if entry is None:  # its sender crashed, or the send failed (engine.failures)
+            return
+        req, buffers, header, posted = entry
         nbytes = env.nbytes
         match_time = transfer_start(posted, env)
         # the send completes when its data has been copied out at the receiver (data_arrived):
@@ -80,7 +83,9 @@ class LocalDelivery(Delivery):
         """A rendezvous transfer's data arrived: complete the receive (copying out), then the send."""
         p2p = self.p2p
         key = (env.src, env.msg_id)
-        p2p.complete_recv(p2p.rdv_recvs.pop(key), env, True, -1)
+        recv = p2p.rdv_recvs.pop(key, None)
+        if recv is not None:  # None: the receive failed meanwhile (engine.failures)
+            p2p.complete_recv(recv, env, True, -1)
         p2p.rdv_landing.pop(key).complete()
 
     # ---- charging an instant's messages (Rule 4) ----

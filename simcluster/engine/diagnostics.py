@@ -69,6 +69,11 @@ class Inspected(Protocol):
 
     def orphan_envelopes(self) -> list[Envelope]: ...
 
+    def excused(self, ctx: int, src: int, dst: int) -> bool:
+        """Whether a message or receive from world rank ``src`` to ``dst`` on ``ctx`` was cut short by
+        a crash or a revocation (``engine.failures``): not a leak of the program's."""
+        ...
+
 
 class Diagnostics:
     """An engine's reports: what went wrong, where, and who waits for whom.
@@ -105,16 +110,22 @@ class Diagnostics:
         for ctx, rank, mq in engine.endpoints.queues():
             posted, unexpected = mq.leftovers()
             group = engine.groups[ctx]
+            me = group.world_ranks[rank]
             for req in posted:
                 listed.add(id(req))
-                lines.append(f"rank {rank}: {req.op} was never matched")
+                if not engine.excused(ctx, -1, me):
+                    lines.append(f"rank {rank}: {req.op} was never matched")
             for env in unexpected:
+                if engine.excused(ctx, env.src, me):
+                    continue
                 lines.append(
                     f"rank {rank}: a message from rank {group.local_rank(env.src)} "
                     f"(tag={env.tag}, {env.nbytes} bytes) on comm {group.name!r} was never received")
         listed.update(id(req) for req in engine.unfinished_sends())
         for req in engine.tracked_requests():
             if req.retrieved or req.cancelled or id(req) in listed:
+                continue
+            if req.owner is not None and engine.excused(-1, -1, req.owner):
                 continue
             owner = "?" if req.owner is None else req.owner
             state = "completed but was never waited or tested" if req.done() else "never completed"

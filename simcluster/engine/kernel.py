@@ -59,9 +59,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from . import awaits as _awaits, gc as _gc, schedule as _schedule, sync as _sync, watchdog as _watchdog
-from ..errors import RunTimeoutError, SimclusterError, UsageTypeError
+from ..errors import RankCrashed, RunTimeoutError, SimclusterError, UsageTypeError
 from .waits import PENDING, WaitAny as _WaitAny
-from ..request import SPIN_LIMIT, Request, _format_op
+from ..request import SPIN_LIMIT, Request, format_op
 
 if TYPE_CHECKING:
     from .settings import EngineSettings
@@ -226,6 +226,9 @@ class Kernel:
         self._events = 0
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
         self.layer = Layer()  # the layer above (attach)
+        plan = settings.faults  # a Slow fault multiplies a rank's sleeps (its compute) in its window
+        self.slowdown: Callable[[int, float], float] | None = (
+            plan.slowdown if plan is not None and plan.shapes_messages else None)
         self._use_schedule(settings.schedule)
 
     def attach(self, layer: Layer) -> None:
@@ -536,6 +539,10 @@ class Kernel:
             if self._failing is None:  # the rank failed: the run ends with this instant (Rule 3)
                 self._failing = (task, exc)
             return
+        except RankCrashed:  # the run's fault plan crashed the rank at this call
+            owner = task if task.done_request is None else next(t for t in self.tasks if t.rank == task.rank)
+            self.stop(owner)
+            return
         except BaseException as exc:
             task.state = FINISHED
             self._failure = (task, exc)
@@ -727,6 +734,54 @@ class Kernel:
                 self._sync_ranks = False
                 _sync.end_run()
 
+    def stop(self, task: Task) -> None:
+        """Crash-stop ``task``'s rank now (a fault plan's crash): it and its helpers never run again.
+
+        Their coroutines are closed (``finally:`` blocks run, outside the
+        simulation: a simcluster call there fails, and that is dropped).
+        """
+        victims = [task, *[h for h in self._helpers.values() if h.rank == task.rank]]
+        for victim in victims:
+            if victim.done_request is not None:
+                self._helpers.pop(id(victim), None)
+            if victim.state == FINISHED:
+                continue
+            if victim.done_request is None:
+                self._unfinished -= 1
+            running = victim.state == RUNNING  # its coroutine has ended already (RankCrashed)
+            if victim.state == FOREIGN:
+                self._foreign -= 1
+                if hasattr(victim.waiting, "cancel"):
+                    victim.waiting.cancel()
+            victim.state = FINISHED
+            victim.time = self.now
+            victim.result = None
+            if not running:
+                current, self.current = self.current, None
+                _running[0] = None
+                try:
+                    _close_task_coro(victim.coro)
+                except BaseException:  # noqa: BLE001 - see the docstring
+                    pass
+                finally:
+                    self.current = _running[0] = current
+
+    def complete_all(self, completions: list[tuple[Request[Any], Any, BaseException | None]]) -> None:
+        """Complete several requests at once: the ranks they wake run only once all are complete."""
+        looping, self._looping = self._looping, False  # resume_waiter schedules instead of stepping
+        try:
+            for req, value, error in completions:
+                req.complete(value, error)
+        finally:
+            self._looping = looping
+
+    def drop_meetings(self, contexts: set[int]) -> list[Request[Any]]:
+        """End the analytic meetings of the communicators ``contexts``: return their members' requests."""
+        dropped: list[Request[Any]] = []
+        for key in [k for k in self._meetings if k[0] in contexts]:
+            dropped.extend(r for r in self._meetings.pop(key)[2] if r is not None)
+        return dropped
+
     def fail(self, task: Task, exc: BaseException) -> None:
         """Stop the run now: ``task`` failed with ``exc`` (a strict run's unawaited call)."""
         self._failure = (task, exc)
@@ -745,7 +800,11 @@ class Kernel:
 
     def post_sleep(self, seconds: float, op: str) -> Request[None]:
         """Return a request that completes ``seconds`` of virtual time from now."""
-        req: Request[None] = Request(self, self.current, op)
+        task = self.current
+        req: Request[None] = Request(self, task, op)
+        slowdown = self.slowdown
+        if slowdown is not None and task is not None:
+            seconds *= slowdown(task.rank, self.now)
         self.schedule(self.now + seconds, finish_request, req)
         return req
 
@@ -810,7 +869,7 @@ class Kernel:
 
     def outside(self, rank: object, op: str | tuple[Any, ...], verb: str = "called") -> RuntimeError:
         """The error for a simcluster call made or awaited outside its rank's own coroutine."""
-        call = op if isinstance(op, str) else _format_op(op)
+        call = op if isinstance(op, str) else format_op(op)
         who = "outside any rank" if self.current is None else f"by rank {self.current.rank}"
         return RuntimeError(
             f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "

@@ -22,10 +22,40 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import ClassVar, Final, Protocol
 
-if TYPE_CHECKING:
-    from ..latency import AlphaBeta, Constant, LatencyModel, LogGP
+
+# What the ports read of their model (a ``latency`` model), declared here so that this module
+# names nothing of ``latency``, which imports it
+class _Model(Protocol):
+    def describe(self) -> str: ...
+
+
+class _ConstantModel(_Model, Protocol):
+    @property
+    def seconds(self) -> float: ...
+
+
+class _AlphaBetaModel(_Model, Protocol):
+    @property
+    def alpha(self) -> float: ...
+
+    @property
+    def beta(self) -> float: ...
+
+
+class _LogGPModel(_Model, Protocol):
+    @property
+    def L(self) -> float: ...  # noqa: N802 - LogGP's parameter names
+
+    @property
+    def o(self) -> float: ...
+
+    @property
+    def g(self) -> float: ...
+
+    @property
+    def G(self) -> float: ...  # noqa: N802
 
 _IDLE: Final = -math.inf
 """Timer value of a port that has carried nothing yet."""
@@ -37,7 +67,7 @@ class NativePorts(ABC):
     zero: ClassVar[bool] = False
     ordered: ClassVar[bool] = True
 
-    def __init__(self, model: LatencyModel, world_size: int) -> None:
+    def __init__(self, model: _Model, world_size: int) -> None:
         self._model = model
         self._world_size = world_size
 
@@ -72,7 +102,7 @@ class _ZeroPorts(NativePorts):
 class _ConstantPorts(NativePorts):
     ordered: ClassVar[bool] = False  # no port state: each message is charged as it is posted
 
-    def __init__(self, model: Constant, world_size: int) -> None:
+    def __init__(self, model: _ConstantModel, world_size: int) -> None:
         super().__init__(model, world_size)
         self._seconds = model.seconds
 
@@ -84,7 +114,7 @@ class _ConstantPorts(NativePorts):
 
 
 class _AlphaBetaPorts(NativePorts):
-    def __init__(self, model: AlphaBeta, world_size: int) -> None:
+    def __init__(self, model: _AlphaBetaModel, world_size: int) -> None:
         super().__init__(model, world_size)
         self._alpha = model.alpha
         self._beta = model.beta
@@ -129,7 +159,7 @@ class _AlphaBetaPorts(NativePorts):
 
 
 class _LogGPPorts(NativePorts):
-    def __init__(self, model: LogGP, world_size: int) -> None:
+    def __init__(self, model: _LogGPModel, world_size: int) -> None:
         super().__init__(model, world_size)
         self._L, self._o, self._g, self._G = model.L, model.o, model.g, model.G
         self._send_free = [_IDLE] * world_size

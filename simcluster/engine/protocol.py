@@ -37,7 +37,7 @@ import zlib
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import numpy as np
 
@@ -53,13 +53,16 @@ from .ports import NativePorts
 from ..errors import TruncationError
 from ..matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
 from ..payload import describe
-from ..request import Request, Status, _format_op
+from ..request import Request, Status, format_op
 
 if TYPE_CHECKING:
+    from ..errors import SimclusterError
     from .coll_check import CallCheck
     from .settings import EngineSettings
     from ..matching import MatchQueue
     from ..latency import Ports
+
+R = TypeVar("R", bound=Request[Any])
 
 # Final aliases: compiled, each is a static rather than a lookup in a module's dict per message
 _tuple_new: Final = tuple.__new__
@@ -156,7 +159,7 @@ class _RecvRequest(Request[Any]):
 
     @property
     def op(self) -> str:
-        return _format_op((self._op, self.buf, self.src, self.tag))
+        return format_op((self._op, self.buf, self.src, self.tag))
 
     def peer(self) -> int | None:
         """The world rank this receive waits on (None for ANY_SOURCE), worked out when asked."""
@@ -212,6 +215,31 @@ class Member(Protocol):
 
     @property
     def group(self) -> Roster: ...
+
+
+class Faults(Protocol):
+    """Crashes and revocations as the protocol and ``Comm`` ask about them (``engine.failures.Failures``):
+    their declared seam. Each call returns the error a call completes with at once, or None."""
+
+    revoked: dict[int, tuple[int, float]]  # user context -> (world rank that revoked it, time)
+    failed: dict[int, float]  # world rank -> virtual time it crashed
+    calls: dict[tuple[int, str], int]  # (world rank, kind of call) -> calls made
+
+    def posting(self, comm: Member, op: Any, peer: int, send: bool) -> SimclusterError | None: ...
+
+    def unmatched(self, comm: Member, src: int, op: Any) -> SimclusterError | None: ...
+
+    def sent(self, req: Request[Any], ctx: int, dst: int, key: tuple[int, int]) -> None: ...
+
+    def lost(self, src: int, dst: int, arrival: float) -> bool: ...
+
+    def entering(self, comm: Member, call: str) -> None: ...
+
+    def failed_in(self, group: Roster) -> list[int]: ...
+
+    def ack_failed(self, comm: Member, count: int | None) -> int: ...
+
+    def excused(self, ctx: int, src: int, dst: int) -> bool: ...
 
 
 class Channels:
@@ -331,8 +359,9 @@ class Delivery(ABC):
         elif kind == DATA:
             self.kernel.schedule(env.time, self.data_key, env)
         elif kind == ACK:
-            req = self.p2p.sync_sends.pop((env.dst, env.msg_id))
-            self.kernel.schedule(env.time, finish_request, req)
+            req = self.p2p.sync_sends.pop((env.dst, env.msg_id), None)
+            if req is not None:  # None: its sender crashed (engine.failures)
+                self.kernel.schedule(env.time, finish_request, req)
 
     @abstractmethod
     def send(self, env: Envelope) -> None:
@@ -402,6 +431,8 @@ class P2P(Layer):
         self.rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
         self.rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
         self.sync_sends: dict[tuple[int, int], Request[Any]] = {}
+        # crashes and ULFM's calls (a fault plan's crashes, or a first revoke/agree/shrink); None: no check
+        self.failures: Faults | None = None
         self.last_nbytes = 0
         self.msgs_sent = [0] * world_size
         self.bytes_sent = [0] * world_size
@@ -464,6 +495,11 @@ class P2P(Layer):
         src_w: int = comm.world_rank
         if task is None or task.rank != src_w:
             raise kernel.outside(comm.rank, op)
+        failures = self.failures
+        if failures is not None:
+            failed = failures.posting(comm, op, comm.group.world_ranks[dst], True)
+            if failed is not None:
+                return self._failed(Request(kernel, task, op, comm.group.world_ranks[dst]), failed, nonblocking)
         # in process, a float, a bool or a 64-bit int travels as itself: no Packed, no tuple
         nbytes = _inline_nbytes(obj) if self.in_process else -1
         packed = PACKED_NONE
@@ -531,8 +567,19 @@ class P2P(Layer):
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req.annotate(f"[rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]")
             self.rdv_sends[(src_w, msg_id)] = (req, buffers, header, now)
+        if failures is not None and (sync or not eager):
+            assert req is not None
+            failures.sent(req, ctx, dst_w, (src_w, msg_id))
         if env is not None:
             self.delivery.send(env)
+        return req
+
+    def _failed(self, req: R, error: BaseException, nonblocking: bool) -> R:
+        """``req``, completed at once with ``error`` (engine.failures): a call that cannot complete."""
+        req.nonblocking = nonblocking
+        if nonblocking and self.kernel.strict:
+            self.kernel.track(req)
+        req.complete(None, error)
         return req
 
     def unfinished_sends(self) -> list[Request[Any]]:
@@ -557,11 +604,17 @@ class P2P(Layer):
         task = kernel.current
         if task is None or task.rank != comm.world_rank:
             raise kernel.outside(comm.rank, (op, buf, src, tag))
+        failures = self.failures
+        failed = None if failures is None else failures.posting(comm, (op, buf, src, tag), -1, False)
+        mq = comm.match_queue
+        env = mq.take_unexpected(src, tag) if mq.unexpected and failed is None else None
+        if env is None and failures is not None and failed is None:
+            failed = failures.unmatched(comm, src, (op, buf, src, tag))
         req = _RecvRequest(kernel, task, op, comm, src, tag, buf, nonblocking)
+        if failed is not None:
+            return self._failed(req, failed, nonblocking)
         if nonblocking and kernel.strict:
             kernel.track(req)
-        mq = comm.match_queue
-        env = mq.take_unexpected(src, tag) if mq.unexpected else None
         if env is None:
             mq.post(src, tag, req)
         else:
@@ -578,8 +631,13 @@ class P2P(Layer):
     def post_probe(self, comm: Member, src: int, tag: int, op: str) -> Request[Status]:
         """Return a request that completes with a Status once a fitting message arrives."""
         peer = None if src == ANY_SOURCE else comm.group.world_ranks[src]
+        failures = self.failures
         req: Request[Status] = Request(self.kernel, self.kernel.current, op, peer)
         status = self.iprobe(comm, src, tag)
+        if failures is not None and status is None:
+            failed = failures.posting(comm, op, -1, False) or failures.unmatched(comm, src, op)
+            if failed is not None:
+                return self._failed(req, failed, False)
         if status is not None:
             req.complete(status)
         else:
@@ -603,6 +661,9 @@ class P2P(Layer):
 
     def arrived(self, env: Envelope) -> None:
         """Match an envelope that has reached its receiver, or queue it as unexpected."""
+        failures = self.failures
+        if failures is not None and failures.lost(env.src, env.dst, env.time):
+            return
         row = self._rows.get(env.ctx)
         if row is None:  # a communicator another process made first: matched once made here
             self._orphans.setdefault(env.ctx, []).append(env)

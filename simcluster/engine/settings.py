@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..faults import FaultPlan
     from ..latency import LatencyModel
 
 __all__ = ["EngineSettings"]
@@ -32,6 +33,7 @@ class EngineSettings:
     compute: float = 0.0  # compute="wall:F": F (0: off), charged by synchronous ranks
     poll_cost: float = 1e-6  # virtual seconds a synchronous rank's fruitless poll costs
     fidelity: str = "message"  # or "analytic": collectives resolve in one step
+    faults: FaultPlan | None = None  # run(faults=...): crashes (engine.failures), slow ranks
     # serializer="pickle": what msgpack cannot carry is pickled (wire.EXT_PICKLE)
     dumps: Callable[[object], bytes] | None = None
     loads: Callable[[bytes], object] | None = None

@@ -9,7 +9,7 @@ they follow is described in ``hosting.host``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, retimed
 from simcluster.transports.tcp import TcpTransport
@@ -20,11 +20,15 @@ from ..engine.kernel import finish_request
 from ..engine.protocol import (Booking, Delivery, by_source_and_id, pack_time, serial_of,
                                sort_by_source, transfer_start, unpack_time)
 from ..engine.assembly import Engine
+from ..errors import SimclusterError
 from .views import SplitPorts as _SplitPorts
 from ..engine.settings import EngineSettings
 from ..latency import Ports
 from ..trace import Trace
 from ..request import Request
+
+if TYPE_CHECKING:
+    from ..engine.failures import Failures
 
 
 class HostedDelivery(Delivery):
@@ -283,6 +287,12 @@ class HostedEngine(Engine):
         for record in self.coll_pending.pop(ctx, ()):  # another process's members entered first
             check.take_first(record)
         return check
+
+    def failures(self) -> Failures:
+        """Refused: ULFM's calls (revoke, agree, shrink) run on the memory transport for now."""
+        raise SimclusterError(None, "revoke/agree/shrink", "ULFM's calls run on the memory transport "
+                              "for now, not across hosting processes (shm, tcp, mpi)",
+                              "run with transport='memory' (simcluster mpirun's default)")
 
     # ---- one round ----
 

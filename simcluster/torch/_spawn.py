@@ -18,7 +18,7 @@ from simcluster.runner import RunResult, run
 from simcluster.torch._session import Session
 
 RUN_KEYWORDS = ("latency", "seed", "trace", "checks", "timeout", "algorithms", "eager_limit",
-                "compute")
+                "compute", "faults")
 """The keywords of ``simcluster.run`` that ``spawn`` passes on."""
 
 START_METHODS = ("spawn", "fork", "forkserver")

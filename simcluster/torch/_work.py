@@ -25,9 +25,18 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from simcluster.engine import sync as _sync
+from simcluster.errors import ProcessFailedError
 from simcluster.request import Request
 
 Finish = Callable[[Any], None]
+
+
+def _peer_closed(exc: ProcessFailedError) -> RuntimeError:
+    """What gloo raises when a peer's process dies: a RuntimeError saying the connection closed."""
+    ranks = ", ".join(str(r) for r in exc.failed)
+    return RuntimeError(f"Connection closed by peer [rank {ranks}]. This is typically caused by a "
+                        f"remote worker crashing (simcluster: {exc.problem}, the run's fault plan). "
+                        "Check the logs of the remote worker before reporting an error.")
 
 
 class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: mypy does not follow it
@@ -72,7 +81,10 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         """
         req = self._req
         if req is not None:
-            value = _sync.block(req)
+            try:
+                value = _sync.block(req)
+            except ProcessFailedError as exc:
+                raise _peer_closed(exc) from exc
             if req.status is not None:
                 self._source = req.status.source
             self._complete(value)
@@ -84,7 +96,11 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         if req is not None and req.test():
             if req.status is not None:
                 self._source = req.status.source
-            self._complete(req.result())
+            try:
+                value = req.result()
+            except ProcessFailedError as exc:
+                raise _peer_closed(exc) from exc
+            self._complete(value)
         return self._done
 
     def is_success(self) -> bool:

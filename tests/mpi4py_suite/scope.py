@@ -25,6 +25,8 @@ MODULES = [
     "test_exceptions", "test_errhandler", "test_errorcode", "test_info", "test_attributes",
     "test_environ", "test_objmodel", "test_subclass", "test_pickle", "test_buffer",
     "test_address", "test_handle",
+    # fault tolerance (ULFM) on healthy communicators
+    "test_ulfm",
     # mpi4py.util and the top level
     "test_util_pkl5", "test_util_dtlib", "test_util_sync", "test_toplevel",
 ]

@@ -1,0 +1,389 @@
+"""Crash-stop failures in a run, and what the survivors' calls see (ULFM's rules).
+
+A run with crashes in its fault plan (``simcluster.faults``) gets one
+``Failures``, which the protocol consults wherever a call could need a failed
+rank. Without crashes there is none, and each of those places costs one test
+of ``p2p.failures is None``.
+
+Rule 1 (the crash): a rank crashes at a virtual time ``t`` (an event) or at
+the call its plan names (``RankCrashed`` unwinds it there; the call does not
+happen). It never runs again, nor do its nonblocking collectives' helpers.
+What it sent that arrives at or before ``t`` is delivered; what arrives later
+is lost, as is everything sent to it.
+Rule 2 (detection): the survivors learn of the crash at the next instant after
+``t`` (``math.nextafter``), all at once, whatever the seed: every pending
+receive from the failed rank, every send to it that still waits for it, every
+receive from any source on a communicator it belongs to (until the survivor
+acknowledges the failure: ``ack_failed``), and every pending operation inside
+a collective of such a communicator completes with ``ProcessFailedError``;
+later calls that need it raise at once. Messages it sent before ``t`` stay
+receivable.
+Rule 3 (recovery, as ULFM): ``revoke`` makes every pending and later operation
+on the communicator raise ``RevokedError`` on every member, at once;
+``agree`` (the AND of the live members' flags) and ``shrink`` (a communicator
+of the live members) work on revoked communicators and complete when every
+live member has called them, even if more members fail meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .._wildcard import ANY_SOURCE
+from ..errors import ProcessFailedError, RankCrashed, RevokedError, SimclusterError
+from ..faults import Crash, call_kind
+from ..request import Request, format_op
+from .kernel import FINISHED
+
+if TYPE_CHECKING:
+    from .kernel import Kernel, Task
+    from .protocol import P2P, Member, Roster
+
+__all__ = ["Failures"]
+
+
+class _Meeting:
+    """An ``agree`` or ``shrink`` under way: what each member brought, and when."""
+
+    __slots__ = ("group", "values", "times", "requests")
+
+    def __init__(self, group: Roster) -> None:
+        self.group = group
+        self.values: dict[int, Any] = {}  # comm rank -> flag (agree) or None (shrink)
+        self.times: dict[int, float] = {}
+        self.requests: dict[int, Request[Any]] = {}
+
+
+class Failures:
+    """The crashes of one run (``Crash`` faults) and the state ULFM's calls read and change."""
+
+    def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash]) -> None:
+        self.kernel = kernel
+        self.p2p = p2p
+        self.failed: dict[int, float] = {}  # world rank -> virtual time it crashed
+        self.known: dict[int, float] = {}  # the crashes announced to the survivors (Rule 2)
+        self.at_call = {c.rank: (c.call, c.nth) for c in crashes if c.call is not None}
+        self.calls: dict[tuple[int, str], int] = {}  # (world rank, kind of call) -> calls made
+        self.revoked: dict[int, tuple[int, float]] = {}  # user context -> (world rank, time)
+        self.acked: dict[tuple[int, int], set[int]] = {}  # (context, world rank) -> failures acknowledged
+        # sends that may wait for their receiver: (request, context, receiver, protocol key)
+        self.sends: list[tuple[Request[Any], int, int, tuple[int, int]]] = []
+        self.prune_at = 1024  # drop the completed ones once the list reaches this length
+        self.meetings: dict[tuple[int, str, int], _Meeting] = {}
+        self.numbers: dict[tuple[int, str, int], int] = {}  # (context, kind, world rank) -> calls made
+        self.doomed: list[tuple[Request[Any], BaseException]] = []  # failed together (complete_all)
+        for crash in crashes:
+            if crash.at is not None:
+                kernel.schedule(crash.at, self.crash_event, crash.rank)
+
+    # ---- the crash (Rule 1) ----
+
+    def crash_event(self, rank: int) -> None:
+        """A planned crash's time has come: stop the rank, unless it has finished already."""
+        task = self._task(rank)
+        if task is None or rank in self.failed or task.state == FINISHED:
+            return
+        self.kernel.stop(task)
+        self.fail(rank)
+
+    def _task(self, rank: int) -> Task | None:
+        tasks = self.kernel.tasks
+        if rank < len(tasks) and tasks[rank].rank == rank:
+            return tasks[rank]
+        return next((task for task in tasks if task.rank == rank), None)
+
+    def fail(self, rank: int) -> None:
+        """Record the crash of ``rank`` now; the survivors learn of it at the next instant (Rule 2)."""
+        now = self.kernel.now
+        self.failed[rank] = now
+        p2p = self.p2p
+        for key in [k for k in p2p.rdv_sends if k[0] == rank]:  # its own sends die with it
+            del p2p.rdv_sends[key]
+        for key in [k for k in p2p.sync_sends if k[0] == rank]:
+            del p2p.sync_sends[key]
+        trace = self.kernel.trace
+        if trace is not None:
+            trace.span(rank, "crash", now, now, fault="crash-stop")
+        self.kernel.schedule(math.nextafter(now, math.inf), self.announce, rank)
+
+    def on_call(self, rank: int, call: str) -> None:
+        """A rank makes a call: crash it here if its plan says so (``RankCrashed``)."""
+        if rank in self.failed:  # unwinding after its crash: it makes no more calls
+            raise RankCrashed(rank, call)
+        kind = call_kind(call)
+        key = (rank, kind)
+        n = self.calls[key] = self.calls.get(key, 0) + 1
+        planned = self.at_call.get(rank)
+        if planned is not None and planned[0] == kind and n == planned[1]:
+            self.fail(rank)
+            raise RankCrashed(rank, call)
+
+    def lost(self, src: int, dst: int, arrival: float) -> bool:
+        """Whether a message from ``src`` to ``dst`` arriving at ``arrival`` is lost (Rule 1)."""
+        failed = self.failed
+        if dst in failed:
+            return True
+        t = failed.get(src)
+        return t is not None and arrival > t
+
+    # ---- detection (Rule 2) ----
+
+    def announce(self, rank: int) -> None:
+        """Tell the survivors that ``rank`` failed: fail what waits for it."""
+        self.known[rank] = self.failed[rank]
+        p2p = self.p2p
+        touched: set[int] = set()
+        for ctx, group in list(p2p.groups.items()):
+            if _member(group, rank):
+                touched.add(ctx)
+                self._fail_receives(ctx, group, rank)
+        for key in [k for k in p2p.rdv_recvs if k[0] == rank]:  # its data will never come
+            recv = p2p.rdv_recvs.pop(key)
+            self.doomed.append((recv, self.error(recv.comm, recv.op, [rank])))
+        self._fail_sends(lambda ctx, dst: dst == rank or (ctx & 1 == 1 and ctx in touched), [rank])
+        for req in self.kernel.drop_meetings({ctx for ctx in touched if ctx & 1 == 0}):
+            self.doomed.append((req, ProcessFailedError(None, _op(req), [rank], self.failed[rank])))
+        for meeting_key, meeting in list(self.meetings.items()):
+            if meeting_key[0] in touched:
+                self._settle(meeting_key, meeting)
+        self._release()
+
+    def _release(self) -> None:
+        """Fail what was doomed, all at once: no rank runs before every one of them failed."""
+        doomed, self.doomed = self.doomed, []
+        self.kernel.complete_all([(req, None, error) for req, error in doomed])
+
+    def _fail_receives(self, ctx: int, group: Roster, rank: int) -> None:
+        row = self.p2p.endpoints.rows.get(ctx)
+        if row is None:
+            return
+        failed_local = group.local_rank(rank)
+        collective = ctx & 1 == 1
+        for i, mq in enumerate(row.queues):
+            member = group.world_ranks[i]
+            if mq is None or member in self.failed:
+                continue
+            posted, _ = mq.leftovers()
+            for req in posted:
+                wildcard = req.src == ANY_SOURCE and not self.is_acked(ctx & ~1, member, rank)
+                if collective or req.src == failed_local or wildcard:
+                    mq.unpost(req.src, req.tag, req)
+                    self.doomed.append((req, self.error(req.comm, _op(req), [rank], wildcard and not collective)))
+            for item in list(mq.probes or []):
+                src, _, preq = item
+                if src == failed_local or src == ANY_SOURCE or collective:
+                    assert mq.probes is not None
+                    mq.probes.remove(item)
+                    self.doomed.append((preq, ProcessFailedError(i, _op(preq), [rank], self.failed[rank],
+                                                           src == ANY_SOURCE)))
+
+    def _fail_sends(self, hit: Any, ranks: list[int], revoked: tuple[int, float] | None = None) -> None:
+        p2p = self.p2p
+        kept = []
+        for entry in self.sends:
+            req, ctx, dst, key = entry
+            if req.done():
+                continue
+            if not hit(ctx, dst):
+                kept.append(entry)
+                continue
+            p2p.rdv_sends.pop(key, None)
+            p2p.sync_sends.pop(key, None)
+            owner = req.owner
+            if revoked is not None:
+                self.doomed.append((req, RevokedError(owner, _op(req), revoked[0], revoked[1])))
+            else:
+                self.doomed.append((req, ProcessFailedError(owner, _op(req), ranks, self.failed[ranks[0]])))
+        self.sends = kept
+
+    def sent(self, req: Request[Any], ctx: int, dst: int, key: tuple[int, int]) -> None:
+        """A send that waits for its receiver (rendezvous or synchronous) was posted."""
+        sends = self.sends
+        sends.append((req, ctx, dst, key))
+        if len(sends) >= self.prune_at:  # a long run: keep only those still waiting
+            self.sends = [entry for entry in sends if not entry[0].done()]
+            self.prune_at = 2 * len(self.sends) + 1024
+
+    def error(self, comm: Member, op: str, ranks: list[int], pending: bool = False) -> ProcessFailedError:
+        """The error a call of ``comm``'s rank that needs the failed ``ranks`` gets."""
+        return ProcessFailedError(comm.rank, op, ranks, min(self.failed[r] for r in ranks), pending)
+
+    # ---- checks at each call ----
+
+    def posting(self, comm: Member, op: Any, peer: int, send: bool) -> SimclusterError | None:
+        """A send (to world rank ``peer``) or a receive is posted on ``comm``: the error its request
+        completes with at once, if any (the caller's ``await`` raises it, as MPI reports it at completion).
+
+        A receive from a failed rank is checked later, in ``unmatched``: what
+        that rank sent before it failed can still be received.
+        """
+        task = self.kernel.current
+        name = op if isinstance(op, str) else op[0]
+        ctx: int = comm.ctx
+        if task is not None:
+            if ctx & 1 == 0:
+                self.on_call(task.rank, name)
+            elif task.rank in self.failed:
+                raise RankCrashed(task.rank, name)
+        if ctx & 1:  # inside a collective: named after the collective's call
+            failed = self.failed_in(comm.group)
+            if failed:
+                call = task.collective.call if task is not None and task.collective is not None else _call(op)
+                return self.error(comm, call, failed)
+        elif send and peer in self.known:
+            return self.error(comm, _call(op), [peer])
+        revoked = self.revoked.get(ctx & ~1)
+        if revoked is not None:
+            return RevokedError(comm.rank, _call(op), revoked[0], revoked[1])
+        return None
+
+    def unmatched(self, comm: Member, src: int, op: Any) -> SimclusterError | None:
+        """A receive found no message here yet: the error it completes with if none can come (Rule 2)."""
+        if comm.ctx & 1:
+            return None
+        group = comm.group
+        if src != ANY_SOURCE:
+            world = group.world_ranks[src]
+            return self.error(comm, _call(op), [world]) if world in self.known else None
+        unacked = [r for r in self.failed_in(group)
+                   if not self.is_acked(comm.ctx, comm.world_rank, r)]
+        return self.error(comm, _call(op), unacked, pending=True) if unacked else None
+
+    def entering(self, comm: Member, call: str) -> None:
+        """A collective is called on ``comm``: crash here, or raise if it cannot complete."""
+        task = self.kernel.current
+        if task is not None:
+            self.on_call(task.rank, call)
+        failed = self.failed_in(comm.group)  # first: every survivor says the same, revoked or not
+        if failed:
+            raise self.error(comm, call, failed)
+        revoked = self.revoked.get(comm.ctx)
+        if revoked is not None:
+            raise RevokedError(comm.rank, call, revoked[0], revoked[1])
+
+    def excused(self, ctx: int, src: int, dst: int) -> bool:
+        """Whether a leftover message or receive (``ctx`` -1: any) was cut short by a crash or a revocation."""
+        if src in self.failed or dst in self.failed:
+            return True
+        if ctx < 0:
+            return False
+        if ctx & ~1 in self.revoked:
+            return True
+        group = self.p2p.groups.get(ctx)
+        return ctx & 1 == 1 and group is not None and bool(self.failed_in(group))
+
+    def failed_in(self, group: Roster) -> list[int]:
+        """The members of ``group`` (world ranks) whose crash has been announced, by time, then rank."""
+        known = self.known
+        if not known:
+            return []
+        found = [r for r in known if _member(group, r)]
+        return sorted(found, key=lambda r: (known[r], r))
+
+    # ---- ULFM's calls (Rule 3) ----
+
+    def revoke(self, comm: Member) -> None:
+        """Revoke ``comm`` for every member, now: what is pending on it fails, and what comes later."""
+        ctx = comm.ctx & ~1
+        if ctx in self.revoked:
+            return
+        now = self.kernel.now
+        by = self.revoked[ctx] = (comm.world_rank, now)
+        p2p = self.p2p
+        for c in (ctx, ctx + 1):
+            row = p2p.endpoints.rows.get(c)
+            if row is None:
+                continue
+            for mq in row.queues:
+                if mq is None:
+                    continue
+                posted, _ = mq.leftovers()
+                for req in posted:
+                    mq.unpost(req.src, req.tag, req)
+                    self.doomed.append((req, RevokedError(req.comm.rank, _op(req), *by)))
+                for _, _, preq in list(mq.probes or []):
+                    self.doomed.append((preq, RevokedError(None, _op(preq), *by)))
+                mq.probes = None
+        self._fail_sends(lambda c, dst: c & ~1 == ctx, [], by)
+        for req in self.kernel.drop_meetings({ctx}):
+            self.doomed.append((req, RevokedError(None, _op(req), *by)))
+        self._release()
+        trace = self.kernel.trace
+        if trace is not None:
+            trace.span(comm.world_rank, "revoke", now, now, fault="revoke", comm=comm.group.name)
+
+    def is_acked(self, ctx: int, member: int, failed: int) -> bool:
+        acked = self.acked.get((ctx & ~1, member))
+        return acked is not None and failed in acked
+
+    def ack_failed(self, comm: Member, count: int | None) -> int:
+        """Acknowledge the first ``count`` known failures of ``comm`` (all: None); return how many."""
+        failed = self.failed_in(comm.group)
+        chosen = failed if count is None else failed[: max(0, count)]
+        self.acked.setdefault((comm.ctx & ~1, comm.world_rank), set()).update(chosen)
+        return len(chosen)
+
+    def meet(self, comm: Member, kind: str, value: Any) -> Request[Any]:
+        """Join ``comm``'s next ``agree`` or ``shrink``: a request for its outcome (Rule 3)."""
+        kernel = self.kernel
+        ctx = comm.ctx & ~1
+        number_key = (ctx, kind, comm.world_rank)
+        n = self.numbers[number_key] = self.numbers.get(number_key, 0) + 1
+        key = (ctx, kind, n)
+        meeting = self.meetings.get(key)
+        if meeting is None:
+            meeting = self.meetings[key] = _Meeting(comm.group)
+        req: Request[Any] = Request(kernel, kernel.current, f"{kind}()")
+        meeting.values[comm.rank] = value
+        meeting.times[comm.rank] = kernel.now
+        meeting.requests[comm.rank] = req
+        self._settle(key, meeting)
+        return req
+
+    def _settle(self, key: tuple[int, str, int], meeting: _Meeting) -> None:
+        """Complete a meeting once every live member has come; each gets its outcome."""
+        group = meeting.group
+        live = [i for i, w in enumerate(group.world_ranks) if w not in self.failed]
+        if any(i not in meeting.values for i in live):
+            return
+        del self.meetings[key]
+        rounds = math.ceil(math.log2(len(live))) if len(live) > 1 else 0
+        done = max(meeting.times[i] for i in live) + 2 * rounds * self.p2p.rts_delay
+        if key[1] == "agree":
+            outcome: Any = -1
+            for i in live:
+                outcome &= meeting.values[i]
+        else:
+            outcome = [group.world_ranks[i] for i in live]
+        for i in live:
+            req = meeting.requests[i]
+            value, error = outcome, None
+            if key[1] == "agree":
+                unacked = [r for r in self.failed_in(group)
+                           if not self.is_acked(key[0], group.world_ranks[i], r)]
+                if unacked:
+                    error = ProcessFailedError(i, "agree()", unacked, self.failed[unacked[0]])
+            self.kernel.schedule(max(done, self.kernel.now), _complete, (req, value, error))
+
+
+def _complete(item: tuple[Request[Any], Any, BaseException | None]) -> None:
+    req, value, error = item
+    req.complete(value, error)
+
+
+def _member(group: Roster, world_rank: int) -> bool:
+    local = group.local
+    return world_rank < len(group.world_ranks) if local is None else world_rank in local
+
+
+def _op(req: Request[Any]) -> str:
+    """What an error names a failed request after: the collective it is part of, else its call."""
+    task = req.task
+    collective = None if task is None else task.collective
+    return req.op if collective is None else collective.call
+
+
+def _call(op: Any) -> str:
+    """A posted call as reports show it (``op`` is a str or the tuple ``request`` formats)."""
+    return op if isinstance(op, str) else format_op(op)
