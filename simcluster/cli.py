@@ -191,6 +191,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 1
         if isinstance(exc, errors.RankError) and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
+        for rank, when in sorted(getattr(exc, "crashed", {}).items()):
+            print(f"simcluster run: rank {rank} crashed at virtual time {format_seconds(when)} "
+                  "(the fault plan)", file=sys.stderr)
         print(f"simcluster run: {exc}", file=sys.stderr)
         return 1
     finally:

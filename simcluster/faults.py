@@ -36,30 +36,11 @@ if TYPE_CHECKING:
     from .trace import Trace
 
 __all__ = ["FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPorts", "Slow",
-           "call_kind", "parse"]
+           "parse"]
 
 
 def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
-
-SEND_CALLS: Final = frozenset({"send", "isend", "ssend", "issend", "sendrecv", "bsend", "ibsend",
-                               "rsend", "irsend"})
-RECV_CALLS: Final = frozenset({"recv", "irecv", "mrecv", "imrecv"})
-
-
-def call_kind(call: str) -> str:
-    """The kind a crash plan counts a call as: ``send``, ``recv``, or the collective's name.
-
-    Every send counts as ``send`` and every receive as ``recv``; a nonblocking
-    collective counts as its blocking twin (``iall_reduce`` as ``all_reduce``).
-    """
-    name = call.partition("(")[0]
-    if name in SEND_CALLS:
-        return "send"
-    if name in RECV_CALLS:
-        return "recv"
-    return name
-
 
 @dataclass(frozen=True)
 class Crash:

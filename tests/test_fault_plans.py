@@ -429,3 +429,38 @@ def test_crashes_revocations_slow_windows_and_cuts_show_in_the_trace(tmp_path) -
     assert faults == ["rank 1 slow x2 until 50.000", "rank 2 crashed", "rank 0 revoked world",
                       "rank 0 cut between 0 and 3 until 350.000",
                       "rank 3 cut between 0 and 3 until 350.000"]
+
+
+# ---- the command line ----
+
+SCRIPT = '''
+import simcluster as sc
+
+async def main(comm):
+    try:
+        await comm.sleep(1.0)
+        return await comm.all_reduce(1)
+    except sc.ProcessFailedError:
+        if RECOVER:
+            comm.ack_failed()
+            return await (await comm.shrink()).all_reduce(1)
+        raise
+'''
+
+
+@pytest.mark.parametrize("recover", [True, False])
+def test_simcluster_run_takes_a_plan_and_names_the_crashed_rank(tmp_path, capsys, recover) -> None:  # type: ignore[no-untyped-def]
+    from simcluster import cli
+
+    path = tmp_path / "survive.py"
+    path.write_text(f"RECOVER = {recover}\n{SCRIPT}", encoding="utf-8")
+    status = cli.main(["run", str(path), "-n", "3", "--faults", "crash:1@0.5"])
+    out, err = capsys.readouterr()
+    if recover:
+        assert status == 0
+        assert out.splitlines()[:3] == ["rank 0: 2", "rank 1: crashed at virtual time 500 ms (the fault plan)",
+                                        "rank 2: 2"]
+    else:
+        assert status == 1
+        assert "simcluster run: rank 1 crashed at virtual time 500 ms (the fault plan)" in err
+        assert "world rank 1 failed (at virtual time 0.5 s)" in err

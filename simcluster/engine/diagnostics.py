@@ -22,7 +22,7 @@ from . import frames as _frames
 from .kernel import _TASK_STATES, BLOCKED, FINISHED, Task
 from .protocol import checksum
 from ..errors import BufferHazardError, DeadlockError, SimclusterError
-from .waits import CANCELLED, PENDING, WaitAny as _WaitAny
+from .waits import WaitAny as _WaitAny
 from ..request import Request
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._wildcard import ANY_SOURCE
 from ..errors import ProcessFailedError, RankCrashed, RevokedError, SimclusterError
-from ..faults import Crash, call_kind
+from ..faults import Crash
 from ..request import Request, format_op
 from .kernel import FINISHED
 
@@ -107,11 +107,11 @@ class Failures:
             trace.span(rank, "crash", now, now, fault="crash-stop")
         self.kernel.schedule(math.nextafter(now, math.inf), self.announce, rank)
 
-    def on_call(self, rank: int, call: str) -> None:
-        """A rank makes a call: crash it here if its plan says so (``RankCrashed``)."""
+    def on_call(self, rank: int, kind: str, call: str) -> None:
+        """A rank makes a call of ``kind`` (``send``, ``recv``, ``probe`` or a collective's name):
+        crash it here if its plan says so (``RankCrashed``)."""
         if rank in self.failed:  # unwinding after its crash: it makes no more calls
             raise RankCrashed(rank, call)
-        kind = call_kind(call)
         key = (rank, kind)
         n = self.calls[key] = self.calls.get(key, 0) + 1
         planned = self.at_call.get(rank)
@@ -223,7 +223,8 @@ class Failures:
         ctx: int = comm.ctx
         if task is not None:
             if ctx & 1 == 0:
-                self.on_call(task.rank, name)
+                self.on_call(task.rank, "send" if send else "probe" if name.startswith("probe") else "recv",
+                             name)
             elif task.rank in self.failed:
                 raise RankCrashed(task.rank, name)
         if ctx & 1:  # inside a collective: named after the collective's call
@@ -254,7 +255,7 @@ class Failures:
         """A collective is called on ``comm``: crash here, or raise if it cannot complete."""
         task = self.kernel.current
         if task is not None:
-            self.on_call(task.rank, call)
+            self.on_call(task.rank, call, call)
         failed = self.failed_in(comm.group)  # first: every survivor says the same, revoked or not
         if failed:
             raise self.error(comm, call, failed)

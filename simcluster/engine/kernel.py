@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from . import awaits as _awaits, gc as _gc, schedule as _schedule, sync as _sync, watchdog as _watchdog
 from ..errors import RankCrashed, RunTimeoutError, SimclusterError, UsageTypeError
-from .waits import PENDING, WaitAny as _WaitAny
+from .waits import WaitAny as _WaitAny
 from ..request import SPIN_LIMIT, Request, format_op
 
 if TYPE_CHECKING:
