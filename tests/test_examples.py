@@ -87,8 +87,10 @@ def test_examples_were_found() -> None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_example_prints_its_expected_output(
         script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]]) -> None:
-    if script.relative_to(EXAMPLES).parts[0] == "torch" and importlib.util.find_spec("torch") is None:
-        pytest.skip("examples/torch need torch: pip install 'simcluster[torch]'")
+    needs_torch = (script.relative_to(EXAMPLES).parts[0] == "torch"
+                   or re.search(r"^import torch$", script.read_text(encoding="utf-8"), re.M))
+    if needs_torch and importlib.util.find_spec("torch") is None:
+        pytest.skip(f"{script.name} needs torch: pip install 'simcluster[torch]'")
     expected = script.with_suffix(".out")
     assert expected.is_file(), f"{script.relative_to(EXAMPLES)} has no {expected.name} next to it"
     assert script.read_text(encoding="utf-8").lstrip().startswith('"""'), "needs a module docstring"
