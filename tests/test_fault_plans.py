@@ -464,3 +464,74 @@ def test_simcluster_run_takes_a_plan_and_names_the_crashed_rank(tmp_path, capsys
         assert status == 1
         assert "simcluster run: rank 1 crashed at virtual time 500 ms (the fault plan)" in err
         assert "world rank 1 failed (at virtual time 0.5 s)" in err
+
+
+# ---- edges ----
+
+def test_a_crash_at_the_instant_a_rank_acts_comes_before_what_it_does_whatever_the_seed() -> None:
+    async def main(comm: sc.Comm) -> object:
+        await comm.sleep(1.0)  # every rank acts at t = 1, when rank 3 crashes
+        try:
+            return await comm.all_reduce(1)
+        except sc.ProcessFailedError as exc:
+            return exc.failed
+
+    for when in (0.0, 1.0):
+        seen = [list(sc.run(main, 4, faults=[Crash(3, at=when)], seed=seed, schedule="shuffle"))
+                for seed in range(6)]
+        assert seen == [[[3], [3], [3], None]] * 6, when
+
+
+def test_a_rendezvous_send_to_a_rank_that_crashes_before_its_data_lands_fails() -> None:
+    big = np.ones(200_000)
+
+    async def main(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            try:
+                await comm.send(big, dst=1)
+            except sc.ProcessFailedError as exc:
+                return exc.failed
+            return "sent"
+        comm.irecv(np.empty(200_000), src=0)
+        await comm.sleep(10.0)
+        return None
+
+    result = sc.run(main, 2, faults=[Crash(1, at=1e-4)], latency=AB)
+    assert result[0] == [1] and result.leaks == []
+
+
+def test_a_probe_and_a_collective_waiting_on_the_crashed_rank_fail_and_revoke_ends_one_in_progress() -> None:
+    async def probing(comm: sc.Comm) -> object:
+        if comm.rank == 1:
+            await comm.sleep(5.0)
+            return None
+        with pytest.raises(sc.ProcessFailedError):
+            await comm.probe(src=1)
+        return "probe failed"
+
+    assert sc.run(probing, 2, faults=[Crash(1, at=0.5)])[0] == "probe failed"
+
+    async def revoking(comm: sc.Comm) -> object:
+        if comm.rank == 0:
+            await comm.sleep(1.0)
+            comm.revoke()
+            return "revoked"
+        try:
+            await comm.all_reduce(np.ones(1000))
+        except sc.RevokedError as exc:
+            return exc.by
+        return "completed"
+
+    assert list(sc.run(revoking, 3, latency=AB)) == ["revoked", 0, 0]
+
+
+def test_the_last_survivor_shrinks_to_a_world_of_one() -> None:
+    async def main(comm: sc.Comm) -> object:
+        with pytest.raises(sc.ProcessFailedError):
+            await comm.barrier()
+        comm.ack_failed()
+        alone = await comm.shrink()
+        return alone.size, await alone.all_reduce(5)
+
+    result = sc.run(main, 3, faults="crash:1@barrier#1;crash:2@barrier#1")
+    assert result[0] == (1, 5) and result.crashed == {1: 0.0, 2: 0.0}

@@ -74,18 +74,31 @@ class Failures:
         self.numbers: dict[tuple[int, str, int], int] = {}  # (context, kind, world rank) -> calls made
         self.doomed: list[tuple[Request[Any], BaseException]] = []  # failed together (complete_all)
         for crash in crashes:
-            if crash.at is not None:
-                kernel.schedule(crash.at, self.crash_event, crash.rank)
+            if crash.at == 0.0:  # dead from the start: its first call raises RankCrashed
+                self.fail(crash.rank)
+                kernel.schedule(0.0, self.crash_event, (crash.rank, 0.0))
+            elif crash.at is not None:
+                # just before t, so that whatever order the seed gives the events of instant t,
+                # the rank does nothing at t
+                kernel.schedule(math.nextafter(crash.at, -math.inf), self.crash_event,
+                                (crash.rank, crash.at))
 
     # ---- the crash (Rule 1) ----
 
-    def crash_event(self, rank: int) -> None:
+    def crash_event(self, planned: tuple[int, float]) -> None:
         """A planned crash's time has come: stop the rank, unless it has finished already."""
+        rank, at = planned
         task = self._task(rank)
-        if task is None or rank in self.failed or task.state == FINISHED:
+        if task is None:
+            return
+        if task.state == FINISHED:
+            if rank in self.failed:  # crashed at 0 yet finished without a call: it never ran
+                task.result = None
             return
         self.kernel.stop(task)
-        self.fail(rank)
+        task.time = at
+        if rank not in self.failed:
+            self.fail(rank, at)
 
     def _task(self, rank: int) -> Task | None:
         tasks = self.kernel.tasks
@@ -93,9 +106,10 @@ class Failures:
             return tasks[rank]
         return next((task for task in tasks if task.rank == rank), None)
 
-    def fail(self, rank: int) -> None:
-        """Record the crash of ``rank`` now; the survivors learn of it at the next instant (Rule 2)."""
-        now = self.kernel.now
+    def fail(self, rank: int, at: float | None = None) -> None:
+        """Record the crash of ``rank`` at ``at`` (now: None); the survivors learn of it at the next
+        instant (Rule 2)."""
+        now = self.kernel.now if at is None else at
         self.failed[rank] = now
         p2p = self.p2p
         for key in [k for k in p2p.rdv_sends if k[0] == rank]:  # its own sends die with it
