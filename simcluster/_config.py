@@ -411,6 +411,8 @@ def check_faults(faults: object, world_size: int, multiprocess: str | None) -> F
         raise UsageTypeError(None, "run(faults=...)", str(exc), "see docs/faults.md") from None
     except ValueError as exc:
         raise UsageError(None, "run(faults=...)", str(exc), "see docs/faults.md") from None
+    if plan is not None and not plan.faults and not plan.count_calls:
+        return None  # an empty plan is no plan: it changes nothing, and refuses nothing
     if plan is not None and multiprocess is not None:
         raise UsageError(None, f"run(faults=..., transport={multiprocess!r})", "fault plans run on "
                          "the memory transport for now", "leave transport out (memory)")

@@ -373,6 +373,15 @@ def test_a_bad_plan_is_refused_before_anything_runs(faults: object, message: str
         sc.run(resilient_sum, 4, faults=faults)
 
 
+def test_an_empty_plan_is_no_plan() -> None:
+    async def main(comm: sc.Comm) -> int:
+        return await comm.all_reduce(1)
+
+    for empty in ([], FaultPlan(())):
+        assert list(sc.run(main, 2, faults=empty)) == [2, 2]
+        assert sc.run(main, 2, faults=empty, compute="wall").crashed == {}  # nothing to replay
+
+
 def test_faults_run_on_the_memory_transport_only_for_now() -> None:
     with pytest.raises(sc.UsageError, match="fault plans run on the memory transport"):
         sc.run(resilient_sum, 2, faults="crash:1@1", transport="shm")
