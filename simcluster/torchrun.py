@@ -186,6 +186,12 @@ def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTE
     return env
 
 
+def restart_trace_path(path: str | os.PathLike[str], attempt: int) -> str:
+    """Where restart ``attempt``'s trace goes: ``out.json`` -> ``out.restart1.json`` (the first keeps ``out.json``)."""
+    root, ext = os.path.splitext(os.fspath(path))
+    return f"{root}.restart{attempt}{ext}"
+
+
 def standalone_run_id(seed: int) -> str:
     """The ``TORCHELASTIC_RUN_ID`` of ``--standalone``: a UUID as torchrun's, made from ``seed``.
 
@@ -262,6 +268,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
             session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
                                        env)
             session.summary = summary
+            session.attempt = attempt
             status = session.launch(keywords)
             if status in (0, 2) or attempt == max_restarts:  # 2: the script or options refused
                 return status
@@ -269,6 +276,8 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
             print(f"{PROG}: attempt {attempt - 1} failed with exit status {status}; restarting "
                   f"every rank (restart {attempt} of {max_restarts})", file=sys.stderr)
             keywords = {k: v for k, v in keywords.items() if k != "faults"}  # a crash happens once
+            if isinstance(keywords.get("trace"), (str, os.PathLike)):  # each attempt's trace is kept
+                keywords["trace"] = restart_trace_path(keywords["trace"], attempt)
     finally:
         shutil.rmtree(errors, ignore_errors=True)
 
@@ -290,6 +299,7 @@ class _TorchrunSession(mpirun.Session):
                  err: TextIO, env: dict[int, dict[str, str]]) -> None:
         super().__init__(spec, world_size, prepend, out, err)
         self.env = env
+        self.attempt = 0  # the restarts before this attempt (--max-restarts)
         self.torch_session: Any = None  # simcluster.torch._session.Session while the ranks run
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
@@ -304,6 +314,12 @@ class _TorchrunSession(mpirun.Session):
                                          **keywords)
             finally:
                 self.torch_session = None
+        trace = self.result.trace
+        if self.attempt and trace is not None:  # a restarted world: mark it where it starts
+            for rank in range(self.world_size):
+                trace.span(rank, "restart", 0.0, 0.0, fault="restart", attempt=self.attempt)
+            if isinstance(keywords.get("trace"), (str, os.PathLike)):
+                trace.save(keywords["trace"])
 
     def start_rank(self, task: Any) -> mpirun.RankState:
         from .engine import sync as _sync

@@ -257,6 +257,8 @@ def _fault_text(mark: dict[str, Any], per_us: float) -> str:
         return "crashed"
     if kind == "revoke":
         return f"revoked {mark.get('comm', '')}".rstrip()
+    if kind == "restart":
+        return f"restarted (restart {mark['attempt']})"
     until = f"until {(mark['ts'] + mark.get('dur', 0.0)) * per_us:.3f}"
     if kind == "slow":
         return f"slow x{mark['factor']:g} {until}"

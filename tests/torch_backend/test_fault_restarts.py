@@ -115,3 +115,16 @@ def test_a_negative_max_restarts_is_refused(tmp_path: Path) -> None:
     run = _torchrun("--nproc-per-node", 2, "--max-restarts", -1, EXAMPLE, tmp_path)
     assert run.returncode == 2
     assert "--max-restarts -1: give how many restarts to allow, 0 or more" in run.stderr
+
+
+def test_each_attempt_keeps_its_trace_with_the_crash_and_the_restart_marked(tmp_path: Path) -> None:
+    from simcluster import trace
+
+    run = _torchrun("--nproc-per-node", 2, "--max-restarts", 1, "--faults", "crash:1@all_reduce#3",
+                    "--trace", tmp_path / "t.json", EXAMPLE, tmp_path / "ckpt")
+    assert run.returncode == 0, run.stderr
+    first = trace.show(tmp_path / "t.json")
+    again = trace.show(tmp_path / "t.restart1.json")
+    assert "rank 1 crashed" in first and "restarted" not in first
+    assert [line.split()[-3:] for line in again.splitlines() if " X " in line] == [
+        ["restarted", "(restart", "1)"]] * 2
