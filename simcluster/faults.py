@@ -131,8 +131,22 @@ class Slow:
         return f"slow:{self.rank}x{self.factor:g}@{_window(self.start, self.end)}"
 
 
+class _Between:
+    """A fault on the messages between two sets of ranks, ``a`` and ``b`` (either way)."""
+
+    a: frozenset[int]
+    b: frozenset[int]
+
+    def _sides(self, a: Iterable[int], b: Iterable[int]) -> None:
+        object.__setattr__(self, "a", _ranks(self, a))
+        object.__setattr__(self, "b", _ranks(self, b))
+
+    def between(self, src: int, dst: int) -> bool:
+        return (src in self.a and dst in self.b) or (src in self.b and dst in self.a)
+
+
 @dataclass(frozen=True)
-class Cut:
+class Cut(_Between):
     """Messages between ranks ``a`` and ranks ``b`` posted in ``[start, end)`` wait until ``end``."""
 
     a: frozenset[int]
@@ -141,8 +155,7 @@ class Cut:
     end: float = math.inf
 
     def __init__(self, a: Iterable[int], b: Iterable[int], start: float = 0.0, end: float = math.inf) -> None:
-        object.__setattr__(self, "a", _ranks(self, a))
-        object.__setattr__(self, "b", _ranks(self, b))
+        self._sides(a, b)
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "end", end)
         _check_window(self, start, end)
@@ -150,15 +163,12 @@ class Cut:
             raise ValueError(f"{self!r}: a cut must end (messages wait for it; one that never ends "
                              "would hang them); give end=")
 
-    def between(self, src: int, dst: int) -> bool:
-        return (src in self.a and dst in self.b) or (src in self.b and dst in self.a)
-
     def describe(self) -> str:
         return f"cut:{_set(self.a)}|{_set(self.b)}@{_window(self.start, self.end)}"
 
 
 @dataclass(frozen=True)
-class Delay:
+class Delay(_Between):
     """Every message between ranks ``a`` and ranks ``b`` takes ``seconds`` longer."""
 
     a: frozenset[int]
@@ -166,13 +176,9 @@ class Delay:
     seconds: float
 
     def __init__(self, a: Iterable[int], b: Iterable[int], seconds: float) -> None:
-        object.__setattr__(self, "a", _ranks(self, a))
-        object.__setattr__(self, "b", _ranks(self, b))
+        self._sides(a, b)
         object.__setattr__(self, "seconds", seconds)
         _check_time(self, "seconds", seconds)
-
-    def between(self, src: int, dst: int) -> bool:
-        return (src in self.a and dst in self.b) or (src in self.b and dst in self.a)
 
     def describe(self) -> str:
         return f"delay:{_set(self.a)}|{_set(self.b)}+{_time(self.seconds)}"

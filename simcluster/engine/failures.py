@@ -157,7 +157,7 @@ class Failures:
             self.doomed.append((recv, self.error(recv.comm, recv.op, [rank])))
         self._fail_sends(lambda ctx, dst: dst == rank or (ctx & 1 == 1 and ctx in touched), [rank])
         for req in self.kernel.drop_meetings({ctx for ctx in touched if ctx & 1 == 0}):
-            self.doomed.append((req, ProcessFailedError(None, _op(req), [rank], self.failed[rank])))
+            self.doomed.append((req, ProcessFailedError(req.owner, _op(req), [rank], self.failed[rank])))
         for meeting_key, meeting in list(self.meetings.items()):
             if meeting_key[0] in touched:
                 self._settle(meeting_key, meeting)
@@ -318,11 +318,11 @@ class Failures:
                     mq.unpost(req.src, req.tag, req)
                     self.doomed.append((req, RevokedError(req.comm.rank, _op(req), *by)))
                 for _, _, preq in list(mq.probes or []):
-                    self.doomed.append((preq, RevokedError(None, _op(preq), *by)))
+                    self.doomed.append((preq, RevokedError(preq.owner, _op(preq), *by)))
                 mq.probes = None
         self._fail_sends(lambda c, dst: c & ~1 == ctx, [], by)
         for req in self.kernel.drop_meetings({ctx}):
-            self.doomed.append((req, RevokedError(None, _op(req), *by)))
+            self.doomed.append((req, RevokedError(req.owner, _op(req), *by)))
         self._release()
         trace = self.kernel.trace
         if trace is not None:
