@@ -222,7 +222,7 @@ def configure(
         shares = "" if placement is None else placement.shares
     tp = make_transport(transport)
     multiprocess = is_multiprocess(tp)
-    plan = check_faults(faults, world_size, tp.name if multiprocess else None)
+    plan = check_faults(faults, world_size)
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
     try:
         _schedule.check(schedule, tp.name if multiprocess else None)
@@ -397,7 +397,7 @@ def check_nodes(serializer: object, nnodes: object, node_rank: object, procs: ob
         raise cls(None, f"run(node_rank={node_rank!r})", f"node_rank must be in range({nnodes})")
 
 
-def check_faults(faults: object, world_size: int, multiprocess: str | None) -> FaultPlan | None:
+def check_faults(faults: object, world_size: int) -> FaultPlan | None:
     """Return the run's fault plan (``simcluster.faults``), checked against its world size."""
     if faults is None:
         return None
@@ -413,9 +413,6 @@ def check_faults(faults: object, world_size: int, multiprocess: str | None) -> F
         raise UsageError(None, "run(faults=...)", str(exc), "see docs/faults.md") from None
     if plan is not None and not plan.faults and not plan.count_calls:
         return None  # an empty plan is no plan: it changes nothing, and refuses nothing
-    if plan is not None and multiprocess is not None:
-        raise UsageError(None, f"run(faults=..., transport={multiprocess!r})", "fault plans run on "
-                         "the memory transport for now", "leave transport out (memory)")
     return plan
 
 

@@ -492,8 +492,10 @@ class Comm(CollectiveMethods):
 
         Every pending and later operation on it, on any member, raises
         ``RevokedError``, except ``shrink``, ``agree``, ``ack_failed`` and
-        ``get_failed``. Not collective: one member calls it, the others learn
-        of it at once.
+        ``get_failed``. Not collective: one member calls it, and sees it
+        revoked at once; the others learn of it (and their pending operations
+        on it fail) one hop later: the latency model's smallest message
+        latency.
         """
         if self.kernel.current is None:
             raise self.kernel.outside(self.rank, "revoke()")
@@ -503,7 +505,7 @@ class Comm(CollectiveMethods):
     def is_revoked(self) -> bool:
         """Whether this communicator was revoked (``revoke``)."""
         failures = self.p2p.failures
-        return failures is not None and (self.ctx & ~1) in failures.revoked
+        return failures is not None and failures.revoked_for(self.ctx, self.world_rank) is not None
 
     def get_failed(self) -> list[int]:
         """The ranks of this communicator known to have failed, in the order they failed."""

@@ -425,7 +425,10 @@ class ShapedPorts(Ports):
 
     A message posted at ``t`` inside a cut between its ends leaves at the
     cut's end; one whose sender or receiver is slow at ``t`` takes the
-    slowest factor times as long; a delay between its ends adds its seconds.
+    slowest factor times as long on its sender's side (the whole message,
+    for models that charge no receive port); a delay between its ends adds
+    its seconds on the receiver's side. Each side is charged where its rank
+    lives, so hosting processes charge them as one process does.
     """
 
     zero = False
@@ -437,17 +440,25 @@ class ShapedPorts(Ports):
         self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
         self.delays = [f for f in plan.faults if isinstance(f, Delay)]
 
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+    def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         start = t
         for cut in self.cuts:
             if cut.start <= t < cut.end and cut.between(src, dst):
                 start = max(start, cut.end)
-        depart, arrive = self.inner.transfer(src, dst, nbytes, start)
+        depart, wire = self.inner.send_side(src, dst, nbytes, start)
         factor = max([1.0, *(s.scale(src, t) for s in self.slow), *(s.scale(dst, t) for s in self.slow)])
         if factor != 1.0:
             depart = start + (depart - start) * factor
-            arrive = start + (arrive - start) * factor
+            wire = start + (wire - start) * factor
+        return depart, wire
+
+    def recv_side(self, src: int, dst: int, nbytes: int, wire: float) -> float:
+        arrive = self.inner.recv_side(src, dst, nbytes, wire)
         for delay in self.delays:
             if delay.between(src, dst):
                 arrive += delay.seconds
-        return depart, arrive
+        return arrive
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        depart, wire = self.send_side(src, dst, nbytes, t)
+        return depart, self.recv_side(src, dst, nbytes, wire)

@@ -42,6 +42,7 @@ from .kernel import BLOCKED, FINISHED, FOREIGN, READY, RUNNING, Kernel, Task, cu
 
 if TYPE_CHECKING:
     from .failures import Failures
+    from ..faults import Crash
     from ..latency import Ports
     from ..matching import Endpoints
     from ..request import Request
@@ -76,8 +77,7 @@ class Engine:
         plan = settings.faults
         crashes = [] if plan is None else plan.crashes(world_size, settings.seed)
         if crashes or (plan is not None and plan.count_calls):
-            from .failures import Failures as _Failures  # only runs with crashes load it
-            self.p2p.failures = _Failures(self.kernel, self.p2p, crashes)
+            self.p2p.failures = self.new_failures(crashes)
         self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
         self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
 
@@ -87,9 +87,15 @@ class Engine:
 
         failures = self.p2p.failures
         if failures is None:
-            failures = self.p2p.failures = _Failures(self.kernel, self.p2p, [])
+            failures = self.p2p.failures = self.new_failures([])
         assert isinstance(failures, _Failures)
         return failures
+
+    def new_failures(self, crashes: list[Crash]) -> Failures:
+        """The run's ``Failures``, with the planned ``crashes``."""
+        from .failures import Failures as _Failures  # only runs with crashes or ULFM's calls load it
+
+        return _Failures(self.kernel, self.p2p, crashes)
 
     def call_check(self, ctx: int, world_ranks: list[int]) -> CallCheck:
         """The collective verification of a new communicator (every member lives here)."""

@@ -8,21 +8,35 @@ of ``p2p.failures is None``.
 Rule 1 (the crash): a rank crashes at a virtual time ``t`` (an event) or at
 the call its plan names (``RankCrashed`` unwinds it there; the call does not
 happen). It never runs again, nor do its nonblocking collectives' helpers.
-What it sent that arrives at or before ``t`` is delivered; what arrives later
-is lost, as is everything sent to it.
-Rule 2 (detection): the survivors learn of the crash at the next instant after
-``t`` (``math.nextafter``), all at once, whatever the seed: every pending
-receive from the failed rank, every send to it that still waits for it, every
-receive from any source on a communicator it belongs to (until the survivor
-acknowledges the failure: ``ack_failed``), and every pending operation inside
-a collective of such a communicator completes with ``ProcessFailedError``;
-later calls that need it raise at once. Messages it sent before ``t`` stay
-receivable.
-Rule 3 (recovery, as ULFM): ``revoke`` makes every pending and later operation
-on the communicator raise ``RevokedError`` on every member, at once;
-``agree`` (the AND of the live members' flags) and ``shrink`` (a communicator
-of the live members) work on revoked communicators and complete when every
-live member has called them, even if more members fail meanwhile.
+What it sent before it crashed is delivered; what is sent to it, or reaches
+it after ``t``, is lost.
+Rule 2 (detection): the survivors learn of the crash one hop after ``t``
+(``after``: ``t`` plus the model's smallest message latency, its lookahead;
+the next instant, ``math.nextafter``, when that is 0), all at once, whatever
+the seed: every pending receive from the failed rank, every send to it that
+still waits for it, every receive from any source on a communicator it
+belongs to (until the survivor acknowledges the failure: ``ack_failed``), and
+every pending operation inside a collective of such a communicator completes
+with ``ProcessFailedError``; later calls that need it raise at once. Messages
+it sent before ``t`` stay receivable.
+Rule 3 (recovery, as ULFM): ``revoke`` makes every later call on the
+communicator raise ``RevokedError`` on its caller at once, and every pending
+and later operation on every member one hop later. ``agree`` (the AND of the
+live members' flags) and ``shrink`` (a communicator of the live members) work
+on revoked communicators. A member's contribution reaches the others one hop
+after its call; a meeting is over at the first instant ``X`` at which every
+member not known to have failed by ``X`` has a contribution that reached the
+others by ``X`` (so it completes even if members fail meanwhile), and each
+member's request completes ``2 * ceil(log2 live)`` hops after the last live
+contribution (not before ``X``).
+
+Across hosting processes (shm, tcp, mpi) each process keeps one
+``Failures`` for its own ranks, and ``outbox`` collects what the others must
+hear of: crashes, revocations and contributions, as records ``[kind, due,
+...]`` that travel with the round's reports (``hosting.rounds``) and are
+``apply``-ed by the others before anything of time ``due`` runs there. Every
+effect above comes at least one hop after its cause, and no round runs past
+one hop, so each process sees them at the times a single process would.
 """
 
 from __future__ import annotations
@@ -48,24 +62,33 @@ class _Meeting:
 
     __slots__ = ("group", "values", "times", "requests")
 
-    def __init__(self, group: Roster) -> None:
-        self.group = group
+    def __init__(self) -> None:
+        self.group: Roster | None = None  # known once a member here has come
         self.values: dict[int, Any] = {}  # comm rank -> flag (agree) or None (shrink)
         self.times: dict[int, float] = {}
-        self.requests: dict[int, Request[Any]] = {}
+        self.requests: dict[int, Request[Any]] = {}  # those of the members here
 
 
 class Failures:
-    """The crashes of one run (``Crash`` faults) and the state ULFM's calls read and change."""
+    """The crashes of one run (``Crash`` faults) and the state ULFM's calls read and change.
 
-    def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash]) -> None:
+    ``crashes``: the planned crashes of the ranks hosted here; ``outbox``:
+    where records for the other hosting processes go (None: every rank is
+    here).
+    """
+
+    def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash],
+                 outbox: list[list[Any]] | None = None) -> None:
         self.kernel = kernel
         self.p2p = p2p
+        self.hop = p2p.rts_delay  # the model's smallest message latency: how late news comes
+        self.outbox = outbox
         self.failed: dict[int, float] = {}  # world rank -> virtual time it crashed
         self.known: dict[int, float] = {}  # the crashes announced to the survivors (Rule 2)
         self.at_call = {c.rank: (c.call, c.nth) for c in crashes if c.call is not None}
         self.calls: dict[tuple[int, str], int] = {}  # (world rank, kind of call) -> calls made
         self.revoked: dict[int, tuple[int, float]] = {}  # user context -> (world rank, time)
+        self.revoking: dict[tuple[int, int], float] = {}  # (context, world rank) -> when it revoked
         self.acked: dict[tuple[int, int], set[int]] = {}  # (context, world rank) -> failures acknowledged
         # sends that may wait for their receiver: (request, context, receiver, protocol key)
         self.sends: list[tuple[Request[Any], int, int, tuple[int, int]]] = []
@@ -82,6 +105,45 @@ class Failures:
                 # the rank does nothing at t
                 kernel.schedule(math.nextafter(crash.at, -math.inf), self.crash_event,
                                 (crash.rank, crash.at))
+
+    def after(self, t: float) -> float:
+        """When news of something at ``t`` reaches the other ranks: one hop later (Rule 2)."""
+        return max(t + self.hop, math.nextafter(t, math.inf))
+
+    def _tell(self, record: list[Any]) -> None:
+        if self.outbox is not None:
+            self.outbox.append(record)
+
+    def take_records(self) -> list[list[Any]]:
+        """What the other hosting processes must hear of since the last call (``outbox``)."""
+        records = self.outbox
+        if not records:
+            return []
+        self.outbox = []
+        return records
+
+    def apply(self, records: list[list[Any]]) -> None:
+        """Take the other hosting processes' records (``outbox``): crashes first, then revocations
+        and contributions, each acted on at its ``due`` time."""
+        for record in sorted(records, key=lambda r: r[0] != "crash"):
+            kind = record[0]
+            if kind == "crash":
+                _, _, rank, at = record
+                if int(rank) not in self.failed:
+                    self.failed[int(rank)] = float(at)
+                    self.kernel.schedule(self.after(float(at)), self.announce, int(rank))
+            elif kind == "revoke":
+                _, due, ctx, by, at = record
+                self.kernel.schedule(float(due), self._revoke_event, (int(ctx), int(by), float(at)))
+            else:
+                _, due, ctx, what, n, rank, value, at = record
+                key = (int(ctx), str(what), int(n))
+                meeting = self.meetings.get(key)
+                if meeting is None:
+                    meeting = self.meetings[key] = _Meeting()
+                meeting.values[int(rank)] = None if value is None else int(value)
+                meeting.times[int(rank)] = float(at)
+                self.kernel.schedule(float(due), self._check, key)
 
     # ---- the crash (Rule 1) ----
 
@@ -107,8 +169,8 @@ class Failures:
         return next((task for task in tasks if task.rank == rank), None)
 
     def fail(self, rank: int, at: float | None = None) -> None:
-        """Record the crash of ``rank`` at ``at`` (now: None); the survivors learn of it at the next
-        instant (Rule 2)."""
+        """Record the crash of ``rank`` at ``at`` (now: None); the survivors learn of it one hop
+        later (Rule 2)."""
         now = self.kernel.now if at is None else at
         self.failed[rank] = now
         p2p = self.p2p
@@ -119,7 +181,8 @@ class Failures:
         trace = self.kernel.trace
         if trace is not None:
             trace.span(rank, "crash", now, now, fault="crash-stop")
-        self.kernel.schedule(math.nextafter(now, math.inf), self.announce, rank)
+        self.kernel.schedule(self.after(now), self.announce, rank)
+        self._tell(["crash", self.after(now), rank, now])
 
     def on_call(self, rank: int, kind: str, call: str) -> None:
         """A rank makes a call of ``kind`` (``send``, ``recv``, ``probe`` or a collective's name):
@@ -133,13 +196,9 @@ class Failures:
             self.fail(rank)
             raise RankCrashed(rank, call)
 
-    def lost(self, src: int, dst: int, arrival: float) -> bool:
-        """Whether a message from ``src`` to ``dst`` arriving at ``arrival`` is lost (Rule 1)."""
-        failed = self.failed
-        if dst in failed:
-            return True
-        t = failed.get(src)
-        return t is not None and arrival > t
+    def lost(self, dst: int) -> bool:
+        """Whether a message that reaches world rank ``dst`` now is lost: it crashed (Rule 1)."""
+        return dst in self.failed
 
     # ---- detection (Rule 2) ----
 
@@ -248,7 +307,7 @@ class Failures:
                 return self.error(comm, call, failed)
         elif send and peer in self.known:
             return self.error(comm, _call(op), [peer])
-        revoked = self.revoked.get(ctx & ~1)
+        revoked = self.revoked_for(ctx, comm.world_rank)
         if revoked is not None:
             return RevokedError(comm.rank, _call(op), revoked[0], revoked[1])
         return None
@@ -273,7 +332,7 @@ class Failures:
         failed = self.failed_in(comm.group)  # first: every survivor says the same, revoked or not
         if failed:
             raise self.error(comm, call, failed)
-        revoked = self.revoked.get(comm.ctx)
+        revoked = self.revoked_for(comm.ctx, comm.world_rank)
         if revoked is not None:
             raise RevokedError(comm.rank, call, revoked[0], revoked[1])
 
@@ -298,13 +357,38 @@ class Failures:
 
     # ---- ULFM's calls (Rule 3) ----
 
+    def revoked_for(self, ctx: int, world_rank: int) -> tuple[int, float] | None:
+        """Who revoked the communicator of ``ctx`` and when, as member ``world_rank`` sees it now
+        (None: not revoked for it yet)."""
+        ctx &= ~1
+        revoked = self.revoked.get(ctx)
+        if revoked is None and self.revoking:
+            at = self.revoking.get((ctx, world_rank))
+            if at is not None:
+                return world_rank, at
+        return revoked
+
     def revoke(self, comm: Member) -> None:
-        """Revoke ``comm`` for every member, now: what is pending on it fails, and what comes later."""
+        """Revoke ``comm``: for its caller now, for every member one hop later (Rule 3)."""
         ctx = comm.ctx & ~1
-        if ctx in self.revoked:
+        by = comm.world_rank
+        if self.revoked_for(ctx, by) is not None:
             return
         now = self.kernel.now
-        by = self.revoked[ctx] = (comm.world_rank, now)
+        self.revoking[(ctx, by)] = now
+        due = now + self.hop
+        self.kernel.schedule(due, self._revoke_event, (ctx, by, now))
+        self._tell(["revoke", due, ctx, by, now])
+        trace = self.kernel.trace
+        if trace is not None:
+            trace.span(by, "revoke", now, now, fault="revoke", comm=comm.group.name)
+
+    def _revoke_event(self, revocation: tuple[int, int, float]) -> None:
+        """A revocation reaches every member: what is pending on the communicator fails."""
+        ctx, by_rank, at = revocation
+        if ctx in self.revoked:
+            return
+        by = self.revoked[ctx] = (by_rank, at)
         p2p = self.p2p
         for c in (ctx, ctx + 1):
             row = p2p.endpoints.rows.get(c)
@@ -324,9 +408,6 @@ class Failures:
         for req in self.kernel.drop_meetings({ctx}):
             self.doomed.append((req, RevokedError(req.owner, _op(req), *by)))
         self._release()
-        trace = self.kernel.trace
-        if trace is not None:
-            trace.span(comm.world_rank, "revoke", now, now, fault="revoke", comm=comm.group.name)
 
     def is_acked(self, ctx: int, member: int, failed: int) -> bool:
         acked = self.acked.get((ctx & ~1, member))
@@ -348,38 +429,59 @@ class Failures:
         key = (ctx, kind, n)
         meeting = self.meetings.get(key)
         if meeting is None:
-            meeting = self.meetings[key] = _Meeting(comm.group)
+            meeting = self.meetings[key] = _Meeting()
+        meeting.group = comm.group
         req: Request[Any] = Request(kernel, kernel.current, f"{kind}()")
+        now = kernel.now
         meeting.values[comm.rank] = value
-        meeting.times[comm.rank] = kernel.now
+        meeting.times[comm.rank] = now
         meeting.requests[comm.rank] = req
-        self._settle(key, meeting)
+        due = now + self.hop
+        kernel.schedule(due, self._check, key)  # when the others have it
+        self._tell(["meet", due, ctx, kind, n, comm.rank, value, now])
         return req
 
+    def _check(self, key: tuple[int, str, int]) -> None:
+        meeting = self.meetings.get(key)
+        if meeting is not None:
+            self._settle(key, meeting)
+
     def _settle(self, key: tuple[int, str, int], meeting: _Meeting) -> None:
-        """Complete a meeting once every live member has come; each gets its outcome."""
+        """Complete a meeting if it is over now; each member here gets its outcome.
+
+        Decided from the crash times and the contributions' times only, never
+        from the order of this instant's events, so every hosting process
+        decides alike.
+        """
         group = meeting.group
-        live = [i for i, w in enumerate(group.world_ranks) if w not in self.failed]
-        if any(i not in meeting.values for i in live):
+        if group is None:  # no member here yet
+            return
+        now, hop, failed, after = self.kernel.now, self.hop, self.failed, self.after
+        known = [w for w in group.world_ranks if w in failed and after(failed[w]) <= now]
+        live = [i for i, w in enumerate(group.world_ranks) if w not in known]
+        times = meeting.times
+        if any(i not in times or times[i] + hop > now for i in live):
             return
         del self.meetings[key]
         rounds = math.ceil(math.log2(len(live))) if len(live) > 1 else 0
-        done = max(meeting.times[i] for i in live) + 2 * rounds * self.p2p.rts_delay
+        done = max([now, *(times[i] + 2 * rounds * hop for i in live)])
         if key[1] == "agree":
             outcome: Any = -1
             for i in live:
                 outcome &= meeting.values[i]
         else:
             outcome = [group.world_ranks[i] for i in live]
+        known.sort(key=lambda w: (failed[w], w))
         for i in live:
-            req = meeting.requests[i]
+            req = meeting.requests.get(i)
+            if req is None or group.world_ranks[i] in failed:  # elsewhere, or crashed here
+                continue
             value, error = outcome, None
             if key[1] == "agree":
-                unacked = [r for r in self.failed_in(group)
-                           if not self.is_acked(key[0], group.world_ranks[i], r)]
+                unacked = [r for r in known if not self.is_acked(key[0], group.world_ranks[i], r)]
                 if unacked:
-                    error = ProcessFailedError(i, "agree()", unacked, self.failed[unacked[0]])
-            self.kernel.schedule(max(done, self.kernel.now), _complete, (req, value, error))
+                    error = ProcessFailedError(i, "agree()", unacked, failed[unacked[0]])
+            self.kernel.schedule(done, _complete, (req, value, error))
 
 
 def _complete(item: tuple[Request[Any], Any, BaseException | None]) -> None:

@@ -231,9 +231,13 @@ class Faults(Protocol):
 
     def sent(self, req: Request[Any], ctx: int, dst: int, key: tuple[int, int]) -> None: ...
 
-    def lost(self, src: int, dst: int, arrival: float) -> bool: ...
+    def lost(self, dst: int) -> bool: ...
 
     def entering(self, comm: Member, call: str) -> None: ...
+
+    def revoked_for(self, ctx: int, world_rank: int) -> tuple[int, float] | None: ...
+
+    def take_records(self) -> list[list[Any]]: ...
 
     def failed_in(self, group: Roster) -> list[int]: ...
 
@@ -662,7 +666,7 @@ class P2P(Layer):
     def arrived(self, env: Envelope) -> None:
         """Match an envelope that has reached its receiver, or queue it as unexpected."""
         failures = self.failures
-        if failures is not None and failures.lost(env.src, env.dst, env.time):
+        if failures is not None and failures.lost(env.dst):
             return
         row = self._rows.get(env.ctx)
         if row is None:  # a communicator another process made first: matched once made here

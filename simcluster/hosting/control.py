@@ -273,7 +273,9 @@ class Report(Message):
     of collective calls a member here entered first; ``held``: rendezvous
     transfers wait for their instant to close; ``open``: rendezvous and
     synchronous sends from here to other processes not finished yet (their
-    handshakes reach the other side at once, so no window while there are any).
+    handshakes reach the other side at once, so no window while there are any);
+    ``faults``: crashes, revocations and ULFM contributions here that the
+    other processes must apply (``engine.failures.Failures.outbox``).
     """
 
     op: ClassVar[int] = REPORT
@@ -286,20 +288,21 @@ class Report(Message):
     firsts: list[SignatureRecord] = field(default_factory=list)
     held: bool = False
     open: int = 0
+    faults: list[list[Any]] = field(default_factory=list)
 
     def encode(self) -> list[Any]:
         return [self.time, self.sent, self.earliest, self.unfinished, self.next,
                 None if self.failure is None else self.failure.encode(),
-                [list(record) for record in self.firsts], self.held, self.open]
+                [list(record) for record in self.firsts], self.held, self.open, self.faults]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Report:
-        _expect(items, 9)
-        time, sent, earliest, unfinished, next_time, failure, firsts, held, open_ = items
+        _expect(items, 10)
+        time, sent, earliest, unfinished, next_time, failure, firsts, held, open_, faults = items
         return cls(float(time), _ints(sent), _time(earliest), int(unfinished), _time(next_time),
                    None if failure is None else Failure.decode(failure),
                    [SignatureRecord.of(record) for record in _lists(firsts)],
-                   bool(held), int(open_))
+                   bool(held), int(open_), _lists(faults))
 
 
 def _entry(item: object) -> BlockedEntry:
@@ -336,7 +339,9 @@ class Results(Message):
 
     ``stats`` holds four columns: messages sent, bytes sent, messages
     received, bytes received. ``unsendable``: a rank whose return value could
-    not be sent back (the other fields are then empty).
+    not be sent back (the other fields are then empty). ``crashed``: ``[rank,
+    time]`` of each rank the fault plan crashed; ``calls``: ``[rank, kind,
+    count]``, the calls counted for a plan with ``count_calls``.
     """
 
     op: ClassVar[int] = RESULTS
@@ -347,22 +352,26 @@ class Results(Message):
     leaks: list[str]
     trace: TraceParts | None = None
     unsendable: Failure | None = None
+    crashed: list[list[Any]] = field(default_factory=list)
+    calls: list[list[Any]] = field(default_factory=list)
 
     def encode(self) -> list[Any]:
         return [self.values, self.times, self.stats, self.leaks,
                 None if self.trace is None else self.trace.encode(),
-                None if self.unsendable is None else self.unsendable.encode()]
+                None if self.unsendable is None else self.unsendable.encode(),
+                self.crashed, self.calls]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Results:
-        _expect(items, 6)
-        values, times, stats, leaks, trace, unsendable = items
+        _expect(items, 8)
+        values, times, stats, leaks, trace, unsendable, crashed, calls = items
         if not isinstance(values, list) or not isinstance(leaks, list):
             raise ValueError("values and leaks must be lists")
         return cls(values, [float(t) for t in _ints_or_floats(times)],
                    [_ints(column) for column in _lists(stats)], [str(line) for line in leaks],
                    None if trace is None else TraceParts.decode(trace),
-                   None if unsendable is None else Failure.decode(unsendable))
+                   None if unsendable is None else Failure.decode(unsendable),
+                   _lists(crashed), _lists(calls))
 
 
 def _ints_or_floats(values: object) -> list[Any]:
@@ -447,7 +456,8 @@ class Done(Message):
 
     Every process sends the same verdict (``hosting.rounds.Outcome``): a deadlock,
     or the first failure (world ``rank``, hosted by process ``proc``, the
-    exception as plain data), or neither: every rank finished.
+    exception as plain data), or neither: every rank finished. ``crashed``:
+    ``[rank, time]`` of each rank the fault plan crashed.
     """
 
     op: ClassVar[int] = DONE
@@ -459,18 +469,19 @@ class Done(Message):
     rank: int | None = None
     proc: int = 0
     exc: ExcData | None = None
+    crashed: list[list[Any]] = field(default_factory=list)
 
     def encode(self) -> list[Any]:
         return [self.time, self.rounds, self.windows, self.unfinished, self.deadlock, self.rank,
-                self.proc, self.exc]
+                self.proc, self.exc, self.crashed]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Done:
-        _expect(items, 8)
-        time, rounds, windows, unfinished, deadlock, rank, proc, exc = items
+        _expect(items, 9)
+        time, rounds, windows, unfinished, deadlock, rank, proc, exc, crashed = items
         return cls(float(time), int(rounds), int(windows), _ints(unfinished), bool(deadlock),
                    None if rank is None else int(rank), int(proc),
-                   None if exc is None else _exc(exc))
+                   None if exc is None else _exc(exc), _lists(crashed))
 
 
 @dataclass(frozen=True, slots=True)

@@ -376,7 +376,10 @@ class Coordinator:
             exc = _remote.decode_exception(verdict.exc, self.procs[verdict.proc].name())
             if not isinstance(exc, Exception) or verdict.rank is None:
                 raise exc
-            raise RankError(verdict.rank, exc) from exc
+            error = RankError(verdict.rank, exc)
+            if verdict.crashed:  # what the fault plan crashed, for the report
+                error.crashed = {int(rank): float(t) for rank, t in verdict.crashed}
+            raise error from exc
         if verdict.deadlock:
             raise await self._deadlock(self.now)
 
@@ -472,10 +475,14 @@ class Coordinator:
         spans: list[list[Any]] = []
         messages: list[list[Any]] = []
         receipts: list[list[Any]] = []
+        crashed: list[list[Any]] = []
+        calls: list[list[Any]] = []
         for index in range(len(self.procs)):
             part = results[index]
             values += part.values
             times += part.times
+            crashed += part.crashed
+            calls += part.calls
             for mine, theirs in zip(stats, part.stats):
                 mine += theirs
             leaks += part.leaks
@@ -487,8 +494,8 @@ class Coordinator:
         trace = None
         if self.config.tracing:
             trace = C.TraceParts(spans, messages, receipts)
-        return C.FinalResult(C.Results(values, times, stats, leaks, trace), len(self.procs),
-                             (self.rounds, self.windows))
+        return C.FinalResult(C.Results(values, times, stats, leaks, trace, None, crashed, calls),
+                             len(self.procs), (self.rounds, self.windows))
 
 
 def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResult:
@@ -500,7 +507,10 @@ def build_result(final: C.FinalResult, world_size: int, wall: float) -> RunResul
         trace = _merge_trace(parts.trace, world_size, final.procs)
     values = [_remote.raise_result(value) for value in parts.values]
     return RunResult(values, [float(t) for t in parts.times], stats, wall,
-                     trace, list(parts.leaks), final.rounds)
+                     trace, list(parts.leaks), final.rounds,
+                     crashed={int(rank): float(t) for rank, t in parts.crashed} if parts.crashed else None,
+                     calls={(int(rank), str(kind)): int(n) for rank, kind, n in parts.calls}
+                     if parts.calls else None)
 
 
 def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:
@@ -655,6 +665,8 @@ async def launch(fn: Callable[..., Any], config: RunConfig,
     else:
         final = await _launch_local(config, fn, progress)
     result = build_result(final, config.world_size, _time.perf_counter() - wall_start)
+    if result.trace is not None and config.faults is not None:
+        config.faults.mark(result.trace, result.elapsed)
     if result.trace is not None and isinstance(config.trace, (str, os.PathLike)):
         result.trace.save(config.trace)
     return result

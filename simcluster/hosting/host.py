@@ -335,14 +335,15 @@ class Host:
             if plan.runs[me]:
                 firsts, payloads = rounds.take_collective()
                 report = await engine.phase(plan.now, rounds.counts[me], firsts, payloads,
-                                            plan.close, plan.until)
+                                            plan.close, plan.until, rounds.take_faults())
             marks = await tp.exchange(idle if report is None else C.envelope(report, me),
                                       self._answer_timeout)
             reports = [report if p == me else _report_of(mark) for p, mark in enumerate(marks)]
             outcome = rounds.absorb(reports)
             if outcome is not None:
                 self.send(C.Done(outcome.time, rounds.rounds, rounds.windows, rounds.unfinished,
-                                 outcome.deadlock, outcome.rank, outcome.proc, outcome.exc))
+                                 outcome.deadlock, outcome.rank, outcome.proc, outcome.exc,
+                                 [[rank, t] for rank, t in sorted(rounds.crashed.items())]))
                 return
             wall = _time.monotonic()
             if wall - breathed >= _BREATHE:
@@ -411,13 +412,21 @@ class Host:
                 [[s.rank, s.name, s.start, s.end, _plain_args(s.args)] for s in t.spans],
                 [[m.id, m.src, m.dst, m.tag, m.nbytes, m.sent, m.recv, m.comm] for m in t.messages],
                 t.receipts)
+        failures = engine.p2p.failures
+        crashed: list[list[Any]] = []
+        calls: list[list[Any]] = []
+        if failures is not None:
+            crashed = [[rank, t] for rank, t in sorted(failures.failed.items()) if lo <= rank < hi]
+            plan = self.config.faults if self.config is not None else None
+            if plan is not None and plan.count_calls:
+                calls = [[rank, kind, n] for (rank, kind), n in sorted(failures.calls.items())]
         return C.Results(
             values,
             [task.time for task in self.tasks],
             [engine.p2p.msgs_sent[lo:hi], engine.p2p.bytes_sent[lo:hi],
              engine.p2p.msgs_recv[lo:hi], engine.p2p.bytes_recv[lo:hi]],
             engine.diagnostics.leaks() if self.config is not None and self.config.strict else [],
-            trace)
+            trace, None, crashed, calls)
 
 
 def _report_of(mark: Envelope) -> C.Report | None:

@@ -20,7 +20,6 @@ from ..engine.kernel import finish_request
 from ..engine.protocol import (Booking, Delivery, by_source_and_id, pack_time, serial_of,
                                sort_by_source, transfer_start, unpack_time)
 from ..engine.assembly import Engine
-from ..errors import SimclusterError
 from .views import SplitPorts as _SplitPorts
 from ..engine.settings import EngineSettings
 from ..latency import Ports
@@ -29,6 +28,7 @@ from ..request import Request
 
 if TYPE_CHECKING:
     from ..engine.failures import Failures
+    from ..faults import Crash
 
 
 class HostedDelivery(Delivery):
@@ -288,17 +288,20 @@ class HostedEngine(Engine):
             check.take_first(record)
         return check
 
-    def failures(self) -> Failures:
-        """Refused: ULFM's calls (revoke, agree, shrink) run on the memory transport for now."""
-        raise SimclusterError(None, "revoke/agree/shrink", "ULFM's calls run on the memory transport "
-                              "for now, not across hosting processes (shm, tcp, mpi)",
-                              "run with transport='memory' (simcluster mpirun's default)")
+    def new_failures(self, crashes: list[Crash]) -> Failures:
+        """The ``Failures`` of the ranks here: their planned crashes, and an outbox for the records
+        the other processes apply (``Report.faults``)."""
+        from ..engine.failures import Failures as _Failures
+
+        lo, hi = self.lo, self.hi
+        return _Failures(self.kernel, self.p2p, [c for c in crashes if lo <= c.rank < hi], [])
 
     # ---- one round ----
 
     async def phase(self, now: float, counts: list[int], firsts: list[SignatureRecord],
                     payloads: list[SignatureRecord], close: bool = False,
-                    until: float | None = None) -> _control.Report:
+                    until: float | None = None,
+                    faults: list[list[Any]] | None = None) -> _control.Report:
         """Run one STEP at virtual time ``now`` (``hosting.control.Step``'s fields) and return its Report.
 
         Completes when every local event up to ``until`` (``now`` in
@@ -307,7 +310,8 @@ class HostedEngine(Engine):
         collective calls that members elsewhere entered; ``payloads``: those
         of calls this process reported with broadcast placeholders only, where
         another process saw an array; ``close``: the instant ``now`` is over,
-        so charge its rendezvous transfers (Rule 2). In a window (``until``
+        so charge its rendezvous transfers (Rule 2); ``faults``: the other
+        processes' fault records (``engine.failures``). In a window (``until``
         given) no other process can add to an instant here, so each instant's
         rendezvous transfers are charged as it ends, as in one process.
         """
@@ -321,6 +325,8 @@ class HostedEngine(Engine):
                 _hosted_check(group.check).take_first(record)
         for record in payloads:
             _hosted_check(groups[record.ctx].check).take_first(record, reported=True)
+        if faults:
+            self.failures().apply(faults)
         await self.transport.receive(counts)
         delivery.land()
         delivery.closing = close or until is not None
@@ -336,9 +342,12 @@ class HostedEngine(Engine):
             failure = _control.Failure(task.rank, _remote.encode_exception(exc))
         seen = list(self.coll_firsts)
         self.coll_firsts.clear()  # the communicators hold this very list
+        failures = self.p2p.failures
+        told = [] if failures is None else failures.take_records()
         return _control.Report(kernel.now, counts_sent, earliest, kernel.unfinished,
                                delivery.next_time() if failure is None else None,
-                               failure, seen, bool(self.p2p.rdv_bookings), delivery.open_handshakes())
+                               failure, seen, bool(self.p2p.rdv_bookings), delivery.open_handshakes(),
+                               told)
 
     def blocked_split(self) -> _control.Blocked:
         """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""

@@ -18,6 +18,11 @@ memory transport's):
 - A process runs in a round when envelopes reached it since its last run,
   or it has an event in the round, or the round closes an instant and it
   holds rendezvous transfers of it.
+- A fault record (a crash, a revocation, an ULFM contribution: ``Report.faults``)
+  goes to every other process, which runs in the next round to apply it
+  before anything at the record's ``due`` time runs; that round is no later
+  than the earliest ``due``. Every ``due`` is at least one lookahead after
+  the record's cause (``engine.failures``), so no window has run past it.
 - After a round: the first failure by (virtual time, rank) ends the run,
   collective mismatches included (``verify``); when nothing is left at
   ``now`` and some process holds rendezvous transfers, the next round, at
@@ -65,7 +70,8 @@ class Rounds:
     """
 
     __slots__ = ("me", "n", "lookahead", "counts", "given", "next", "unfinished", "held", "open",
-                 "firsts", "payloads", "now", "time", "close", "rounds", "windows", "names")
+                 "firsts", "payloads", "now", "time", "close", "rounds", "windows", "names",
+                 "faults", "due", "crashed")
 
     def __init__(self, me: int, unfinished: list[int], lookahead: float) -> None:
         n = len(unfinished)
@@ -80,6 +86,9 @@ class Rounds:
         self.open = [0] * n
         self.firsts: list[SignatureRecord] = []  # for this process's next run (``hosting.control.Step``)
         self.payloads: list[SignatureRecord] = []
+        self.faults: list[list[Any]] = []  # the other processes' fault records, for this process's next run
+        self.due = [False] * n  # process p has fault records to apply
+        self.crashed: dict[int, float] = {}  # world rank -> time, from the crash records
         self.now = 0.0
         self.time = 0.0  # the latest virtual time any process reached
         self.close = False
@@ -96,12 +105,18 @@ class Rounds:
         for p in range(self.n):
             nxt = self.next[p]
             runs.append(self.counts[p] != self.given[p] or (nxt is not None and nxt <= limit)
-                        or (self.close and self.held[p]))
+                        or (self.close and self.held[p]) or self.due[p])
             if runs[p]:
                 self.given[p] = list(self.counts[p])
+                self.due[p] = False
         self.rounds += 1
         self.windows += until is not None
         return Plan(self.now, until, self.close, runs)
+
+    def take_faults(self) -> list[list[Any]]:
+        """The fault records for this process's run now (then forgotten)."""
+        faults, self.faults = self.faults, []
+        return faults
 
     def take_collective(self) -> tuple[list[SignatureRecord], list[SignatureRecord]]:
         """The collective firsts and payloads for this process's run now (then forgotten)."""
@@ -117,6 +132,11 @@ class Rounds:
         for p, report in enumerate(reports):
             if report is None:
                 continue
+            if report.faults:
+                self._take_faults(p, report.faults)
+                for record in report.faults:  # due no later than the next round
+                    if earliest is None or record[1] < earliest:
+                        earliest = float(record[1])
             self.time = max(self.time, report.time)
             self.next[p] = report.next
             self.unfinished[p] = report.unfinished
@@ -144,6 +164,16 @@ class Rounds:
             return None
         # at the last event's time (in a window, past now)
         return Outcome(self.time, any(self.unfinished), None, 0, None)
+
+    def _take_faults(self, p: int, records: list[list[Any]]) -> None:
+        for q in range(self.n):
+            if q != p:
+                self.due[q] = True
+        if p != self.me:
+            self.faults += records
+        for record in records:
+            if record[0] == "crash":
+                self.crashed[int(record[2])] = float(record[3])
 
     def verify(self, reports: list[C.Report | None]) -> list[tuple[float, int, int, C.ExcData]]:
         """Compare the first signatures of collective calls that several processes reported this round.
