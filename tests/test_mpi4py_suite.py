@@ -62,6 +62,16 @@ def test_simcluster_passes_what_mpich_passes(suite: str, n: int) -> None:
     assert ok >= TARGET * of, f"-n {n}: {ok} of the {of} cases MPICH passes pass here, under {TARGET:.0%}"
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_ulfm_passes_across_hosting_processes(suite: str, transport: str) -> None:
+    """test_ulfm's self and world classes, each rank in a hosting process of its own."""
+    outcomes, tail = harness.run_module(f"simcluster:{transport}", 3, suite, "test_ulfm")
+    memory, _ = harness.run_module("simcluster", 3, suite, "test_ulfm")
+    assert outcomes == memory, tail
+    assert sum(o == "pass" for o in outcomes.values()) >= 14, tail
+
+
 def test_the_scope_names_modules_the_suite_has(suite: str) -> None:
     missing = [m for m in scope.MODULES if not (Path(suite) / f"{m}.py").is_file()]
     assert not missing

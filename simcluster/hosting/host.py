@@ -85,6 +85,15 @@ run's configuration (``_config.RunConfig``) reaches a local hosting process
 with the rank function, over multiprocessing's launch pipe, and both sides
 build their ranks with ``_config.build_world``.
 
+Faults (``engine.failures``). A fault plan's crashes, and ULFM's
+revocations and agreements, change what ranks in other processes see, but
+never sooner than one hop (the lookahead L, or the next instant when it is
+0) after their cause. Each process reports them as records (``Report.faults``);
+every other process runs in the next round, which comes no later than the
+earliest record's due time, and applies them before anything runs there. So
+windows stay as they are under a fault plan, and the times equal one
+process's.
+
 Rule 4: never a hang in a round. An exchange waits in short slices and lets
 the event loop run between them, so STOP ends it and TIMEOUT is answered
 (``Host._answer_timeout``); a peer that dies closes its stream, which ends

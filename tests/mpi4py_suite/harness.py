@@ -44,14 +44,17 @@ Results = dict[str, dict[int, dict[str, str]]]  # module -> N -> case -> outcome
 def command(launcher: str, n: int, suite: str, module: str, out: str) -> list[str]:
     """The command line that runs ``module`` on ``n`` ranks under ``launcher``."""
     args = [str(RUNNER), suite, module, out]
-    if launcher == "simcluster":
+    if launcher == "simcluster" or launcher.startswith("simcluster:"):
         # --exact: no measured compute, so the ranks' interleaving, and every outcome, repeat
-        return [sys.executable, "-m", "simcluster", "mpirun", "-n", str(n), "--exact", "--timeout",
-                str(TIMEOUT - 30), *args]
+        transport = []  # simcluster:TRANSPORT: each rank in a hosting process of its own
+        if ":" in launcher:
+            transport = ["--transport", launcher.partition(":")[2], "--procs", str(n)]
+        return [sys.executable, "-m", "simcluster", "mpirun", "-n", str(n), "--exact", *transport,
+                "--timeout", str(TIMEOUT - 30), *args]
     if launcher == "mpich":
         mpiexec = shutil.which("mpiexec") or os.path.join(os.path.dirname(sys.executable), "mpiexec")
         return [mpiexec, "-n", str(n), sys.executable, *args]
-    raise ValueError(f"launcher {launcher!r}: use 'simcluster' or 'mpich'")
+    raise ValueError(f"launcher {launcher!r}: use 'simcluster', 'simcluster:TRANSPORT' or 'mpich'")
 
 
 def run_module(launcher: str, n: int, suite: str, module: str) -> tuple[dict[str, str], str]:

@@ -138,6 +138,7 @@ CASES = {
     "resilient_sum at a call": (resilient_sum, "crash:1@all_reduce#3"),
     "resilient_sum from the start": (resilient_sum, "crash:3@0"),
     "resilient_sum at random": (resilient_sum, "random:4000:2"),
+    "resilient_sum after it finished": (resilient_sum, "crash:2@1"),  # a finished rank does not crash
     "point_to_point": (point_to_point, "crash:3@1ms"),
     "revocation": (revocation, None),
     "pending_when_revoked": (pending_when_revoked, None),
