@@ -228,6 +228,21 @@ def configure(
         _schedule.check(schedule, tp.name if multiprocess else None)
     except ValueError as exc:
         raise _usage(exc) from None
+    check_world = getattr(model, "check_world", None)  # a platform: has it ranks enough?
+    if check_world is not None:
+        try:
+            check_world(world_size)
+        except ValueError as exc:
+            raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
+                             str(exc), "give the platform more nodes") from None
+    if getattr(model, "sharing", False) and (multiprocess or (plan is not None and plan.shapes_messages)
+                                             or fidelity == "analytic"):
+        why = (f"transport={tp.name!r}" if multiprocess else "fidelity='analytic'"
+               if fidelity == "analytic" else "faults=... with slow, cut or delay")
+        raise UsageError(None, f"run(latency={model.describe()}, {why})", "a platform whose links "
+                         "flows share runs on the memory transport, at message fidelity, without slow, "
+                         "cut or delay faults: the sharing needs every message as a flow in one place",
+                         "leave transport and those faults out, or make the platform with sharing=False")
     if multiprocess and fidelity == "analytic":
         raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
                          "collectives meet inside one process", "use transport='memory', or "

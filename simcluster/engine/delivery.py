@@ -22,12 +22,15 @@ other processes. It puts what reaches its own ranks on the same channels.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simcluster.transports.base import DATA, RTS, Envelope
 
 from .protocol import (Booking, Delivery, P2P, by_arrival, by_source, by_source_and_id, serial_of,
                        sort_by_source, transfer_start)
+
+if TYPE_CHECKING:
+    from .flows import Flows
 
 class LocalDelivery(Delivery):
     """Every rank in this process: envelopes go from the charge straight to their channels."""
@@ -36,6 +39,12 @@ class LocalDelivery(Delivery):
         super().bind(p2p)
         # envelopes are handed over as objects: this strategy puts its own on their channels
         self.in_process = p2p.in_process
+        platform = getattr(p2p.ports, "platform", None)  # a platform whose links flows share
+        self.flows: Flows | None = None
+        if platform is not None:
+            from .flows import Flows as _Flows  # only runs on such a platform load it
+
+            self.flows = _Flows(self.kernel, platform, self._arrive_flow)
 
     def send(self, env: Envelope) -> None:
         """Hand an eager message or a request to send over (in process: straight to its channel)."""
@@ -103,6 +112,8 @@ class LocalDelivery(Delivery):
         channels stay FIFO.
         """
         p2p = self.p2p
+        if self.flows is not None:
+            return self._book_flows(self.flows)
         items = p2p.bookings
         if items:
             p2p.bookings = []
@@ -129,6 +140,31 @@ class LocalDelivery(Delivery):
             if b.time < now:  # charged from before the match: never lands before it (Rule 5)
                 b.time = now
             send(b.envelope())
+        return True
+
+    def _arrive_flow(self, env: Envelope) -> None:
+        """A flow ended: its eager message or request to send goes on its channel, its data to
+        the transport (``data_arrived``)."""
+        if env.kind == DATA:
+            self.p2p.transport.send(env)
+        else:
+            self.send(env)
+
+    def _book_flows(self, flows: Flows) -> bool:
+        """``book`` on a platform whose links flows share (``engine.flows``): the instant's
+        messages start their flows, in posting order, and the flows are re-shared once."""
+        p2p = self.p2p
+        items, rdv = p2p.bookings, p2p.rdv_bookings
+        if not items and not rdv:
+            return False
+        p2p.bookings, p2p.rdv_bookings = [], []
+        sort_by_source(items, p2p.world_size)
+        rdv.sort(key=by_source_and_id)
+        for b in items:
+            flows.start(b)
+        for b in rdv:
+            flows.start(b)
+        flows.settle()
         return True
 
     def _book_round(self, items: list[Booking]) -> bool:

@@ -1,0 +1,423 @@
+"""Platforms: the machine the ranks run on, with links that concurrent messages share.
+
+A ``Platform`` is a latency model (``run(latency=platform)``) that knows the
+machine's shape: ``nodes`` nodes of ``ranks_per_node`` ranks, the ranks of a
+node joined by an intra-node fabric (shared memory, NVLink through an
+NVSwitch), and the nodes' NICs (``nics_per_node``; rank ``r`` uses NIC
+``r % nics_per_node`` of its node) joined by a ``network``: a ``Switch``, a
+two-level ``FatTree`` with any oversubscription, or a ``Torus``. Every link
+is one direction of a full-duplex cable, with its own latency and
+bandwidth.
+
+A message is a flow along its route (``Platform.route``). With ``sharing``
+(the default), the flows on a link share its bandwidth max-min fairly, and
+are re-shared whenever a flow starts or ends (``engine.flows``): a flow first
+waits its route's latency, then moves its bytes at its share. Without
+sharing, a message costs its route's latency plus its size over the
+route's narrowest link, whatever else is in flight. Routes are
+deterministic: within a node, up the sender's link and down the receiver's;
+across nodes, through the network, choosing among equal paths (a fat tree's
+spines) by a stable hash of the pair (``zlib.crc32``, never Python's salted
+``hash``), so times never depend on the seed or the run.
+
+``latency_factor`` and ``bandwidth_factor`` scale every route's latency
+and every link's bandwidth, as SimGrid's network model factors do (its LV08
+model uses 13.01 and 0.97).
+
+Presets (``dgx_h100``, ``ethernet_cluster``, ``laptop``) give the numbers of
+common machines; docs/platforms.md gives the source of each.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Final
+
+from .latency import LatencyModel, Ports
+
+__all__ = ["FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # __all__ alone does not filter dir()
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a cable: ``latency`` in seconds, ``bandwidth`` in bytes per second."""
+
+    latency: float
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        for name in ("latency", "bandwidth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise TypeError(f"Link({name}={value!r}): {name} must be a finite number")
+        if self.latency < 0:
+            raise ValueError(f"Link(latency={self.latency!r}): latency must be >= 0 seconds")
+        if self.bandwidth <= 0:
+            raise ValueError(f"Link(bandwidth={self.bandwidth!r}): bandwidth must be > 0 bytes per "
+                             "second (e.g. 12.5e9 for 100 Gb/s)")
+
+
+class _Links:
+    """The platform's link table, as it is built: each link's latency, bandwidth and name."""
+
+    def __init__(self) -> None:
+        self.latency: list[float] = []
+        self.bandwidth: list[float] = []
+        self.names: list[str] = []
+
+    def add(self, link: Link, name: str) -> int:
+        self.latency.append(float(link.latency))
+        self.bandwidth.append(float(link.bandwidth))
+        self.names.append(name)
+        return len(self.names) - 1
+
+    def duplex(self, link: Link, name: str) -> tuple[int, int]:
+        """Both directions of a cable: (up, down)."""
+        return self.add(link, f"{name} up"), self.add(link, f"{name} down")
+
+
+class Network:
+    """How the NICs of the nodes are joined: ``hosts`` endpoints, and a route between any two."""
+
+    def hosts(self) -> int:
+        raise NotImplementedError
+
+    def build(self, links: _Links, hosts: int) -> None:
+        """Add this network's links for ``hosts`` endpoints to ``links``."""
+        raise NotImplementedError
+
+    def route(self, a: int, b: int) -> list[int]:
+        """The links from endpoint ``a`` to endpoint ``b`` (a != b), in order."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class Switch(Network):
+    """Every NIC on one non-blocking switch: a route is the sender's cable up, the receiver's down."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.up: list[int] = []
+        self.down: list[int] = []
+
+    def hosts(self) -> int:
+        return 0  # any number
+
+    def build(self, links: _Links, hosts: int) -> None:
+        self.up, self.down = [], []
+        for h in range(hosts):
+            up, down = links.duplex(self.link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
+
+    def route(self, a: int, b: int) -> list[int]:
+        return [self.up[a], self.down[b]]
+
+    def describe(self) -> str:
+        return f"Switch({self.link!r})"
+
+
+class FatTree(Network):
+    """A two-level fat tree (leaf and spine): ``hosts_per_leaf`` NICs per leaf switch, ``spines``
+    spine switches, one cable from every leaf to every spine.
+
+    ``uplink`` is a leaf-to-spine cable; by default it is chosen so the tree
+    is ``oversubscription``:1 (1: non-blocking), i.e. each leaf's uplinks
+    carry ``hosts_per_leaf * link.bandwidth / oversubscription`` in all.
+    A route between two leaves goes up to one spine and down, the spine
+    chosen by a stable hash of the pair (ECMP).
+    """
+
+    def __init__(self, hosts_per_leaf: int, spines: int, link: Link, uplink: Link | None = None,
+                 oversubscription: float = 1.0) -> None:
+        for name, value in (("hosts_per_leaf", hosts_per_leaf), ("spines", spines)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"FatTree({name}={value!r}): {name} must be an int >= 1")
+        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+                or not 0 < oversubscription < math.inf:
+            raise ValueError(f"FatTree(oversubscription={oversubscription!r}): must be a number > 0 "
+                             "(2 for 2:1)")
+        self.hosts_per_leaf = hosts_per_leaf
+        self.spines = spines
+        self.link = link
+        self.oversubscription = float(oversubscription)
+        self.uplink = uplink if uplink is not None else Link(
+            link.latency, hosts_per_leaf * link.bandwidth / (spines * self.oversubscription))
+        self.up: list[int] = []
+        self.down: list[int] = []
+        self.to_spine: list[list[int]] = []  # [leaf][spine]
+        self.from_spine: list[list[int]] = []
+
+    def hosts(self) -> int:
+        return 0
+
+    def build(self, links: _Links, hosts: int) -> None:
+        self.up, self.down, self.to_spine, self.from_spine = [], [], [], []
+        for h in range(hosts):
+            up, down = links.duplex(self.link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
+        for leaf in range(-(-hosts // self.hosts_per_leaf)):
+            pairs = [links.duplex(self.uplink, f"leaf {leaf}-spine {s}") for s in range(self.spines)]
+            self.to_spine.append([p[0] for p in pairs])
+            self.from_spine.append([p[1] for p in pairs])
+
+    def route(self, a: int, b: int) -> list[int]:
+        la, lb = a // self.hosts_per_leaf, b // self.hosts_per_leaf
+        if la == lb:
+            return [self.up[a], self.down[b]]
+        spine = zlib.crc32(f"{a}>{b}".encode()) % self.spines
+        return [self.up[a], self.to_spine[la][spine], self.from_spine[lb][spine], self.down[b]]
+
+    def describe(self) -> str:
+        return (f"FatTree(hosts_per_leaf={self.hosts_per_leaf}, spines={self.spines}, link={self.link!r}, "
+                f"uplink={self.uplink!r})")
+
+
+class Torus(Network):
+    """A torus of ``dims`` routers (2-D: ``(x, y)``, 3-D: ``(x, y, z)``), one NIC on each, each
+    router cabled to its two neighbours in every dimension.
+
+    Routes are dimension-ordered (all of x first, then y, then z), each
+    dimension the shorter way round (forwards on a tie).
+    """
+
+    def __init__(self, dims: tuple[int, ...], link: Link, host_link: Link | None = None) -> None:
+        if not isinstance(dims, tuple) or not dims or any(
+                isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+            raise ValueError(f"Torus(dims={dims!r}): dims must be a tuple of ints >= 1, e.g. (4, 4)")
+        self.dims = dims
+        self.link = link
+        self.host_link = host_link if host_link is not None else link
+        self.up: list[int] = []
+        self.down: list[int] = []
+        self.hop: dict[tuple[int, int, int], int] = {}  # (router, dimension, +1/-1) -> link
+
+    def hosts(self) -> int:
+        return math.prod(self.dims)
+
+    def _coords(self, r: int) -> list[int]:
+        out = []
+        for d in self.dims:
+            out.append(r % d)
+            r //= d
+        return out
+
+    def _index(self, coords: list[int]) -> int:
+        r, scale = 0, 1
+        for c, d in zip(coords, self.dims):
+            r += c * scale
+            scale *= d
+        return r
+
+    def build(self, links: _Links, hosts: int) -> None:
+        self.up, self.down, self.hop = [], [], {}
+        for h in range(self.hosts()):
+            up, down = links.duplex(self.host_link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
+        for r in range(self.hosts()):
+            for dim, size in enumerate(self.dims):
+                for step in ((1, -1) if size > 2 else (1,) if size == 2 else ()):
+                    self.hop[(r, dim, step)] = links.add(self.link, f"router {r} dim {dim} {step:+d}")
+
+    def route(self, a: int, b: int) -> list[int]:
+        path = [self.up[a]]
+        here, there = self._coords(a), self._coords(b)
+        for dim, size in enumerate(self.dims):
+            forwards = (there[dim] - here[dim]) % size
+            step = 1 if forwards <= size - forwards else -1
+            for _ in range(forwards if step == 1 else size - forwards):
+                key = (self._index(here), dim, step if size > 2 else 1)
+                path.append(self.hop[key])
+                here[dim] = (here[dim] + step) % size
+        path.append(self.down[b])
+        return path
+
+    def describe(self) -> str:
+        return f"Torus(dims={self.dims!r}, link={self.link!r}, host_link={self.host_link!r})"
+
+
+class Platform(LatencyModel):
+    """The machine the ranks run on (see the module docstring); a latency model.
+
+    Args:
+        nodes: number of nodes.
+        ranks_per_node: ranks on each node (GPUs, or cores); rank ``r`` is on
+            node ``r // ranks_per_node``. The world may be smaller than
+            ``nodes * ranks_per_node``, never larger.
+        intra: each rank's link into its node's fabric (each direction):
+            shared memory, or NVLink to an NVSwitch.
+        network: how the NICs are joined (``Switch``, ``FatTree``, ``Torus``).
+        nics_per_node: NICs per node; rank ``r`` uses NIC ``r % nics_per_node``
+            of its node.
+        sharing: flows on a link share its bandwidth max-min fairly (memory
+            transport only); False: each message on its own.
+        latency_factor, bandwidth_factor: scale every route's latency and
+            every link's bandwidth (SimGrid's network model factors).
+        name: what ``describe`` calls it.
+    """
+
+    def __init__(self, nodes: int, ranks_per_node: int, intra: Link, network: Network, *,
+                 nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
+                 bandwidth_factor: float = 1.0, name: str = "") -> None:
+        for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
+                             ("nics_per_node", nics_per_node)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Platform({field}={value!r}): {field} must be an int >= 1")
+        if not isinstance(intra, Link):
+            raise TypeError(f"Platform(intra={intra!r}): expected a Link(latency, bandwidth)")
+        if not isinstance(network, Network):
+            raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree or Torus")
+        for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+                raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")
+        hosts = nodes * nics_per_node
+        fixed = network.hosts()
+        if fixed and fixed < hosts:
+            raise ValueError(f"Platform(network={network.describe()}): it joins {fixed} NICs, but "
+                             f"{nodes} nodes x {nics_per_node} NICs need {hosts}; use a larger network")
+        self.nodes = nodes
+        self.ranks_per_node = ranks_per_node
+        self.nics_per_node = nics_per_node
+        self.intra = intra
+        self.network = network
+        self.sharing = bool(sharing)
+        self.latency_factor = float(latency_factor)
+        self.bandwidth_factor = float(bandwidth_factor)
+        self.name = name
+        links = _Links()
+        self._rank_up: list[int] = []
+        self._rank_down: list[int] = []
+        for r in range(nodes * ranks_per_node):
+            up, down = links.duplex(intra, f"rank {r} (node {r // ranks_per_node})")
+            self._rank_up.append(up)
+            self._rank_down.append(down)
+        network = self.network = copy.copy(network)  # built for this platform: one may serve several
+        network.build(links, hosts)
+        self.links: Final = links
+        self.capacity = [bw * self.bandwidth_factor for bw in links.bandwidth]
+        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+
+    # ---- routes ----
+
+    def nic(self, rank: int) -> int:
+        """The network endpoint (NIC) rank ``rank`` sends and receives through."""
+        node, local = divmod(rank, self.ranks_per_node)
+        return node * self.nics_per_node + local % self.nics_per_node
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """The links a message from rank ``src`` to rank ``dst`` crosses, in order (indices into
+        ``links``; ``link_name`` names them)."""
+        return self._path(src, dst)[0]
+
+    def _path(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(route, its latency, its narrowest capacity), made on first use."""
+        key = (src, dst)
+        known = self._routes.get(key)
+        if known is not None:
+            return known
+        size = self.nodes * self.ranks_per_node
+        if not (0 <= src < size and 0 <= dst < size):
+            raise ValueError(f"{self.describe()}: ranks {src} and {dst}: the platform has ranks "
+                             f"0 to {size - 1} ({self.nodes} nodes x {self.ranks_per_node}); give it "
+                             "more nodes")
+        if src // self.ranks_per_node == dst // self.ranks_per_node:
+            path = [self._rank_up[src], self._rank_down[dst]]
+        else:
+            a, b = self.nic(src), self.nic(dst)
+            path = [self._rank_up[src], *self.network.route(a, b), self._rank_down[dst]] if a != b else \
+                [self._rank_up[src], self._rank_down[dst]]
+        links = self.links
+        latency = sum(links.latency[i] for i in path) * self.latency_factor
+        found = (tuple(path), latency, min(self.capacity[i] for i in path))
+        self._routes[key] = found
+        return found
+
+    def flow_latency(self, src: int, dst: int) -> float:
+        """The latency a message from ``src`` to ``dst`` waits before its bytes move."""
+        return self._path(src, dst)[1]
+
+    def link_name(self, link: int) -> str:
+        """What a link is: ``"rank 3 (node 0) up"``, ``"leaf 0-spine 1 down"``, ..."""
+        return self.links.names[link]
+
+    # ---- the latency model ----
+
+    def check_world(self, world_size: int) -> None:
+        """Raise ``ValueError`` if the platform has fewer than ``world_size`` ranks."""
+        size = self.nodes * self.ranks_per_node
+        if world_size > size:
+            raise ValueError(f"{world_size} ranks do not fit on {size} ({self.nodes} nodes x "
+                             f"{self.ranks_per_node} ranks per node)")
+
+    def bind(self, world_size: int, rng: random.Random) -> Ports:
+        """Ports that charge each message its route, alone (the engine shares flows itself)."""
+        self.check_world(world_size)
+        return _PlatformPorts(self)
+
+    def lookahead(self) -> float:
+        """The least latency of any route: two of the smallest link latencies (every route crosses
+        at least the sender's link up and the receiver's down)."""
+        return 2 * min(self.links.latency) * self.latency_factor
+
+    def describe(self) -> str:
+        if self.name:
+            return self.name
+        return (f"Platform(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, intra={self.intra!r}, "
+                f"network={self.network.describe()}, nics_per_node={self.nics_per_node}"
+                f"{'' if self.sharing else ', sharing=False'})")
+
+
+class _PlatformPorts(Ports):
+    """Each message on its own: its route's latency plus its size over the narrowest link.
+
+    ``platform`` tells the engine to share flows instead (``engine.flows``).
+    """
+
+    zero = False
+    ordered = True
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform if platform.sharing else None
+        self._path = platform._path
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
+        _, latency, capacity = self._path(src, dst)
+        return t, t + latency + nbytes / capacity
+
+
+# ---- presets ----
+
+
+def dgx_h100(nodes: int = 1, *, oversubscription: float = 1.0, sharing: bool = True) -> Platform:
+    """DGX H100-like nodes: 8 GPUs on NVSwitch, one 400 Gb/s NIC per GPU, in a fat tree."""
+    nvlink = Link(latency=1e-6, bandwidth=450e9)  # per direction: 900 GB/s per GPU in all
+    nic = Link(latency=1e-6, bandwidth=50e9)  # 400 Gb/s
+    return Platform(nodes, 8, nvlink, FatTree(32, 16, nic, oversubscription=oversubscription),
+                    nics_per_node=8, sharing=sharing, name=f"dgx_h100({nodes})")
+
+
+def ethernet_cluster(nodes: int = 4, cores: int = 16, *, oversubscription: float = 1.0,
+                     sharing: bool = True) -> Platform:
+    """Commodity nodes of ``cores`` ranks, one 25 Gb/s Ethernet NIC each, 32 to a leaf switch."""
+    memory = Link(latency=0.5e-6, bandwidth=10e9)
+    ethernet = Link(latency=10e-6, bandwidth=3.125e9)  # 25 Gb/s
+    return Platform(nodes, cores, memory, FatTree(32, 4, ethernet, oversubscription=oversubscription),
+                    sharing=sharing, name=f"ethernet_cluster({nodes}, {cores})")
+
+
+def laptop(cores: int = 8, *, sharing: bool = True) -> Platform:
+    """One machine: ``cores`` ranks sharing memory."""
+    memory = Link(latency=0.5e-6, bandwidth=10e9)
+    return Platform(1, cores, memory, Switch(memory), sharing=sharing, name=f"laptop({cores})")

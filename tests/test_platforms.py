@@ -1,0 +1,214 @@
+"""Platforms: routes through a machine's shape, and messages as flows that share links max-min fairly.
+
+The times below are worked out by hand from the platform's links: a flow
+waits its route's latency, then moves its bytes at its max-min fair share,
+re-shared whenever a flow joins or ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simcluster as sc
+from simcluster.platform import FatTree, Link, Platform, Switch, Torus, dgx_h100, ethernet_cluster, laptop
+
+GB = 1e9
+MB = 10**6
+NIC = Link(1e-6, 1 * GB)  # 1 us, 1 GB/s each way
+FAST = Link(0.0, 1e12)  # the ranks' own links: never the bottleneck
+HOP = 2e-6  # across the switch: the sender's NIC up, the receiver's down
+BIG = {"eager_limit": 2**30}  # every message eager: no handshake in the times
+
+
+def star(nodes: int, sharing: bool = True) -> Platform:
+    """One rank per node, every node on one switch."""
+    return Platform(nodes, 1, FAST, Switch(NIC), sharing=sharing)
+
+
+def sends(plan: dict[int, list[tuple[int, int, float]]]) -> Any:
+    """A program: rank r sends, for each (dst, nbytes, at) of plan[r], nbytes to dst at time at,
+    and receives what is sent to it (its receives posted at 0)."""
+    async def main(comm: sc.Comm) -> None:
+        receives = [comm.irecv(src=src) for src, todo in plan.items()
+                    for dst, _, _ in todo if dst == comm.rank]
+        requests = []
+        for dst, nbytes, at in plan.get(comm.rank, []):
+            await comm.sleep(at - comm.now)
+            requests.append(comm.isend(np.zeros(nbytes, np.uint8), dst=dst))
+        for req in receives + requests:
+            await req
+    return main
+
+
+def arrivals(plan: dict[int, list[tuple[int, int, float]]], world_size: int, platform: Platform,
+             **keywords: Any) -> dict[tuple[int, int], float]:
+    """When each message of ``plan`` reached its receiver: {(src, dst): time} (from the trace)."""
+    result = sc.run(sends(plan), world_size, latency=platform, trace=True, eager_limit=2**30, **keywords)
+    assert result.trace is not None
+    return {(m.src, m.dst): m.recv for m in result.trace.messages}
+
+
+# ---- max-min sharing ----
+
+def test_two_flows_into_one_link_share_it_and_the_second_speeds_up_when_the_first_ends() -> None:
+    got = arrivals({0: [(2, MB, 0.0)], 1: [(2, MB // 2, 0.0)]}, 3, star(3))
+    # both at 0.5 GB/s until the small one ends (0.5 MB at 0.5 GB/s: 1 ms); then 1 GB/s for the rest
+    assert got == {(1, 2): pytest.approx(HOP + 1e-3), (0, 2): pytest.approx(HOP + 1.5e-3)}
+
+
+def test_a_flow_that_joins_later_takes_its_share_from_then_on() -> None:
+    got = arrivals({0: [(2, MB, 0.0)], 1: [(2, MB, 0.5e-3)]}, 3, star(3))
+    # alone for 0.5 ms (0.5 MB), then halves until the first ends at 1.5 ms; the second, 0.5 MB
+    # behind, alone again from then: 0.5 ms more
+    assert got == {(0, 2): pytest.approx(HOP + 1.5e-3), (1, 2): pytest.approx(HOP + 2e-3)}
+
+
+def test_max_min_gives_a_flow_what_its_bottlenecked_neighbours_leave() -> None:
+    # three flows into rank 3 (1/3 GB/s each); rank 1 also sends to rank 4 over its own uplink,
+    # which it shares with its flow into rank 3: max-min leaves that one 2/3 GB/s
+    plan = {0: [(3, MB, 0.0)], 1: [(3, MB, 0.0), (4, MB, 0.0)], 2: [(3, MB, 0.0)]}
+    got = arrivals(plan, 5, star(5))
+    assert got == {(1, 4): pytest.approx(HOP + 1.5e-3),
+                   **{(r, 3): pytest.approx(HOP + 3e-3) for r in (0, 1, 2)}}
+
+
+def test_flows_on_disjoint_links_do_not_slow_each_other() -> None:
+    got = arrivals({0: [(1, MB, 0.0)], 2: [(3, MB, 0.0)]}, 4, star(4))
+    assert got == {(0, 1): pytest.approx(HOP + 1e-3), (2, 3): pytest.approx(HOP + 1e-3)}
+
+
+def test_without_sharing_each_message_costs_its_route_alone() -> None:
+    got = arrivals({0: [(2, MB, 0.0)], 1: [(2, MB, 0.0)]}, 3, star(3, sharing=False))
+    assert got == {(0, 2): pytest.approx(HOP + 1e-3), (1, 2): pytest.approx(HOP + 1e-3)}
+
+
+def test_an_oversubscribed_fat_tree_slows_flows_between_leaves_only() -> None:
+    tree = FatTree(hosts_per_leaf=2, spines=1, link=NIC, oversubscription=2)  # 1 GB/s up per leaf
+    platform = Platform(4, 1, FAST, tree)
+    plan = {0: [(2, MB, 0.0)], 1: [(3, MB, 0.0)]}  # both from leaf 0 to leaf 1
+    across = 4e-6  # NIC up, leaf up, spine down, NIC down
+    assert arrivals(plan, 4, platform) == {(0, 2): pytest.approx(across + 2e-3),
+                                           (1, 3): pytest.approx(across + 2e-3)}
+    same_leaf = arrivals({0: [(1, MB, 0.0)], 2: [(3, MB, 0.0)]}, 4, platform)
+    assert same_leaf == {(0, 1): pytest.approx(HOP + 1e-3), (2, 3): pytest.approx(HOP + 1e-3)}
+
+
+# ---- what MPI promises stays true ----
+
+def test_a_smaller_later_message_never_overtakes_on_its_channel() -> None:
+    async def main(comm: sc.Comm) -> Any:
+        if comm.rank == 0:
+            a = comm.isend(np.zeros(60_000, np.uint8), dst=1, tag=1)
+            b = comm.isend(b"x", dst=1, tag=2)
+            await a
+            await b
+            return None
+        first = await comm.recv(src=0)
+        t1 = comm.now
+        second = await comm.recv(src=0)
+        return len(first), second, t1, comm.now
+    result = sc.run(main, 2, latency=star(2))
+    first, second, t1, t2 = result[1]
+    assert (first, second) == (60_000, b"x")
+    assert t2 == t1  # the small one ended sooner but waited for the large one ahead of it
+
+
+def test_rendezvous_sends_complete_when_their_data_lands() -> None:
+    async def main(comm: sc.Comm) -> Any:
+        if comm.rank == 0:
+            await comm.send(np.zeros(MB, np.uint8), dst=1)  # rendezvous: completes when the data lands
+            return comm.now
+        await comm.sleep(1e-3)  # the receive is posted late: the data waits for it
+        await comm.recv(src=0)
+        return comm.now
+    result = sc.run(main, 2, latency=star(2))
+    # the transfer is charged from the later posting (the receive's), as on every model
+    assert result[0] == result[1] == pytest.approx(1e-3 + HOP + 1e-3)
+
+
+def test_collectives_on_a_switch_take_their_cost_formula() -> None:
+    n = 8
+    per = MB  # bytes of each rank's vector
+
+    async def main(comm: sc.Comm) -> float:
+        await comm.all_reduce(np.ones(per // 8), algorithm="ring")
+        return comm.now
+    result = sc.run(main, n, latency=star(n), **BIG)
+    # a ring: 2(n-1) steps, each sends per/n bytes to the next rank over disjoint links
+    assert result.times == [pytest.approx(2 * (n - 1) * (HOP + per / n / GB))] * n
+
+
+# ---- determinism ----
+
+def test_the_same_times_whatever_the_seed_or_the_schedule() -> None:
+    plan = {0: [(3, MB, 0.0)], 1: [(3, MB // 3, 0.0), (4, MB, 0.0)], 2: [(3, 2 * MB, 1e-4)]}
+    runs = [arrivals(plan, 5, star(5), seed=seed) for seed in range(4)]
+    runs.append(arrivals(plan, 5, star(5), seed=7, schedule="shuffle"))
+    assert all(r == runs[0] for r in runs) and len(runs[0]) == 4
+
+
+# ---- routes ----
+
+def test_routes_through_a_torus_go_dimension_by_dimension_the_short_way() -> None:
+    platform = Platform(16, 1, FAST, Torus((4, 4), NIC))
+    names = [platform.link_name(i) for i in platform.route(0, 7)]  # (0,0) to (3,1)
+    assert names == ["rank 0 (node 0) up", "nic 0 up", "router 0 dim 0 -1", "router 3 dim 1 +1",
+                     "nic 7 down", "rank 7 (node 7) down"]
+
+
+def test_a_fat_tree_spreads_pairs_over_its_spines_the_same_way_every_run() -> None:
+    platform = Platform(64, 1, FAST, FatTree(hosts_per_leaf=8, spines=4, link=NIC))
+    spines = {platform.link_name(platform.route(a, a + 8)[2]).split()[2] for a in range(8)}
+    assert len(spines) > 1  # ECMP by a stable hash of the pair
+    again = Platform(64, 1, FAST, FatTree(hosts_per_leaf=8, spines=4, link=NIC))
+    assert [again.route(a, a + 8) for a in range(8)] == [platform.route(a, a + 8) for a in range(8)]
+
+
+def test_ranks_of_one_node_talk_through_its_fabric_and_share_their_nic_across_nodes() -> None:
+    platform = Platform(2, 4, Link(1e-7, 100 * GB), Switch(NIC), nics_per_node=2)
+    assert [platform.link_name(i) for i in platform.route(0, 3)] == ["rank 0 (node 0) up",
+                                                                      "rank 3 (node 0) down"]
+    assert platform.nic(0) == platform.nic(2) == 0 and platform.nic(1) == 1 and platform.nic(5) == 3
+    assert platform.lookahead() == pytest.approx(2e-7)
+
+
+def test_presets_describe_machines_of_the_right_shape() -> None:
+    dgx = dgx_h100(2)
+    assert (dgx.nodes, dgx.ranks_per_node, dgx.nics_per_node) == (2, 8, 8)
+    assert len(dgx.route(0, 1)) == 2  # NVLink through the NVSwitch
+    assert len(dgx.route(0, 8)) == 4  # NIC to NIC through their leaf switch (32 NICs to a leaf)
+    assert len(dgx_h100(8).route(0, 32)) == 6  # node 4's NICs hang from the next leaf
+    assert ethernet_cluster(4, 16).ranks_per_node == 16 and laptop(8).nodes == 1
+
+
+# ---- bad input ----
+
+def test_a_world_larger_than_the_platform_is_refused_before_it_runs() -> None:
+    async def main(comm: sc.Comm) -> None:
+        return None
+    with pytest.raises(sc.UsageError, match=r"5 ranks do not fit on 4 \(4 nodes x 1 ranks per node\)"):
+        sc.run(main, 5, latency=star(4))
+
+
+def test_sharing_runs_on_the_memory_transport_only_and_says_what_to_do() -> None:
+    async def main(comm: sc.Comm) -> None:
+        return None
+    with pytest.raises(sc.UsageError, match="sharing=False"):
+        sc.run(main, 2, latency=star(2), transport="shm", procs=2)
+    with pytest.raises(sc.UsageError, match="fidelity='analytic'"):
+        sc.run(main, 2, latency=star(2), fidelity="analytic")
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: Link(-1.0, GB), "latency must be >= 0"),
+    (lambda: Link(1e-6, 0), "bandwidth must be > 0"),
+    (lambda: Platform(0, 1, FAST, Switch(NIC)), "nodes must be an int >= 1"),
+    (lambda: Platform(32, 1, FAST, Torus((4, 4), NIC)), "it joins 16 NICs"),
+    (lambda: FatTree(hosts_per_leaf=0, spines=2, link=NIC), "hosts_per_leaf must be an int >= 1"),
+])
+def test_bad_platforms_are_refused_naming_the_field(bad: Any, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        bad()
