@@ -45,7 +45,7 @@ __all__ = [
     "DeadlockError", "ProcessFailedError", "RankError", "ReduceOp", "RevokedError", "dist", "faults", "Request",
     "RunResult", "RunTimeoutError", "SimclusterError",
     "SimclusterWarning", "Stats", "Status", "TransportError", "TruncationError", "UsageError",
-    "UsageTypeError", "latency",
+    "UsageTypeError", "latency", "platform",
     "launch", "run", "test_all", "testing", "test_any", "trace", "wait_all", "wait_any", "wait_some",
 ]
 
@@ -55,9 +55,10 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> object:
-    # ``sc.faults`` loads on first use: a run without a fault plan never needs it
-    if name == "faults":
+    # ``sc.faults`` and ``sc.platform`` load on first use: a run without a fault plan or a
+    # platform never needs them
+    if name in ("faults", "platform"):
         import importlib  # not `from . import faults`: that asks this function again, for ever
 
-        return importlib.import_module("simcluster.faults")
+        return importlib.import_module(f"simcluster.{name}")
     raise AttributeError(f"module 'simcluster' has no attribute {name!r}")

@@ -35,6 +35,7 @@ PUBLIC_MODULES = [
     "simcluster", "simcluster.arrays", "simcluster.cli", "simcluster.dist", "simcluster.errors",
     "simcluster.latency", "simcluster.matching", "simcluster.ops", "simcluster.payload",
     "simcluster.testing", "simcluster.trace", "simcluster.MPI", "simcluster.faults",
+    "simcluster.platform",
 ]
 """The modules a user imports or meets in the docs: dir() shows their public names only."""
 
