@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Message", "Span", "Trace", "load", "messages_of", "plot", "show", "world_size_of"]
+__all__ = ["Counter", "Message", "Span", "Trace", "load", "messages_of", "plot", "show", "world_size_of"]
 
 
 def __dir__() -> list[str]:
@@ -80,6 +80,15 @@ class Message:
 
 
 @dataclass(slots=True)
+class Counter:
+    """A value of a counter track from ``time`` on: a platform link's utilisation (0 to 1)."""
+
+    name: str
+    time: float
+    value: float
+
+
+@dataclass(slots=True)
 class Trace:
     """What a traced run recorded; ``RunResult.trace`` holds one."""
 
@@ -88,6 +97,7 @@ class Trace:
     messages: list[Message] = field(default_factory=list)
     procs: int = 1
     _open: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
+    counters: list[Counter] = field(default_factory=list)
 
     # ---- recording (called by the engine and Comm) ----
 
@@ -101,6 +111,10 @@ class Trace:
         message = Message(msg_id, src, dst, tag, nbytes, now, None, comm)
         self.messages.append(message)
         self._open[(src, msg_id)] = message
+
+    def counter(self, name: str, time: float, value: float) -> None:
+        """Record that counter ``name`` (a platform link) holds ``value`` from ``time`` on."""
+        self.counters.append(Counter(name, time, value))
 
     def received(self, src: int, msg_id: int, now: float) -> None:
         """Record that the receive of ``src``'s message ``msg_id`` completed at ``now``."""
@@ -132,6 +146,12 @@ class Trace:
                            "pid": m.src // per_proc, "tid": m.src, "ts": m.sent * _US, "args": args})
             events.append({"ph": "f", "bp": "e", "name": "message", "cat": "message", "id": m.id,
                            "pid": m.dst // per_proc, "tid": m.dst, "ts": m.recv * _US, "args": args})
+        if self.counters:  # a platform's links: a track each, in a process of their own
+            events.append({"ph": "M", "name": "process_name", "pid": self.procs, "tid": 0,
+                           "args": {"name": "network links (utilisation)"}})
+            for c in self.counters:
+                events.append({"ph": "C", "name": c.name, "cat": "link", "pid": self.procs,
+                               "ts": c.time * _US, "args": {"utilisation": c.value}})
         return {"traceEvents": events, "displayTimeUnit": "ns",
                 "otherData": {"generator": "simcluster", "world_size": self.world_size,
                               "procs": self.procs, "time_unit": "virtual microseconds"}}
@@ -247,7 +267,33 @@ def show(path: str | Path, *, width: int = 12) -> str:
         times = f"{m['sent'] * per_us:10.3f} -> {m['recv'] * per_us:10.3f} "
         lines.append(times + "".join(row).rstrip())
     lines.append(f"{len(msgs)} messages; times in virtual {unit} (send -> receive)")
+    lines += _busiest_links(doc, per_us, unit)
     return "\n".join(lines)
+
+
+def _busiest_links(doc: dict[str, Any], per_us: float, unit: str, top: int = 5) -> list[str]:
+    """A platform's busiest links (counter events): how long each was busy, and how full."""
+    tracks: dict[str, list[tuple[float, float]]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "C" and e.get("cat") == "link":
+            tracks.setdefault(e["name"], []).append((e["ts"], float(e["args"]["utilisation"])))
+    if not tracks:
+        return []
+    rows = []
+    for name, points in tracks.items():
+        busy = carried = 0.0
+        for (t, value), (t_next, _) in zip(points, points[1:]):
+            if value > 0:
+                busy += t_next - t
+                carried += (t_next - t) * value
+        if busy > 0:
+            rows.append((carried, busy, name))
+    rows.sort(key=lambda r: (-r[0], r[2]))
+    lines = [f"busiest links of {len(tracks)} used (busy time in virtual {unit}, mean utilisation "
+             "while busy):"]
+    for carried, busy, name in rows[:top]:
+        lines.append(f"  {name}: busy {busy * per_us:.3f}, {100 * carried / busy:.1f}%")
+    return lines
 
 
 def _fault_text(mark: dict[str, Any], per_us: float) -> str:

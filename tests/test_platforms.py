@@ -212,3 +212,33 @@ def test_sharing_runs_on_the_memory_transport_only_and_says_what_to_do() -> None
 def test_bad_platforms_are_refused_naming_the_field(bad: Any, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         bad()
+
+
+# ---- seeing it ----
+
+def test_a_traced_run_has_a_utilisation_track_per_link_and_trace_show_names_the_busiest(
+        tmp_path: Any) -> None:
+    path = tmp_path / "t.json"
+    plan = {0: [(2, MB, 0.0)], 1: [(2, MB // 2, 0.0)]}
+    sc.run(sends(plan), 3, latency=star(3), trace=str(path), eager_limit=2**30)
+    doc = sc.trace.load(path)
+    down = [(e["ts"], e["args"]["utilisation"]) for e in doc["traceEvents"]
+            if e.get("ph") == "C" and e["name"] == "nic 2 down"]
+    # full from when both flows join (2 us) until the last ends (2 us + 1.5 ms), then idle
+    assert down == [(pytest.approx(2.0), 1.0), (pytest.approx(1502.0), 0.0)]
+    up0 = [e["args"]["utilisation"] for e in doc["traceEvents"]
+           if e.get("ph") == "C" and e["name"] == "nic 0 up"]
+    assert up0 == [0.5, 1.0, 0.0]  # half the receiver's link, then all of it once the other ends
+    shown = sc.trace.show(path).splitlines()
+    at = shown.index("busiest links of 6 used (busy time in virtual milliseconds, mean utilisation "
+                     "while busy):")
+    assert shown[at + 1:at + 4] == ["  nic 2 down: busy 1.500, 100.0%", "  nic 0 up: busy 1.500, 66.7%",
+                                    "  nic 1 up: busy 1.000, 50.0%"]
+    again, other = tmp_path / "again.json", tmp_path / "other.json"
+    sc.run(sends(plan), 3, latency=star(3), trace=str(again), eager_limit=2**30)
+    assert again.read_bytes() == path.read_bytes()  # the same seed: the same bytes
+    sc.run(sends(plan), 3, latency=star(3), trace=str(other), eager_limit=2**30, seed=9)
+
+    def counters(doc: dict[str, Any]) -> list[Any]:
+        return [e for e in doc["traceEvents"] if e.get("ph") == "C"]
+    assert counters(sc.trace.load(other)) == counters(doc)  # another seed: the same utilisation

@@ -18,7 +18,8 @@ instant's messages):
    is a flow of no bytes, so it keeps its place too).
 
 Rates and times depend only on the flows and their order of posting, never
-on the seed. Each change costs one pass over the flows sharing links, so an
+on the seed. A traced run records each link's utilisation (the sum of its
+flows' rates over its bandwidth) as a counter track whenever it changes. Each change costs one pass over the flows sharing links, so an
 instant at which many flows start or end together is re-shared once.
 """
 
@@ -69,6 +70,7 @@ class Flows:
         self.token = 0  # the wake event that counts (earlier ones are stale)
         self.wake_at: float | None = None
         self.reshares = 0
+        self.shown: dict[int, float] = {}  # a traced run: each link's utilisation as last recorded
 
     def start(self, booking: Booking) -> None:
         """A message was charged now: its flow starts (rule 1)."""
@@ -153,6 +155,8 @@ class Flows:
         """Max-min fair rates for the active flows, by progressive filling (rule 2)."""
         active = self.active
         if not active:
+            if self.shown:
+                self._show({})
             return
         self.reshares += 1
         users: dict[int, list[_Flow]] = {}
@@ -188,4 +192,20 @@ class Flows:
         now = self.last
         for flow in active:
             flow.finish = now + flow.left / flow.rate if flow.rate > 0 else now
+        if self.kernel.trace is not None:
+            self._show({link: 1.0 - max(0.0, rest) / capacity[link] for link, rest in left.items()})
+
+    def _show(self, used: dict[int, float]) -> None:
+        """Record in the trace the links whose utilisation changed (a counter track each)."""
+        trace = self.kernel.trace
+        assert trace is not None
+        shown, now, name = self.shown, self.last, self.platform.link_name
+        for link in sorted(set(shown) | set(used)):
+            value = round(used.get(link, 0.0), 12)
+            if shown.get(link, 0.0) != value:
+                trace.counter(name(link), now, value)
+            if value:
+                shown[link] = value
+            else:
+                shown.pop(link, None)
 
