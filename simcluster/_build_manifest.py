@@ -7,13 +7,14 @@ import hashlib
 import json
 import os
 
-COMPILED = ("engine.kernel", "engine.protocol", "engine.delivery", "engine.diagnostics", "engine.assembly",
+COMPILED = ("engine.kernel", "engine.protocol", "engine.delivery", "engine.flows", "engine.diagnostics",
+            "engine.assembly",
             "hosting.hosted_engine", "matching", "request", "engine.ports", "_p2p_calls", "transports.wire",
             "_coll_context", "collectives._chunks", "collectives._reduction", "collectives.barrier", "collectives.broadcast",
             "collectives.reduce", "collectives.all_reduce", "collectives.reduce_scatter", "collectives.all_gather",
             "collectives.gather", "collectives.scatter", "collectives.all_to_all", "collectives.scan")
 """The hot path, as modules of the ``simcluster`` package: the kernel, the point-to-point protocol
-and its in-process delivery,
+and its in-process delivery (with a platform's flows),
 diagnostics, the engine (in-process and hosted), matching, requests, the built-in models' port
 state (``engine.ports``: the charge of every message), the awaitables ``Comm.send`` and ``recv``
 return under ``checks="off"`` (``_p2p_calls``), the payload codec, and the

@@ -690,7 +690,8 @@ BANDWIDTH_UNITS: Final[Mapping[str, float]] = MappingProxyType(
 FORMS: Final = (
     "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G, "
     "hierarchical:RANKS_PER_NODE;INTRA;INTER, jitter:REL;MODEL, "
-    "dgx_h100[:NODES], ethernet_cluster[:NODES[,CORES]], laptop[:CORES] (platforms: docs/platforms.md) "
+    "dgx_h100[:NODES], ethernet_cluster[:NODES[,CORES]], laptop[:CORES], each optionally ending in "
+    "',unshared' (platforms: docs/platforms.md) "
     "(times take s, ms, us or ns; BETA, GAMMA and G take a bandwidth in B/s, KB/s, MB/s, GB/s, "
     "KiB/s, MiB/s or GiB/s, or seconds per byte; a plain number is seconds or seconds per byte; "
     "INTRA, INTER and MODEL are specs themselves)"
@@ -766,15 +767,20 @@ _PLATFORMS: Final = {"dgx_h100": ("NODES", "dgx_h100:4"), "ethernet_cluster": ("
 
 
 def _platform(spec: str, name: str, rest: str) -> LatencyModel:
-    """``dgx_h100:NODES`` and the other presets: counts after ``:``, all optional."""
+    """``dgx_h100:NODES`` and the other presets: counts after ``:``, all optional, then
+    ``unshared`` for a platform whose messages do not share links."""
     counts, example = _PLATFORMS[name]
     texts = [text.strip() for text in rest.split(",")] if rest.strip() else []
+    sharing = not texts or texts[-1] != "unshared"
+    if not sharing:
+        texts.pop()
     if len(texts) > counts.count(",") + 1 or not all(text.isdigit() and int(text) > 0 for text in texts):
         _parse_error(spec, f"{name} takes up to {counts.count(',') + 1} counts ({counts}) as whole "
-                     f"numbers > 0, got {rest.strip()!r}", f"write it like {example!r}")
+                     f"numbers > 0, then optionally 'unshared', got {rest.strip()!r}",
+                     f"write it like {example!r}")
     # only runs on a platform load it; by name, as the platform module builds on this one
     build: Callable[..., LatencyModel] = getattr(importlib.import_module("simcluster.platform"), name)
-    return build(*(int(text) for text in texts))
+    return build(*(int(text) for text in texts), sharing=sharing)
 
 
 def _parse_error(spec: str, problem: str, fix: str) -> NoReturn:

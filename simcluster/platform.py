@@ -265,12 +265,14 @@ class Platform(LatencyModel):
             transport only); False: each message on its own.
         latency_factor, bandwidth_factor: scale every route's latency and
             every link's bandwidth (SimGrid's network model factors).
+        precision: flows that would end within this many seconds of the
+            first to end at an instant end with it (0: each at its own time).
         name: what ``describe`` calls it.
     """
 
     def __init__(self, nodes: int, ranks_per_node: int, intra: Link, network: Network, *,
                  nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
-                 bandwidth_factor: float = 1.0, name: str = "") -> None:
+                 bandwidth_factor: float = 1.0, precision: float = 1e-9, name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -282,6 +284,8 @@ class Platform(LatencyModel):
         for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
                 raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")
+        if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
+            raise ValueError(f"Platform(precision={precision!r}): must be seconds >= 0, e.g. 1e-9")
         hosts = nodes * nics_per_node
         fixed = network.hosts()
         if fixed and fixed < hosts:
@@ -295,6 +299,7 @@ class Platform(LatencyModel):
         self.sharing = bool(sharing)
         self.latency_factor = float(latency_factor)
         self.bandwidth_factor = float(bandwidth_factor)
+        self.precision = float(precision)
         self.name = name
         links = _Links()
         self._rank_up: list[int] = []
@@ -319,10 +324,10 @@ class Platform(LatencyModel):
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """The links a message from rank ``src`` to rank ``dst`` crosses, in order (indices into
         ``links``; ``link_name`` names them)."""
-        return self._path(src, dst)[0]
+        return self.path(src, dst)[0]
 
-    def _path(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
-        """(route, its latency, its narrowest capacity), made on first use."""
+    def path(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(``route``, its latency, the bandwidth of its narrowest link), made on first use."""
         key = (src, dst)
         known = self._routes.get(key)
         if known is not None:
@@ -346,7 +351,7 @@ class Platform(LatencyModel):
 
     def flow_latency(self, src: int, dst: int) -> float:
         """The latency a message from ``src`` to ``dst`` waits before its bytes move."""
-        return self._path(src, dst)[1]
+        return self.path(src, dst)[1]
 
     def link_name(self, link: int) -> str:
         """What a link is: ``"rank 3 (node 0) up"``, ``"leaf 0-spine 1 down"``, ..."""
@@ -390,10 +395,10 @@ class _PlatformPorts(Ports):
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform if platform.sharing else None
-        self._path = platform._path
+        self.path = platform.path
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
-        _, latency, capacity = self._path(src, dst)
+        _, latency, capacity = self.path(src, dst)
         return t, t + latency + nbytes / capacity
 
 

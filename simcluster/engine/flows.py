@@ -12,21 +12,28 @@ instant's messages):
    filling: the most loaded link fixes the rate of its flows, which leave
    the problem, and so on), re-shared at each instant at which flows join or
    end; between those instants the rates stay as they are.
-3. A flow ends when its bytes have moved. Its message reaches its receiver
+3. A flow ends when its bytes have moved (flows that would end within the
+   platform's ``precision``, 1 ns by default, of the first to end at an
+   instant end with it: a re-share per distinct end would cost more than
+   the nanosecond is worth). Its message reaches its receiver
    then, but never before an earlier message on the same (source,
    destination) channel: MPI's messages do not overtake (a request to send
    is a flow of no bytes, so it keeps its place too).
 
 Rates and times depend only on the flows and their order of posting, never
 on the seed. A traced run records each link's utilisation (the sum of its
-flows' rates over its bandwidth) as a counter track whenever it changes. Each change costs one pass over the flows sharing links, so an
-instant at which many flows start or end together is re-shared once.
+flows' rates over its bandwidth) as a counter track whenever it changes.
+
+The cost. Max-min rates split along connected components (flows joined by
+shared links), so a change re-shares only the component of the links it
+touched, once per instant however many flows joined or ended at it. A flow
+keeps its bytes left as of its last change of rate, and its end sits in a
+heap, so an instant costs nothing for the flows it does not touch.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -42,16 +49,21 @@ __all__ = ["Flows"]
 
 
 class _Flow:
-    __slots__ = ("booking", "route", "left", "rate", "finish", "done", "seq")
+    __slots__ = ("booking", "route", "left", "since", "rate", "finish", "version", "done", "seq",
+                 "fixed", "share")
 
     def __init__(self, booking: Booking, route: tuple[int, ...], left: float, seq: int) -> None:
         self.booking = booking
         self.route = route
-        self.left = left  # bytes still to move
-        self.rate = 0.0
-        self.finish = math.inf  # when it ends at its current rate (shared at the next settle)
+        self.left = left  # bytes still to move at ``since``
+        self.since = 0.0
+        self.rate = 0.0  # bytes per second from ``since`` on
+        self.finish = 0.0  # when it ends at that rate
+        self.version = 0  # its entry in the ends' heap that counts
         self.done = False
         self.seq = seq
+        self.fixed = 0  # the share that last set ``share``, its rate in that share
+        self.share = 0.0
 
 
 class Flows:
@@ -61,12 +73,18 @@ class Flows:
         self.kernel = kernel
         self.platform = platform
         self.capacity = platform.capacity
+        self.precision = platform.precision
+        # each link's capacity not yet given out, and its flows not yet fixed, in a share
+        self.left = [0.0] * len(platform.capacity)
+        self.count = [0] * len(platform.capacity)
         self.deliver = deliver
         self.joining: list[tuple[float, int, _Flow]] = []  # (when it joins the links, seq, flow)
-        self.active: list[_Flow] = []
+        self.ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow)
+        self.users: dict[int, dict[int, _Flow]] = {}  # link -> the flows moving bytes on it, by seq
+        self.moving: dict[int, _Flow] = {}  # every flow moving bytes, by seq
+        self.dirty: set[int] = set()  # links whose flows changed since the last share
         self.channels: dict[tuple[int, int], deque[_Flow]] = {}
         self.seq = 0
-        self.last = 0.0  # when the active flows' ``left`` was last brought up to date
         self.token = 0  # the wake event that counts (earlier ones are stale)
         self.wake_at: float | None = None
         self.reshares = 0
@@ -81,11 +99,11 @@ class Flows:
             flow = _Flow(booking, (), 0.0, self.seq)
             joins = max(booking.time, now)
         else:
-            route = platform.route(booking.src, booking.dst)
+            route, latency, _ = platform.path(booking.src, booking.dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq)
             # a rendezvous transfer is charged from the later posting of its two sides (the
             # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
-            joins = max(booking.time + platform.flow_latency(booking.src, booking.dst), now)
+            joins = max(booking.time + latency, now)
         key = (booking.src, booking.dst)
         channel = self.channels.get(key)
         if channel is None:
@@ -94,14 +112,16 @@ class Flows:
         heapq.heappush(self.joining, (joins, self.seq, flow))
 
     def settle(self) -> None:
-        """Re-share (rule 2) and set the event of the next change: a join or an end."""
+        """Re-share what changed (rule 2) and set the event of the next change: a join or an end."""
         now = self.kernel.now
-        self._progress(now)
-        self._share()
+        if self.dirty:
+            self._share(now)
+        ends = self.ends
+        while ends and ends[0][2] != ends[0][3].version:  # superseded by a later rate
+            heapq.heappop(ends)
         nxt = self.joining[0][0] if self.joining else None
-        for flow in self.active:
-            if nxt is None or flow.finish < nxt:
-                nxt = flow.finish
+        if ends and (nxt is None or ends[0][0] < nxt):
+            nxt = ends[0][0]
         if nxt is not None and nxt != self.wake_at:
             self.token += 1
             self.wake_at = nxt
@@ -112,20 +132,37 @@ class Flows:
             return
         self.wake_at = None
         now = self.kernel.now
-        self._progress(now)
         ended: list[_Flow] = []
-        joining = self.joining
+        joining, users, dirty = self.joining, self.users, self.dirty
         while joining and joining[0][0] <= now:
             flow = heapq.heappop(joining)[2]
             if flow.left <= 0.0:
                 ended.append(flow)
-            else:
-                self.active.append(flow)
-        if any(flow.finish <= now for flow in self.active):
-            kept: list[_Flow] = []
-            for flow in self.active:
-                (ended if flow.finish <= now else kept).append(flow)
-            self.active = kept
+                continue
+            flow.since = now
+            flow.rate = 0.0
+            self.moving[flow.seq] = flow
+            for link in flow.route:
+                found = users.get(link)
+                if found is None:
+                    users[link] = {flow.seq: flow}
+                else:
+                    found[flow.seq] = flow
+                dirty.add(link)
+        ends = self.ends
+        limit = now + self.precision  # flows that end this close together end together
+        while ends and ends[0][0] <= limit:
+            _, _, version, flow = heapq.heappop(ends)
+            if version != flow.version:
+                continue
+            ended.append(flow)
+            del self.moving[flow.seq]
+            for link in flow.route:
+                on_link = users[link]
+                del on_link[flow.seq]
+                if not on_link:
+                    del users[link]
+                dirty.add(link)
         ended.sort(key=lambda f: f.seq)
         for flow in ended:
             flow.done = True
@@ -144,68 +181,95 @@ class Flows:
         if not channel:
             del self.channels[(b.src, b.dst)]
 
-    def _progress(self, now: float) -> None:
-        elapsed = now - self.last
-        if elapsed > 0:
-            for flow in self.active:
-                flow.left = max(0.0, flow.left - flow.rate * elapsed)
-        self.last = now
+    def _component(self) -> tuple[list[int], list[_Flow]]:
+        """The links and flows connected to the dirty links by shared links (in a fixed order)."""
+        users = self.users
+        dirty = self.dirty
+        if 4 * len(dirty) >= len(users):  # most of them: all, without the search
+            self.dirty = set()
+            moving = self.moving
+            return sorted(dirty.union(users)), [moving[seq] for seq in sorted(moving)]
+        seen_links: set[int] = set()
+        seen_flows: dict[int, _Flow] = {}
+        todo = sorted(self.dirty)
+        self.dirty = set()
+        links = []
+        while todo:
+            link = todo.pop()
+            if link in seen_links:
+                continue
+            seen_links.add(link)
+            links.append(link)
+            for seq, flow in users.get(link, {}).items():
+                if seq not in seen_flows:
+                    seen_flows[seq] = flow
+                    todo += [other for other in flow.route if other not in seen_links]
+        return links, [seen_flows[seq] for seq in sorted(seen_flows)]
 
-    def _share(self) -> None:
-        """Max-min fair rates for the active flows, by progressive filling (rule 2)."""
-        active = self.active
-        if not active:
-            if self.shown:
-                self._show({})
-            return
+    def _share(self, now: float) -> None:
+        """Max-min fair rates for the component of the dirty links, by progressive filling."""
+        links, flows = self._component()
         self.reshares += 1
-        users: dict[int, list[_Flow]] = {}
-        for flow in active:
-            flow.rate = -1.0
-            for link in flow.route:
-                found = users.get(link)
-                if found is None:
-                    users[link] = [flow]
-                else:
-                    found.append(flow)
-        capacity = self.capacity
-        left = {link: capacity[link] for link in users}
-        count = {link: len(flows) for link, flows in users.items()}
-        heap = [(left[link] / n, link) for link, n in count.items()]
-        heapq.heapify(heap)
-        while heap:
-            share, link = heapq.heappop(heap)
+        users, capacity, left, count = self.users, self.capacity, self.left, self.count
+        order = []
+        for link in links:
+            on_link = users.get(link)
+            n = 0 if on_link is None else len(on_link)
+            left[link] = capacity[link]
+            count[link] = n
+            if n:
+                order.append((capacity[link] / n, link))
+        # the links by their share, lowest first: a sorted list, and a heap for the links looked
+        # at again (a share only grows as flows are fixed elsewhere), taken from in merged order
+        order.sort()
+        again: list[tuple[float, int]] = []
+        stamp = self.reshares  # a flow whose ``fixed`` is this has its rate of this share
+        i, total = 0, len(order)
+        while i < total or again:
+            if again and (i == total or again[0] < order[i]):
+                share, link = heapq.heappop(again)
+            else:
+                share, link = order[i]
+                i += 1
             n = count[link]
             if n == 0:
                 continue
             current = max(0.0, left[link]) / n
             if current > share * (1 + 1e-12):  # others on it were fixed lower: look again later
-                heapq.heappush(heap, (current, link))
+                heapq.heappush(again, (current, link))
                 continue
-            for flow in users[link]:
-                if flow.rate >= 0.0:
+            for flow in users[link].values():
+                if flow.fixed == stamp:
                     continue
-                flow.rate = current
+                flow.fixed = stamp
+                flow.share = current
                 for other in flow.route:
                     left[other] -= current
                     count[other] -= 1
-        now = self.last
-        for flow in active:
-            flow.finish = now + flow.left / flow.rate if flow.rate > 0 else now
+        ends = self.ends
+        for flow in flows:
+            rate = flow.share
+            if rate == flow.rate:
+                continue
+            flow.left = max(0.0, flow.left - flow.rate * (now - flow.since))
+            flow.since = now
+            flow.rate = rate
+            flow.finish = now + flow.left / rate if rate > 0 else now
+            flow.version += 1
+            heapq.heappush(ends, (flow.finish, flow.seq, flow.version, flow))
         if self.kernel.trace is not None:
-            self._show({link: 1.0 - max(0.0, rest) / capacity[link] for link, rest in left.items()})
+            self._show(now, {link: 1.0 - max(0.0, left[link]) / capacity[link] for link in links})
 
-    def _show(self, used: dict[int, float]) -> None:
-        """Record in the trace the links whose utilisation changed (a counter track each)."""
+    def _show(self, now: float, used: dict[int, float]) -> None:
+        """Record in the trace the links of ``used`` whose utilisation changed (a counter track each)."""
         trace = self.kernel.trace
         assert trace is not None
-        shown, now, name = self.shown, self.last, self.platform.link_name
-        for link in sorted(set(shown) | set(used)):
-            value = round(used.get(link, 0.0), 12)
+        shown, name = self.shown, self.platform.link_name
+        for link in sorted(used):
+            value = round(used[link], 12)
             if shown.get(link, 0.0) != value:
                 trace.counter(name(link), now, value)
             if value:
                 shown[link] = value
             else:
                 shown.pop(link, None)
-
