@@ -21,8 +21,11 @@ spines) by a stable hash of the pair (``zlib.crc32``, never Python's salted
 ``hash``), so times never depend on the seed or the run.
 
 ``latency_factor`` and ``bandwidth_factor`` scale every route's latency
-and every link's bandwidth, as SimGrid's network model factors do (its LV08
-model uses 13.01 and 0.97).
+and every link's bandwidth. ``weighting="latency"`` gives each flow a part
+of a link inversely proportional to its route's latency, and ``tcp_window``
+bounds each flow by a window per round trip: with both, a platform shares
+as SimGrid's CM02 network model does (tests/test_platforms_simgrid.py
+checks every flow's time against SimGrid).
 
 Presets (``dgx_h100``, ``ethernet_cluster``, ``laptop``) give the numbers of
 common machines; docs/platforms.md gives the source of each.
@@ -264,7 +267,12 @@ class Platform(LatencyModel):
         sharing: flows on a link share its bandwidth max-min fairly (memory
             transport only); False: each message on its own.
         latency_factor, bandwidth_factor: scale every route's latency and
-            every link's bandwidth (SimGrid's network model factors).
+            every link's bandwidth.
+        weighting: ``"equal"`` (max-min fair) or ``"latency"``: a flow's part
+            of a link inversely proportional to its route's latency (TCP's
+            round-trip unfairness, SimGrid's CM02 model).
+        tcp_window: bytes; no flow moves more than this per round trip
+            (``tcp_window / (2 * latency)`` per second; SimGrid's TCP-gamma).
         precision: flows that would end within this many seconds of the
             first to end at an instant end with it (0: each at its own time).
         name: what ``describe`` calls it.
@@ -272,7 +280,8 @@ class Platform(LatencyModel):
 
     def __init__(self, nodes: int, ranks_per_node: int, intra: Link, network: Network, *,
                  nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
-                 bandwidth_factor: float = 1.0, precision: float = 1e-9, name: str = "") -> None:
+                 bandwidth_factor: float = 1.0, weighting: str = "equal", tcp_window: float | None = None,
+                 precision: float = 1e-9, name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -284,6 +293,13 @@ class Platform(LatencyModel):
         for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
                 raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")
+        if weighting not in ("equal", "latency"):
+            raise ValueError(f"Platform(weighting={weighting!r}): 'equal' (max-min) or 'latency' (each "
+                             "flow's part inversely proportional to its route's latency)")
+        if tcp_window is not None and (isinstance(tcp_window, bool) or not isinstance(tcp_window, (int, float))
+                                       or not 0 < tcp_window < math.inf):
+            raise ValueError(f"Platform(tcp_window={tcp_window!r}): bytes > 0 (SimGrid's default: 4194304), "
+                             "or None for no bound")
         if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
             raise ValueError(f"Platform(precision={precision!r}): must be seconds >= 0, e.g. 1e-9")
         hosts = nodes * nics_per_node
@@ -299,6 +315,8 @@ class Platform(LatencyModel):
         self.sharing = bool(sharing)
         self.latency_factor = float(latency_factor)
         self.bandwidth_factor = float(bandwidth_factor)
+        self.weighting = weighting
+        self.tcp_window = None if tcp_window is None else float(tcp_window)
         self.precision = float(precision)
         self.name = name
         links = _Links()

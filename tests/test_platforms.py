@@ -242,3 +242,58 @@ def test_a_traced_run_has_a_utilisation_track_per_link_and_trace_show_names_the_
     def counters(doc: dict[str, Any]) -> list[Any]:
         return [e for e in doc["traceEvents"] if e.get("ph") == "C"]
     assert counters(sc.trace.load(other)) == counters(doc)  # another seed: the same utilisation
+
+
+# ---- against a plain reference of the same model ----
+
+def fluid(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[float]:
+    """When each flow ends, by a deliberately naive fluid simulation of the model in docs/platforms.md:
+    every step recomputes the weighted max-min rates of every flow from scratch."""
+    import math
+
+    state = []
+    for src, dst, nbytes, at in flows:
+        route, latency, _ = platform.path(src, dst)
+        weight = 1 / latency if platform.weighting == "latency" else 1.0
+        bound = platform.tcp_window / (2 * latency) if platform.tcp_window else math.inf
+        state.append({"route": route, "join": at + latency, "left": float(nbytes), "weight": weight,
+                      "bound": bound, "end": None})
+    t = 0.0
+    while any(f["end"] is None for f in state):
+        moving = [f for f in state if f["end"] is None and f["join"] <= t]
+        rate: dict[int, float] = {}
+        free = {link: platform.capacity[link] for f in moving for link in f["route"]}
+        while len(rate) < len(moving):
+            level, pick = math.inf, None
+            for link in free:
+                weight = sum(f["weight"] for i, f in enumerate(moving) if i not in rate and link in f["route"])
+                if weight > 0 and free[link] / weight < level:
+                    level, pick = free[link] / weight, link
+            for i, f in enumerate(moving):
+                if i not in rate and f["bound"] / f["weight"] < level:
+                    level, pick = f["bound"] / f["weight"], ("bound", i)
+            for i, f in enumerate(moving):
+                if i not in rate and (pick == ("bound", i) or pick in f["route"]):
+                    rate[i] = f["weight"] * level
+                    for link in f["route"]:
+                        free[link] -= rate[i]
+        later = [f["join"] for f in state if f["end"] is None and f["join"] > t]
+        step = min([*later, *(t + moving[i]["left"] / r for i, r in rate.items())])
+        for i, r in rate.items():
+            moving[i]["left"] -= r * (step - t)
+            if moving[i]["left"] <= 1e-6:
+                moving[i]["end"] = step
+        t = step
+    return [f["end"] for f in state]
+
+
+@pytest.mark.parametrize("weighting, window", [("equal", None), ("latency", 4194304)])
+def test_flows_end_when_a_plain_reference_of_the_model_says(weighting: str, window: Any) -> None:
+    tree = FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)
+    platform = Platform(8, 1, Link(1e-7, 1e11), tree, weighting=weighting, tcp_window=window)
+    flows = [(s, (s + k) % 8, MB // k, 1e-5 * k) for s in range(8) for k in (1, 3, 5)]
+    plan: dict[int, list[tuple[int, int, float]]] = {}
+    for s, d, nbytes, at in flows:
+        plan.setdefault(s, []).append((d, nbytes, at))
+    got = arrivals(plan, 8, platform)
+    assert [got[(s, d)] for s, d, _, _ in flows] == pytest.approx(fluid(platform, flows), rel=1e-9)

@@ -11,7 +11,11 @@ instant's messages):
 2. The joined flows share every link's bandwidth max-min fairly (progressive
    filling: the most loaded link fixes the rate of its flows, which leave
    the problem, and so on), re-shared at each instant at which flows join or
-   end; between those instants the rates stay as they are.
+   end; between those instants the rates stay as they are. With the
+   platform's ``weighting="latency"`` a flow's part is inversely
+   proportional to its route's latency (TCP's round-trip unfairness, as
+   SimGrid's CM02 model shares), and with a ``tcp_window`` no flow moves
+   more than a window per round trip (``window / (2 * latency)``).
 3. A flow ends when its bytes have moved (flows that would end within the
    platform's ``precision``, 1 ns by default, of the first to end at an
    instant end with it: a re-share per distinct end would cost more than
@@ -34,6 +38,7 @@ heap, so an instant costs nothing for the flows it does not touch.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -50,7 +55,7 @@ __all__ = ["Flows"]
 
 class _Flow:
     __slots__ = ("booking", "route", "left", "since", "rate", "finish", "version", "done", "seq",
-                 "fixed", "share")
+                 "fixed", "share", "weight", "bound")
 
     def __init__(self, booking: Booking, route: tuple[int, ...], left: float, seq: int) -> None:
         self.booking = booking
@@ -64,6 +69,8 @@ class _Flow:
         self.seq = seq
         self.fixed = 0  # the share that last set ``share``, its rate in that share
         self.share = 0.0
+        self.weight = 1.0  # its part of a link, against its other flows'
+        self.bound = math.inf  # the most it may move per second
 
 
 class Flows:
@@ -74,9 +81,10 @@ class Flows:
         self.platform = platform
         self.capacity = platform.capacity
         self.precision = platform.precision
+        self.weighted = platform.weighting == "latency"
         # each link's capacity not yet given out, and its flows not yet fixed, in a share
         self.left = [0.0] * len(platform.capacity)
-        self.count = [0] * len(platform.capacity)
+        self.count = [0.0] * len(platform.capacity)  # the weights of a link's flows not yet fixed
         self.deliver = deliver
         self.joining: list[tuple[float, int, _Flow]] = []  # (when it joins the links, seq, flow)
         self.ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow)
@@ -95,12 +103,17 @@ class Flows:
         now = self.kernel.now
         self.seq += 1
         platform = self.platform
+        window = platform.tcp_window
         if booking.kind == RTS:  # no bytes: it reaches its receiver when the protocol says
             flow = _Flow(booking, (), 0.0, self.seq)
             joins = max(booking.time, now)
         else:
             route, latency, _ = platform.path(booking.src, booking.dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq)
+            if self.weighted:  # TCP's unfairness: the shorter the round trip, the larger the part
+                flow.weight = 1.0 / latency if latency > 0 else 1.0
+            if window:  # at most a window per round trip
+                flow.bound = window / (2 * latency) if latency > 0 else math.inf
             # a rendezvous transfer is charged from the later posting of its two sides (the
             # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
             joins = max(booking.time + latency, now)
@@ -207,45 +220,55 @@ class Flows:
         return links, [seen_flows[seq] for seq in sorted(seen_flows)]
 
     def _share(self, now: float) -> None:
-        """Max-min fair rates for the component of the dirty links, by progressive filling."""
+        """Max-min fair rates for the component of the dirty links, by progressive filling.
+
+        Weighted: a flow of weight ``w`` gets ``w`` times a link's level (its
+        capacity left over the weights of its flows not yet fixed), and a
+        flow with a ``bound`` is fixed at it once the levels reach it. The
+        lowest level goes first; levels only grow as flows are fixed.
+        """
         links, flows = self._component()
         self.reshares += 1
-        users, capacity, left, count = self.users, self.capacity, self.left, self.count
-        order = []
+        users, capacity, left, weights = self.users, self.capacity, self.left, self.count
+        order: list[tuple[float, int, int]] = []  # (level, 0, link) or (level, 1, index in flows)
         for link in links:
-            on_link = users.get(link)
-            n = 0 if on_link is None else len(on_link)
             left[link] = capacity[link]
-            count[link] = n
-            if n:
-                order.append((capacity[link] / n, link))
-        # the links by their share, lowest first: a sorted list, and a heap for the links looked
-        # at again (a share only grows as flows are fixed elsewhere), taken from in merged order
+            weights[link] = 0.0
+        for flow in flows:
+            for link in flow.route:
+                weights[link] += flow.weight
+        for link in links:
+            if weights[link] > 0.0:
+                order.append((capacity[link] / weights[link], 0, link))
+        for index, flow in enumerate(flows):
+            if flow.bound < math.inf:
+                order.append((flow.bound / flow.weight, 1, index))
+        # a sorted list, and a heap for the links looked at again, taken from in merged order
         order.sort()
-        again: list[tuple[float, int]] = []
+        again: list[tuple[float, int, int]] = []
         stamp = self.reshares  # a flow whose ``fixed`` is this has its rate of this share
         i, total = 0, len(order)
         while i < total or again:
             if again and (i == total or again[0] < order[i]):
-                share, link = heapq.heappop(again)
+                level, kind, key = heapq.heappop(again)
             else:
-                share, link = order[i]
+                level, kind, key = order[i]
                 i += 1
-            n = count[link]
-            if n == 0:
+            if kind == 1:  # a flow's bound
+                flow = flows[key]
+                if flow.fixed != stamp:
+                    self._fix(flow, flow.bound, stamp)
                 continue
-            current = max(0.0, left[link]) / n
-            if current > share * (1 + 1e-12):  # others on it were fixed lower: look again later
-                heapq.heappush(again, (current, link))
+            weight = weights[key]
+            if weight <= 1e-12:
                 continue
-            for flow in users[link].values():
-                if flow.fixed == stamp:
-                    continue
-                flow.fixed = stamp
-                flow.share = current
-                for other in flow.route:
-                    left[other] -= current
-                    count[other] -= 1
+            current = max(0.0, left[key]) / weight
+            if current > level * (1 + 1e-12):  # others on it were fixed lower: look again later
+                heapq.heappush(again, (current, 0, key))
+                continue
+            for flow in users[key].values():
+                if flow.fixed != stamp:
+                    self._fix(flow, flow.weight * current, stamp)
         ends = self.ends
         for flow in flows:
             rate = flow.share
@@ -259,6 +282,15 @@ class Flows:
             heapq.heappush(ends, (flow.finish, flow.seq, flow.version, flow))
         if self.kernel.trace is not None:
             self._show(now, {link: 1.0 - max(0.0, left[link]) / capacity[link] for link in links})
+
+    def _fix(self, flow: _Flow, rate: float, stamp: int) -> None:
+        """Give ``flow`` its rate in this share and take it from its links."""
+        flow.fixed = stamp
+        flow.share = rate
+        left, weights = self.left, self.count
+        for link in flow.route:
+            left[link] -= rate
+            weights[link] -= flow.weight
 
     def _show(self, now: float, used: dict[int, float]) -> None:
         """Record in the trace the links of ``used`` whose utilisation changed (a counter track each)."""

@@ -1,0 +1,129 @@
+"""Platforms against SimGrid: the same links, routes and flows give the times SimGrid computes.
+
+SimGrid's CM02 network model shares links max-min fairly with each flow's
+part inversely proportional to its route's latency, and bounds each flow by
+its TCP window (``network/TCP-gamma``, 4194304 bytes by default): a
+``Platform`` with ``weighting="latency", tcp_window=4194304`` is that model.
+Cross traffic (SimGrid's modelling of the acknowledgements on the reverse
+route) is off on both sides, and SimGrid runs its full, not its lazy, update
+of the shares (``network/optim:Full``; its lazy one, the default, gave one
+of the patterns below different times). Each case writes the platform's
+links and routes and the flows as JSON, runs ``tests/simgrid_flows.py``
+under a Python with SimGrid's bindings (Debian's ``python3-simgrid``; set
+``SIMGRID_PYTHON`` to choose it), and compares every flow's time. Skipped,
+with the reason, where no Python has SimGrid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simcluster as sc
+from simcluster.platform import FatTree, Link, Platform, Switch, Torus
+
+HERE = Path(__file__).resolve().parent
+CM02 = ["network/model:CM02", "network/crosstraffic:0", "network/optim:Full"]
+WINDOW = 4194304  # SimGrid's default network/TCP-gamma
+NIC = Link(1e-6, 1e9)
+RANK = Link(1e-7, 1e11)
+MB = 10**6
+
+
+def _simgrid_python() -> str | None:
+    for candidate in (os.environ.get("SIMGRID_PYTHON"), "/usr/bin/python3", shutil.which("python3")):
+        if candidate and Path(candidate).is_file():
+            probe = subprocess.run([candidate, "-c", "import simgrid"], capture_output=True)
+            if probe.returncode == 0:
+                return candidate
+    return None
+
+
+SIMGRID = _simgrid_python()
+pytestmark = pytest.mark.skipif(SIMGRID is None, reason="no Python with SimGrid's bindings (Debian: "
+                                "apt install python3-simgrid; or set SIMGRID_PYTHON)")
+
+
+def simgrid(platform: Platform, pairs: list[tuple[int, int]], tmp: Path, **work: Any) -> list[float]:
+    """Run ``work`` (``flows=[...]`` or ``ring={...}``) under SimGrid on ``platform``'s links."""
+    links = platform.links
+    desc = {"config": CM02, "hosts": platform.nodes * platform.ranks_per_node,
+            "links": [[lat * platform.latency_factor, bw * platform.bandwidth_factor]
+                      for lat, bw in zip(links.latency, links.bandwidth)],
+            "routes": [[[s, d], list(platform.route(s, d))] for s, d in sorted(set(pairs))], **work}
+    path = tmp / "simgrid.json"
+    path.write_text(json.dumps(desc))
+    assert SIMGRID is not None
+    done = subprocess.run([SIMGRID, str(HERE / "simgrid_flows.py"), str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    times: list[float] = json.loads(done.stdout)
+    return times
+
+
+def flows_program(flows: list[tuple[int, int, int, float]]) -> Any:
+    async def main(comm: sc.Comm) -> None:
+        receives = [comm.irecv(src=s) for s, d, _, _ in flows if d == comm.rank]
+        sends = []
+        for s, d, nbytes, at in sorted((f for f in flows if f[0] == comm.rank), key=lambda f: f[3]):
+            await comm.sleep(at - comm.now)
+            sends.append(comm.isend(np.zeros(nbytes, np.uint8), dst=d))
+        for req in receives + sends:
+            await req
+    return main
+
+
+def ours(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[float]:
+    size = platform.nodes * platform.ranks_per_node
+    result = sc.run(flows_program(flows), size, latency=platform, trace=True, eager_limit=2**30)
+    assert result.trace is not None
+    got = {(m.src, m.dst): m.recv for m in result.trace.messages}
+    return [got[(s, d)] for s, d, _, _ in flows]
+
+
+def cm02(nodes: int, network: Any, ranks_per_node: int = 1) -> Platform:
+    return Platform(nodes, ranks_per_node, RANK, network, weighting="latency", tcp_window=WINDOW)
+
+
+PATTERNS = {
+    "pairs": lambda n: [(r, r ^ 1, MB, 0.0) for r in range(n)],
+    "incast": lambda n: [(r, 0, MB // r, 1e-5 * r) for r in range(1, n)],
+    "all_to_all": lambda n: [(s, d, 200_000, 0.0) for s in range(n) for d in range(n) if s != d],
+    "staggered": lambda n: [(s, (s + k) % n, MB // k, 1e-5 * k) for s in range(n) for k in (1, 3, 5)],
+}
+PLATFORMS = {
+    "switch": lambda: cm02(8, Switch(NIC)),
+    "fat tree 2:1": lambda: cm02(8, FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)),
+    "torus 4x2": lambda: cm02(8, Torus((4, 2), NIC)),
+    "two nodes of four": lambda: cm02(2, Switch(NIC), ranks_per_node=4),
+}
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+@pytest.mark.parametrize("machine", list(PLATFORMS))
+def test_every_flow_ends_when_simgrid_says(machine: str, pattern: str, tmp_path: Path) -> None:
+    platform = PLATFORMS[machine]()
+    flows = PATTERNS[pattern](8)
+    theirs = simgrid(platform, [(s, d) for s, d, _, _ in flows], tmp_path, flows=[list(f) for f in flows])
+    assert ours(platform, flows) == pytest.approx(theirs, rel=1e-9)
+
+
+@pytest.mark.parametrize("machine", list(PLATFORMS))
+def test_a_ring_all_reduce_ends_when_simgrid_says(machine: str, tmp_path: Path) -> None:
+    platform = PLATFORMS[machine]()
+    p, chunk = 8, 250_000  # bytes per ring step: a 2 MB vector (rendezvous steps)
+
+    async def main(comm: sc.Comm) -> float:
+        await comm.all_reduce(np.ones(p * chunk // 8), algorithm="ring")
+        return comm.now
+    result = sc.run(main, p, latency=platform)
+    pairs = [(r, (r + 1) % p) for r in range(p)]
+    theirs = simgrid(platform, pairs, tmp_path, ring={"ranks": p, "chunk": chunk})
+    assert result.times == pytest.approx(theirs, rel=1e-9)
