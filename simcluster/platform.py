@@ -5,7 +5,8 @@ machine's shape: ``nodes`` nodes of ``ranks_per_node`` ranks, the ranks of a
 node joined by an intra-node fabric (shared memory, NVLink through an
 NVSwitch), and the nodes' NICs (``nics_per_node``; rank ``r`` uses NIC
 ``r % nics_per_node`` of its node) joined by a ``network``: a ``Switch``, a
-two-level ``FatTree`` with any oversubscription, or a ``Torus``. Every link
+two-level ``FatTree`` with any oversubscription, a ``Torus`` or a
+``Dragonfly``. Every link
 is one direction of a full-duplex cable, with its own latency and
 bandwidth.
 
@@ -42,7 +43,7 @@ from typing import Final
 
 from .latency import LatencyModel, Ports
 
-__all__ = ["FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop"]
+__all__ = ["Dragonfly", "FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop"]
 
 
 def __dir__() -> list[str]:
@@ -251,6 +252,73 @@ class Torus(Network):
         return f"Torus(dims={self.dims!r}, link={self.link!r}, host_link={self.host_link!r})"
 
 
+class Dragonfly(Network):
+    """A dragonfly: ``groups`` groups of ``routers`` routers, ``hosts_per_router`` NICs on each.
+
+    The routers of a group are cabled all to all (``local``); every two
+    groups by one global cable (``global_link``), which leaves group ``g``
+    for group ``h`` from router ``h % routers`` and enters ``h`` at router
+    ``g % routers``. Routes are minimal: to the router with the global
+    cable, across it, then to the receiver's router.
+    """
+
+    def __init__(self, groups: int, routers: int, hosts_per_router: int, link: Link,
+                 local: Link | None = None, global_link: Link | None = None) -> None:
+        for name, value in (("groups", groups), ("routers", routers), ("hosts_per_router", hosts_per_router)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Dragonfly({name}={value!r}): {name} must be an int >= 1")
+        self.groups = groups
+        self.routers = routers
+        self.hosts_per_router = hosts_per_router
+        self.link = link
+        self.local = local if local is not None else link
+        self.global_link = global_link if global_link is not None else link
+        self.up: list[int] = []
+        self.down: list[int] = []
+        self.within: dict[tuple[int, int, int], int] = {}  # (group, from router, to router) -> link
+        self.between: dict[tuple[int, int], int] = {}  # (from group, to group) -> link
+
+    def hosts(self) -> int:
+        return self.groups * self.routers * self.hosts_per_router
+
+    def build(self, links: _Links, hosts: int) -> None:
+        self.up, self.down, self.within, self.between = [], [], {}, {}
+        for h in range(self.hosts()):
+            up, down = links.duplex(self.link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
+        for g in range(self.groups):
+            for a in range(self.routers):
+                for b in range(self.routers):
+                    if a != b:
+                        self.within[(g, a, b)] = links.add(self.local, f"group {g} router {a}-{b}")
+            for h in range(self.groups):
+                if h != g:
+                    self.between[(g, h)] = links.add(self.global_link, f"group {g}-{h}")
+
+    def route(self, a: int, b: int) -> list[int]:
+        ga, ra = divmod(a // self.hosts_per_router, self.routers)
+        gb, rb = divmod(b // self.hosts_per_router, self.routers)
+        path = [self.up[a]]
+        if ga == gb:
+            if ra != rb:
+                path.append(self.within[(ga, ra, rb)])
+        else:
+            leave, enter = gb % self.routers, ga % self.routers
+            if ra != leave:
+                path.append(self.within[(ga, ra, leave)])
+            path.append(self.between[(ga, gb)])
+            if enter != rb:
+                path.append(self.within[(gb, enter, rb)])
+        path.append(self.down[b])
+        return path
+
+    def describe(self) -> str:
+        return (f"Dragonfly(groups={self.groups}, routers={self.routers}, hosts_per_router="
+                f"{self.hosts_per_router}, link={self.link!r}, local={self.local!r}, "
+                f"global_link={self.global_link!r})")
+
+
 class Platform(LatencyModel):
     """The machine the ranks run on (see the module docstring); a latency model.
 
@@ -261,7 +329,7 @@ class Platform(LatencyModel):
             ``nodes * ranks_per_node``, never larger.
         intra: each rank's link into its node's fabric (each direction):
             shared memory, or NVLink to an NVSwitch.
-        network: how the NICs are joined (``Switch``, ``FatTree``, ``Torus``).
+        network: how the NICs are joined (``Switch``, ``FatTree``, ``Torus``, ``Dragonfly``).
         nics_per_node: NICs per node; rank ``r`` uses NIC ``r % nics_per_node``
             of its node.
         sharing: flows on a link share its bandwidth max-min fairly (memory
@@ -289,7 +357,7 @@ class Platform(LatencyModel):
         if not isinstance(intra, Link):
             raise TypeError(f"Platform(intra={intra!r}): expected a Link(latency, bandwidth)")
         if not isinstance(network, Network):
-            raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree or Torus")
+            raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree, Torus or Dragonfly")
         for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
                 raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")

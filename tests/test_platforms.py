@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import FatTree, Link, Platform, Switch, Torus, dgx_h100, ethernet_cluster, laptop
+from simcluster.platform import (Dragonfly, FatTree, Link, Platform, Switch, Torus, dgx_h100, ethernet_cluster,
+                                 laptop)
 
 GB = 1e9
 MB = 10**6
@@ -157,6 +158,16 @@ def test_routes_through_a_torus_go_dimension_by_dimension_the_short_way() -> Non
     names = [platform.link_name(i) for i in platform.route(0, 7)]  # (0,0) to (3,1)
     assert names == ["rank 0 (node 0) up", "nic 0 up", "router 0 dim 0 -1", "router 3 dim 1 +1",
                      "nic 7 down", "rank 7 (node 7) down"]
+
+
+def test_routes_through_a_dragonfly_are_minimal_through_the_global_cable() -> None:
+    platform = Platform(18, 1, FAST, Dragonfly(groups=3, routers=3, hosts_per_router=2, link=NIC))
+    names = [platform.link_name(i) for i in platform.route(1, 14)]  # group 0 router 0 -> group 2 router 1
+    # leaves group 0 from router 2 % 3, enters group 2 at router 0 % 3, then on to router 1
+    assert names == ["rank 1 (node 1) up", "nic 1 up", "group 0 router 0-2", "group 0-2",
+                     "group 2 router 0-1", "nic 14 down", "rank 14 (node 14) down"]
+    same_group = [platform.link_name(i) for i in platform.route(0, 4)]
+    assert same_group[2:4] == ["group 0 router 0-2", "nic 4 down"]
 
 
 def test_a_fat_tree_spreads_pairs_over_its_spines_the_same_way_every_run() -> None:

@@ -201,7 +201,7 @@ class Flows:
         if 4 * len(dirty) >= len(users):  # most of them: all, without the search
             self.dirty = set()
             moving = self.moving
-            return sorted(dirty.union(users)), [moving[seq] for seq in sorted(moving)]
+            return list(dirty.union(users)), [moving[seq] for seq in sorted(moving)]  # links: any order
         seen_links: set[int] = set()
         seen_flows: dict[int, _Flow] = {}
         todo = sorted(self.dirty)
