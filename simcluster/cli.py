@@ -154,10 +154,11 @@ class _Progress:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .hosting import mpi_job as _mpi_job
-    from . import errors, latency, runner
+    from . import errors, runner
+    from . import platform as _platform  # --latency takes a platform preset too
 
     try:
-        model = latency.parse(args.latency)
+        model = _platform.parse(args.latency)  # a latency model's spec, or a platform preset
     except ValueError as exc:
         raise SystemExit(f"simcluster run --latency: {exc}") from None
     fn = _load_main(args.script)

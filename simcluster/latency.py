@@ -33,7 +33,6 @@ is kept by matching, not here. ``parse`` turns command-line specs such as
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 import random
@@ -689,9 +688,7 @@ BANDWIDTH_UNITS: Final[Mapping[str, float]] = MappingProxyType(
 
 FORMS: Final = (
     "zero, constant:TIME, alphabeta:ALPHA,BETA[,GAMMA], loggp:L,o,g,G, "
-    "hierarchical:RANKS_PER_NODE;INTRA;INTER, jitter:REL;MODEL, "
-    "dgx_h100[:NODES], ethernet_cluster[:NODES[,CORES]], laptop[:CORES], each optionally ending in "
-    "',unshared' (platforms: docs/platforms.md) "
+    "hierarchical:RANKS_PER_NODE;INTRA;INTER, jitter:REL;MODEL "
     "(times take s, ms, us or ns; BETA, GAMMA and G take a bandwidth in B/s, KB/s, MB/s, GB/s, "
     "KiB/s, MiB/s or GiB/s, or seconds per byte; a plain number is seconds or seconds per byte; "
     "INTRA, INTER and MODEL are specs themselves)"
@@ -761,28 +758,6 @@ def _composite(spec: str, name: str, rest: str) -> LatencyModel:
         _parse_error(spec, f"cannot read {parts[0]!r} ({exc})", f"write it like {example!r}")
 
 
-_PLATFORMS: Final = {"dgx_h100": ("NODES", "dgx_h100:4"), "ethernet_cluster": ("NODES,CORES",
-                     "ethernet_cluster:4,16"), "laptop": ("CORES", "laptop:8")}
-"""The platform presets (``simcluster.platform``), with the counts each takes and an example."""
-
-
-def _platform(spec: str, name: str, rest: str) -> LatencyModel:
-    """``dgx_h100:NODES`` and the other presets: counts after ``:``, all optional, then
-    ``unshared`` for a platform whose messages do not share links."""
-    counts, example = _PLATFORMS[name]
-    texts = [text.strip() for text in rest.split(",")] if rest.strip() else []
-    sharing = not texts or texts[-1] != "unshared"
-    if not sharing:
-        texts.pop()
-    if len(texts) > counts.count(",") + 1 or not all(text.isdigit() and int(text) > 0 for text in texts):
-        _parse_error(spec, f"{name} takes up to {counts.count(',') + 1} counts ({counts}) as whole "
-                     f"numbers > 0, then optionally 'unshared', got {rest.strip()!r}",
-                     f"write it like {example!r}")
-    # only runs on a platform load it; by name, as the platform module builds on this one
-    build: Callable[..., LatencyModel] = getattr(importlib.import_module("simcluster.platform"), name)
-    return build(*(int(text) for text in texts), sharing=sharing)
-
-
 def _parse_error(spec: str, problem: str, fix: str) -> NoReturn:
     raise ValueError(f"parse({spec!r}): {problem}; {fix}") from None
 
@@ -828,8 +803,6 @@ def parse(spec: str) -> LatencyModel:
         hierarchical:8;alphabeta:200ns,100GB/s;alphabeta:2us,25GB/s
                                   Hierarchical(AlphaBeta(...), AlphaBeta(...), ranks_per_node=8)
         jitter:0.1;alphabeta:1us,10GB/s  Jitter(AlphaBeta(...), rel=0.1)
-        dgx_h100:4                platform.dgx_h100(4): 4 nodes of 8 GPUs (and
-                                  ethernet_cluster:NODES,CORES, laptop:CORES)
 
     The two composite forms take other specs after ``;`` (quote them in a
     shell); the last of them may be a composite spec itself.
@@ -862,8 +835,6 @@ def parse(spec: str) -> LatencyModel:
     name = head.strip().lower()
     if name in _COMPOSITES:
         return _composite(spec, name, rest)
-    if name in _PLATFORMS:
-        return _platform(spec, name, rest)
     if name not in _SPECS:
         _parse_error(spec, f"unknown latency model {head.strip()!r}", f"accepted forms: {FORMS}")
     params, kinds, required, example, build = _SPECS[name]

@@ -159,10 +159,11 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
     ``optional`` names the options passed on only when given.
     """
     from .engine import sync as _sync
-    from . import faults, latency
+    from . import faults
+    from . import platform as _platform  # --latency takes a platform preset too
 
     try:
-        model = latency.parse(args.latency)
+        model = _platform.parse(args.latency)  # a latency model's spec, or a platform preset
         _sync.parse_compute(args.compute)
         plan = None if args.faults is None else faults.parse(args.faults)
     except ValueError as exc:

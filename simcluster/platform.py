@@ -41,9 +41,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
+from . import latency as _latency
 from .latency import LatencyModel, Ports
 
-__all__ = ["Dragonfly", "FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop"]
+__all__ = ["PRESETS", "Dragonfly", "FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100",
+           "ethernet_cluster", "laptop", "parse"]
 
 
 def __dir__() -> list[str]:
@@ -402,6 +404,10 @@ class Platform(LatencyModel):
 
     # ---- routes ----
 
+    def node_of(self, rank: int) -> int:
+        """The node rank ``rank`` lives on (collectives that know the shape group ranks by it)."""
+        return rank // self.ranks_per_node
+
     def nic(self, rank: int) -> int:
         """The network endpoint (NIC) rank ``rank`` sends and receives through."""
         node, local = divmod(rank, self.ranks_per_node)
@@ -512,3 +518,47 @@ def laptop(cores: int = 8, *, sharing: bool = True) -> Platform:
     """One machine: ``cores`` ranks sharing memory."""
     memory = Link(latency=0.5e-6, bandwidth=10e9)
     return Platform(1, cores, memory, Switch(memory), sharing=sharing, name=f"laptop({cores})")
+
+
+PRESETS: Final = {"dgx_h100": ("NODES", "dgx_h100:4"), "ethernet_cluster": ("NODES,CORES", "ethernet_cluster:4,16"),
+                  "laptop": ("CORES", "laptop:8")}
+"""The presets ``parse`` reads, with the counts each takes and an example."""
+
+
+def parse(spec: str) -> LatencyModel:
+    """Build a latency model from a command-line ``--latency`` spec: a platform preset, or a form of
+    ``simcluster.latency.parse``.
+
+    Presets: ``dgx_h100[:NODES]``, ``ethernet_cluster[:NODES[,CORES]]``,
+    ``laptop[:CORES]``, each optionally ending in ``,unshared`` (a platform
+    whose messages do not share links): ``dgx_h100:4``, ``dgx_h100:4,unshared``.
+
+    Raises:
+        ValueError: a preset with bad counts, or a spec neither form reads.
+    """
+    if not isinstance(spec, str):
+        return _latency.parse(spec)
+    head, _, rest = spec.strip().partition(":")
+    name = head.strip().lower()
+    if name not in PRESETS:
+        try:
+            return _latency.parse(spec)
+        except ValueError as exc:
+            forms = ", ".join(f"{n}[:{counts}]" for n, (counts, _) in PRESETS.items())
+            raise ValueError(f"{exc}; or a platform preset: {forms}, each optionally ending in "
+                             "',unshared' (docs/platforms.md)") from None
+    counts, example = PRESETS[name]
+    texts = [text.strip() for text in rest.split(",")] if rest.strip() else []
+    sharing = not texts or texts[-1] != "unshared"
+    if not sharing:
+        texts.pop()
+    most = counts.count(",") + 1
+    if len(texts) > most or not all(text.isdigit() and int(text) > 0 for text in texts):
+        raise ValueError(f"parse({spec!r}): {name} takes up to {most} counts ({counts}) as whole numbers "
+                         f"> 0, then optionally 'unshared', got {rest.strip()!r}; write it like {example!r}")
+    numbers = [int(text) for text in texts]
+    if name == "dgx_h100":
+        return dgx_h100(*numbers, sharing=sharing)
+    if name == "ethernet_cluster":
+        return ethernet_cluster(*numbers, sharing=sharing)
+    return laptop(*numbers, sharing=sharing)

@@ -308,3 +308,89 @@ def test_flows_end_when_a_plain_reference_of_the_model_says(weighting: str, wind
         plan.setdefault(s, []).append((d, nbytes, at))
     got = arrivals(plan, 8, platform)
     assert [got[(s, d)] for s, d, _, _ in flows] == pytest.approx(fluid(platform, flows), rel=1e-9)
+
+
+# ---- collectives that know the shape ----
+
+def nodes_of_four(sharing: bool = True) -> Platform:
+    """4 nodes of 4 ranks; latency only (bandwidths too large to matter): 0.2 us within a node,
+    2.2 us between nodes."""
+    return Platform(4, 4, Link(1e-7, 1e18), Switch(Link(1e-6, 1e18)), sharing=sharing)
+
+
+async def reductions(comm: sc.Comm, algorithm: Any = None) -> Any:
+    x = await comm.all_reduce(np.arange(4.0) + comm.rank, algorithm=algorithm)
+    mean = await comm.all_reduce(float(comm.rank), op=sc.ReduceOp.AVG, algorithm=algorithm)
+    top = await comm.all_reduce(comm.rank * 3 % 7, op=sc.ReduceOp.MAX, algorithm=algorithm)
+    joined = await comm.all_reduce([comm.rank], op=UNION, algorithm=algorithm)  # any payload
+    return x.tolist(), mean, top, joined
+
+
+def _union(a: list[int], b: list[int]) -> list[int]:
+    return sorted(set(a) | set(b))
+
+
+UNION = sc.ReduceOp.custom(_union)
+
+
+def test_on_a_platform_with_nodes_all_reduce_goes_through_one_rank_per_node_by_default() -> None:
+    smp = sc.run(reductions, 16, latency=nodes_of_four(), trace=True)
+    flat = sc.run(reductions, 16, args=("recursive_doubling",), latency=nodes_of_four(), trace=True)
+    assert list(smp) == list(flat)  # the same values on every rank
+    assert smp[5] == ([120.0, 136.0, 152.0, 168.0], 7.5, 6, list(range(16)))
+    assert smp.trace is not None and flat.trace is not None
+
+    def across(result: sc.RunResult) -> int:
+        assert result.trace is not None
+        return sum(m.src // 4 != m.dst // 4 for m in result.trace.messages)
+    assert across(smp) == 4 * (2 * 4)  # each call: 4 leaders, 2 recursive-doubling steps each way
+    assert across(flat) == 4 * (16 * 2)  # each call: 16 ranks, 2 of their 4 steps across nodes
+    assert all("(smp)" in m.comm for m in smp.trace.messages)
+
+
+def test_the_node_aware_all_reduce_takes_its_cost_formula() -> None:
+    async def once(comm: sc.Comm) -> float:
+        await comm.all_reduce(1.0)
+        return comm.now
+    result = sc.run(once, 16, latency=nodes_of_four())
+    within, between = 2e-7, 2.2e-6  # a step inside a node, and between nodes
+    # binomial reduce in the node (2 steps), recursive doubling among 4 leaders (2), broadcast (2)
+    assert max(result.times) == pytest.approx(2 * within + 2 * between + 2 * within, rel=1e-6)
+
+
+def test_the_node_aware_all_reduce_runs_at_message_fidelity_only_where_there_are_nodes() -> None:
+    async def once(comm: sc.Comm, algorithm: Any) -> float:
+        return await comm.all_reduce(float(comm.rank), algorithm=algorithm)
+    with pytest.raises(sc.RankError, match=r"all_reduce\(algorithm='smp'\): it follows the nodes"):
+        sc.run(once, 16, args=("smp",), latency=nodes_of_four(sharing=False), fidelity="analytic")
+    analytic = sc.run(once, 16, args=(None,), latency=nodes_of_four(sharing=False), fidelity="analytic")
+    assert list(analytic) == [120.0] * 16  # the default there: not the node-aware one
+    one_per_node = Platform(16, 1, FAST, Switch(NIC))  # no node holds two ranks: plain recursive doubling
+    assert list(sc.run(once, 16, args=("smp",), latency=one_per_node)) == [120.0] * 16
+
+
+# ---- from the command line ----
+
+def test_presets_are_read_from_latency_specs_and_bad_ones_say_how_to_write_them() -> None:
+    from simcluster import platform
+
+    assert platform.parse("dgx_h100:2").describe() == "dgx_h100(2)"
+    unshared = platform.parse("ethernet_cluster:2,4,unshared")
+    assert isinstance(unshared, Platform) and not unshared.sharing and unshared.ranks_per_node == 4
+    assert platform.parse("alphabeta:1us,10GB/s") == sc.latency.AlphaBeta(1e-6, 1e-10)
+    with pytest.raises(ValueError, match=r"laptop takes up to 1 counts \(CORES\).*write it like 'laptop:8'"):
+        platform.parse("laptop:x")
+    with pytest.raises(ValueError, match=r"unknown latency model 'nvl72'.*or a platform preset: dgx_h100"):
+        platform.parse("nvl72")
+
+
+def test_simcluster_run_takes_a_preset(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text("async def main(comm):\n    return await comm.all_reduce(comm.rank)\n")
+    done = subprocess.run([sys.executable, "-m", "simcluster", "run", str(script), "-n", "16",
+                           "--latency", "dgx_h100:2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "rank 15: 120" in done.stdout

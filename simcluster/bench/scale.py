@@ -112,7 +112,7 @@ def current_kernel() -> Any:
 
 def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
                       transport: str = "memory") -> dict[str, Any]:
-    from .. import latency, runner
+    from .. import platform, runner
 
     if fidelity == "sync":
         fn: Any = _sync_barrier if collective == "barrier" else _sync_all_reduce
@@ -120,7 +120,7 @@ def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
         fn = _barrier if collective == "barrier" else _all_reduce
     before = _rss_kib()
     start = time.perf_counter()
-    result = runner.run(fn, ranks, checks="off", latency=latency.parse(model), transport=transport,
+    result = runner.run(fn, ranks, checks="off", latency=platform.parse(model), transport=transport,
                         fidelity="analytic" if fidelity == "analytic" else "message")
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")

@@ -19,12 +19,17 @@ import numpy as np
 from .. import arrays
 from ..ops import ReduceOp, as_op
 from ..payload import describe
-from . import check_algorithm, family
+from . import _nodes, check_algorithm, family
 from ._registry import lookup
 from .analytic import twin as _twin
 
+SHAPED = {"all_reduce": "smp"}
+"""The default on a platform whose ranks share nodes (``_nodes.layout``), at message fidelity, for
+commutative ops: only one rank per node crosses the network."""
+
 if TYPE_CHECKING:
     from ..comm import CollContext, Group
+    from ..latency import LatencyModel
     from ..request import Request
 
 R = TypeVar("R")
@@ -160,6 +165,9 @@ class CollectiveMethods:
     if TYPE_CHECKING:  # what the methods use of Comm, the class this is mixed into
         rank: int
         size: int
+
+        @property
+        def latency(self) -> LatencyModel: ...
         # the run's settings are read as group.engine: declaring engine here would need the
         # Engine type, which this layer never names (tests/test_layers.py)
         group: Group
@@ -192,6 +200,10 @@ class CollectiveMethods:
         if algorithm is None:
             algorithm = self.group.engine.algorithms.get(name)
         if algorithm is None:
+            shaped = SHAPED.get(name)
+            if (shaped is not None and commutative and self.group.engine.fidelity == "message"
+                    and _nodes.layout(self) is not None):  # a platform with nodes: the node-aware one
+                return shaped
             return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
         check_algorithm(name, algorithm)
         return algorithm
@@ -226,6 +238,10 @@ class CollectiveMethods:
         """
         algorithm = lookup(name, algo)
         if self.group.engine.fidelity == "analytic":
+            if algorithm.shaped and _nodes.layout(self) is not None:
+                raise ValueError(f"rank {self.rank}: {name}(algorithm={algo!r}): it follows the nodes "
+                                 "of the run's platform, at message fidelity only; run with "
+                                 "fidelity='message', or pick another algorithm")
             return _twin(algorithm)
         return algorithm.run
 

@@ -11,7 +11,11 @@ fidelity:
   operands combined in the algorithm's own order (``analytic.all_reduce(RING)``, ...);
 - ``wraps``: true when the algorithm sends a payload that is not an array as
   the one-item list ``[obj]`` (``_reduction.flatten``), so that analytic
-  fidelity counts the bytes such a message would.
+  fidelity counts the bytes such a message would;
+- ``shaped``: true when the algorithm follows the nodes of the run's
+  platform (``_nodes.layout``); where the members share no node it is
+  another algorithm, whose ``stages`` and ``results`` it declares, and where
+  they do it runs at message fidelity only.
 
 Each family module lists its records in ``ALGORITHMS`` (``name -> Algorithm``,
 built by :func:`declare`; exscan's are ``scan.EXSCAN_ALGORITHMS``). Everything
@@ -75,6 +79,7 @@ class Algorithm:
     stages: Stages
     results: Results
     wraps: bool = False
+    shaped: bool = False  # runs by the nodes of the run's platform; analytic only where there are none
 
 
 def declare(*algorithms: Algorithm) -> Mapping[str, Algorithm]:

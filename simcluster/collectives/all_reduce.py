@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _cost, analytic
+from . import _cost, _nodes, analytic
 from . import broadcast as _broadcast
 from . import reduce as _reduce
 from ._chunks import split_bounds
@@ -50,6 +50,7 @@ from ._reduction import (
     fold_out,
     halving,
     length,
+    nbytes_of,
     ordered,
     ring_reduce_scatter,
     segment,
@@ -152,6 +153,35 @@ async def linear(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     return await _broadcast.linear(c, value if c.rank == 0 else obj, 0)
 
 
+async def smp(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """Within each node, a binomial reduce to its first rank; among those, the all_reduce the
+    default picks for their number; within each node, a binomial broadcast (MPICH's SMP-aware
+    all_reduce).
+
+    On a platform with nodes (``_nodes.layout``) only one rank per node
+    crosses the network. Costs the intra-node reduce and broadcast
+    (``2*log2(q)`` intra-node steps, ``q`` ranks per node) plus the leaders'
+    all_reduce over the network. Where the members share no node it is
+    ``recursive_doubling``. Kept for commutative ops: non-commutative ones
+    run ``recursive_doubling`` (its rank order could not be kept).
+    """
+    found = _nodes.layout(c.comm) if op.commutative else None
+    if found is None:
+        return await recursive_doubling(c, obj, op)
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
+    inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
+    members = found.nodes[found.node_of[c.rank]]
+    local: Any = _nodes.Subset(c, members)
+    value = await _reduce.binomial(local, obj, inner, 0)
+    if c.rank == members[0]:
+        leaders: Any = _nodes.Subset(c, [node[0] for node in found.nodes])
+        across = default(leaders.size, nbytes_of(value), arrays=elementwise(value, inner))
+        value = await ALGORITHMS[across].run(leaders, value, inner)
+    value = await _broadcast.binomial(local, value if c.rank == members[0] else obj, 0)
+    return finish(op, value, c.size, obj)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("all_reduce", "ring", ring, _cost.all_reduce_ring, analytic.all_reduce(analytic.RING),
               wraps=True),
@@ -163,6 +193,8 @@ ALGORITHMS: Final = declare(
               analytic.all_reduce(analytic.BINOMIAL, from_rank_0=True)),
     Algorithm("all_reduce", "linear", linear, _cost.all_reduce_linear,
               analytic.all_reduce(analytic.LEFT, from_rank_0=True)),
+    Algorithm("all_reduce", "smp", smp, _cost.all_reduce_recursive_doubling,
+              analytic.all_reduce(analytic.BALANCED), shaped=True),
 )
 """All-reduce algorithms by name."""
 
