@@ -19,7 +19,7 @@ import numpy as np
 from .. import arrays
 from ..ops import ReduceOp, as_op
 from ..payload import describe
-from . import _nodes, check_algorithm, family
+from . import check_algorithm, family
 from ._registry import lookup
 from .analytic import twin as _twin
 
@@ -33,6 +33,15 @@ if TYPE_CHECKING:
     from ..request import Request
 
 R = TypeVar("R")
+
+
+def _on_nodes(comm: Any) -> bool:
+    """Whether ``comm``'s members share nodes of the run's platform (``_nodes.layout``)."""
+    if getattr(comm.latency, "node_of", None) is None:  # the common case: no platform, no import
+        return False
+    from . import _nodes
+
+    return _nodes.layout(comm) is not None
 
 
 def _nbytes(obj: object) -> int:
@@ -202,7 +211,7 @@ class CollectiveMethods:
         if algorithm is None:
             shaped = SHAPED.get(name)
             if (shaped is not None and commutative and self.group.engine.fidelity == "message"
-                    and _nodes.layout(self) is not None):  # a platform with nodes: the node-aware one
+                    and _on_nodes(self)):  # a platform with nodes: the node-aware one
                 return shaped
             return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
         check_algorithm(name, algorithm)
@@ -238,7 +247,7 @@ class CollectiveMethods:
         """
         algorithm = lookup(name, algo)
         if self.group.engine.fidelity == "analytic":
-            if algorithm.shaped and _nodes.layout(self) is not None:
+            if algorithm.shaped and _on_nodes(self):
                 raise ValueError(f"rank {self.rank}: {name}(algorithm={algo!r}): it follows the nodes "
                                  "of the run's platform, at message fidelity only; run with "
                                  "fidelity='message', or pick another algorithm")

@@ -1,34 +1,35 @@
 """The nodes a communicator's members live on, for the algorithms that know the machine's shape.
 
-A latency model that places ranks on nodes (``simcluster.platform.Platform``
-and ``latency.Hierarchical``: ``node_of(world rank)``) gives a communicator a
-``layout``: its ranks grouped by node, nodes in the order of their first
-rank. ``Subset`` lets an algorithm written for a whole communicator run
-among some of its members (a node's ranks, or one leader per node), with
-ranks renumbered from 0 in the order given; it talks through the same call
-context, so its messages belong to the same collective call.
+A latency model that places ranks on nodes (``simcluster.platform.Platform``:
+``node_of(world rank)``) gives a communicator a ``layout``: its ranks grouped
+by node, nodes in the order of their first rank. ``contexts`` gives a member
+the call contexts to run a part of a collective among the ranks of its node,
+and, for a node's first rank, among those first ranks (the leaders): each on
+a communicator every member names alike (``Comm.named``), made on first use,
+whose private context carries the call's number, so their messages belong to
+that call and no other. Loaded only on such a platform.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..latency import LatencyModel
-    from ..request import Request
 
-__all__ = ["Layout", "Subset", "layout"]
+__all__ = ["Layout", "contexts", "layout"]
 
 
 class Layout:
-    """A communicator's ranks by node: ``nodes[i]`` (comm ranks, ascending), and each rank's node."""
+    """A communicator's ranks by node: ``nodes[i]`` (comm ranks, ascending), each rank's node, and
+    each member's node and leaders' communicators once it has asked for them."""
 
-    __slots__ = ("nodes", "node_of")
+    __slots__ = ("nodes", "node_of", "comms")
 
     def __init__(self, nodes: list[list[int]], node_of: list[int]) -> None:
         self.nodes = nodes
         self.node_of = node_of
+        self.comms: dict[int, tuple[Any, Any]] = {}  # comm rank -> (its node's Comm, the leaders' or None)
 
 
 class Roster(Protocol):
@@ -76,58 +77,21 @@ def layout(comm: Members) -> Layout | None:
     return result
 
 
-class Calls(Protocol):
-    """What ``Subset`` uses of a call's context (``CollContext``)."""
-
-    rank: int
-    free_reductions: bool
-
-    @property
-    def latency(self) -> LatencyModel: ...
-
-    def isend(self, obj: object, dst: int) -> Request[None]: ...
-
-    def irecv(self, src: int, buf: Any = None) -> Request[Any]: ...
-
-    def send(self, obj: object, dst: int) -> Awaitable[None]: ...
-
-    def recv(self, src: int, buf: Any = None) -> Awaitable[Any]: ...
-
-    def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Awaitable[Any]: ...
-
-    def sleep(self, seconds: float) -> Awaitable[None]: ...
-
-
-class Subset:
-    """``CollContext``'s calls among ``members`` (comm ranks) of a call, renumbered 0, 1, ..."""
-
-    __slots__ = ("c", "members", "rank", "size", "free_reductions")
-
-    def __init__(self, c: Calls, members: list[int]) -> None:
-        self.c = c
-        self.members = members
-        self.rank = members.index(c.rank)
-        self.size = len(members)
-        self.free_reductions = c.free_reductions
-
-    @property
-    def latency(self) -> LatencyModel:
-        return self.c.latency
-
-    def isend(self, obj: object, dst: int) -> Request[None]:
-        return self.c.isend(obj, self.members[dst])
-
-    def irecv(self, src: int, buf: Any = None) -> Request[Any]:
-        return self.c.irecv(self.members[src], buf)
-
-    def send(self, obj: object, dst: int) -> Awaitable[None]:
-        return self.c.send(obj, self.members[dst])
-
-    def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
-        return self.c.recv(self.members[src], buf)
-
-    def sendrecv(self, obj: object, dst: int, src: int, buf: Any = None) -> Awaitable[Any]:
-        return self.c.sendrecv(obj, self.members[dst], self.members[src], buf)
-
-    def sleep(self, seconds: float) -> Awaitable[None]:
-        return self.c.sleep(seconds)
+def contexts(c: Any, found: Layout) -> tuple[Any, Any]:
+    """This member's call contexts (``c``'s class, ``CollContext``) among its node's ranks, and
+    among the leaders (None unless it is the first rank of its node)."""
+    comm = c.comm
+    known = found.comms.get(comm.rank)
+    if known is None:
+        world = comm.group.world_ranks
+        i = found.node_of[comm.rank]
+        members = found.nodes[i]
+        node = comm.named(f"node {i}", [world[r] for r in members])
+        leaders = None
+        if members[0] == comm.rank:
+            leaders = comm.named("leaders", [world[n[0]] for n in found.nodes])
+        known = found.comms[comm.rank] = (node, leaders)
+    node, leaders = known
+    make = type(c)
+    return (make(node, c.seq, c.call, c.algorithm),
+            None if leaders is None else make(leaders, c.seq, c.call, c.algorithm))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _cost, _nodes, analytic
+from . import _cost, analytic
 from . import broadcast as _broadcast
 from . import reduce as _reduce
 from ._chunks import split_bounds
@@ -165,20 +165,19 @@ async def smp(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     ``recursive_doubling``. Kept for commutative ops: non-commutative ones
     run ``recursive_doubling`` (its rank order could not be kept).
     """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
     found = _nodes.layout(c.comm) if op.commutative else None
     if found is None:
         return await recursive_doubling(c, obj, op)
-    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
-
     inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
-    members = found.nodes[found.node_of[c.rank]]
-    local: Any = _nodes.Subset(c, members)
+    local, leaders = _nodes.contexts(c, found)
     value = await _reduce.binomial(local, obj, inner, 0)
-    if c.rank == members[0]:
-        leaders: Any = _nodes.Subset(c, [node[0] for node in found.nodes])
+    if leaders is not None:
         across = default(leaders.size, nbytes_of(value), arrays=elementwise(value, inner))
         value = await ALGORITHMS[across].run(leaders, value, inner)
-    value = await _broadcast.binomial(local, value if c.rank == members[0] else obj, 0)
+    value = await _broadcast.binomial(local, value if leaders is not None else obj, 0)
     return finish(op, value, c.size, obj)
 
 
