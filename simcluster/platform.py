@@ -5,8 +5,8 @@ machine's shape: ``nodes`` nodes of ``ranks_per_node`` ranks, the ranks of a
 node joined by an intra-node fabric (shared memory, NVLink through an
 NVSwitch), and the nodes' NICs (``nics_per_node``; rank ``r`` uses NIC
 ``r % nics_per_node`` of its node) joined by a ``network``: a ``Switch``, a
-two-level ``FatTree`` with any oversubscription, a ``Torus`` or a
-``Dragonfly``. Every link
+two-level ``FatTree`` or a three-level ``KAryFatTree``, each with any
+oversubscription, a ``Torus`` or a ``Dragonfly``. Every link
 is one direction of a full-duplex cable, with its own latency and
 bandwidth.
 
@@ -44,7 +44,7 @@ from typing import Final
 from . import latency as _latency
 from .latency import LatencyModel, Ports
 
-__all__ = ["PRESETS", "Dragonfly", "FatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100",
+__all__ = ["PRESETS", "Dragonfly", "FatTree", "KAryFatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100",
            "ethernet_cluster", "laptop", "parse"]
 
 
@@ -190,6 +190,74 @@ class FatTree(Network):
                 f"uplink={self.uplink!r})")
 
 
+class KAryFatTree(Network):
+    """A three-level k-ary fat tree (k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core
+    switches; k^3/4 NICs, k/2 on each edge switch), ``oversubscription``:1 above the edge.
+
+    Each edge switch is cabled to every aggregation switch of its pod, and
+    aggregation switch ``j`` of every pod to cores ``j*k/2`` to
+    ``j*k/2 + k/2 - 1``. A route climbs only as high as it must; where
+    several are equally short, a stable hash of the pair picks the
+    aggregation switch and the core (ECMP).
+    """
+
+    def __init__(self, k: int, link: Link, oversubscription: float = 1.0) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k % 2:
+            raise ValueError(f"KAryFatTree(k={k!r}): k must be an even int >= 2")
+        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+                or not 0 < oversubscription < math.inf:
+            raise ValueError(f"KAryFatTree(oversubscription={oversubscription!r}): must be a number > 0 "
+                             "(2 for 2:1)")
+        self.k = k
+        self.link = link
+        self.oversubscription = float(oversubscription)
+        self.uplink = Link(link.latency, link.bandwidth / self.oversubscription)
+        self.up: list[int] = []
+        self.down: list[int] = []
+        self.to_agg: dict[tuple[int, int], int] = {}  # (edge, aggregation index in its pod) -> link
+        self.from_agg: dict[tuple[int, int], int] = {}  # (edge, aggregation index) -> link
+        self.to_core: dict[tuple[int, int, int], int] = {}  # (pod, aggregation index, core) -> link
+        self.from_core: dict[tuple[int, int, int], int] = {}
+
+    def hosts(self) -> int:
+        return self.k ** 3 // 4
+
+    def build(self, links: _Links, hosts: int) -> None:
+        half = self.k // 2
+        self.up, self.down, self.to_agg, self.from_agg, self.to_core, self.from_core = [], [], {}, {}, {}, {}
+        for h in range(self.hosts()):
+            up, down = links.duplex(self.link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
+        for edge in range(self.k * half):
+            for j in range(half):
+                up, down = links.duplex(self.uplink, f"edge {edge}-agg {edge // half}.{j}")
+                self.to_agg[(edge, j)] = up
+                self.from_agg[(edge, j)] = down
+        for pod in range(self.k):
+            for j in range(half):
+                for core in range(j * half, (j + 1) * half):
+                    up, down = links.duplex(self.uplink, f"agg {pod}.{j}-core {core}")
+                    self.to_core[(pod, j, core)] = up
+                    self.from_core[(pod, j, core)] = down
+
+    def route(self, a: int, b: int) -> list[int]:
+        half = self.k // 2
+        ea, eb = a // half, b // half
+        if ea == eb:
+            return [self.up[a], self.down[b]]
+        spread = zlib.crc32(f"{a}>{b}".encode())
+        j = spread % half
+        if ea // half == eb // half:  # the same pod
+            return [self.up[a], self.to_agg[(ea, j)], self.from_agg[(eb, j)], self.down[b]]
+        core = j * half + (spread // half) % half
+        return [self.up[a], self.to_agg[(ea, j)], self.to_core[(ea // half, j, core)],
+                self.from_core[(eb // half, j, core)], self.from_agg[(eb, j)], self.down[b]]
+
+    def describe(self) -> str:
+        return f"KAryFatTree(k={self.k}, link={self.link!r}, oversubscription={self.oversubscription!r})"
+
+
 class Torus(Network):
     """A torus of ``dims`` routers (2-D: ``(x, y)``, 3-D: ``(x, y, z)``), one NIC on each, each
     router cabled to its two neighbours in every dimension.
@@ -331,7 +399,8 @@ class Platform(LatencyModel):
             ``nodes * ranks_per_node``, never larger.
         intra: each rank's link into its node's fabric (each direction):
             shared memory, or NVLink to an NVSwitch.
-        network: how the NICs are joined (``Switch``, ``FatTree``, ``Torus``, ``Dragonfly``).
+        network: how the NICs are joined (``Switch``, ``FatTree``, ``KAryFatTree``, ``Torus``,
+            ``Dragonfly``).
         nics_per_node: NICs per node; rank ``r`` uses NIC ``r % nics_per_node``
             of its node.
         sharing: flows on a link share its bandwidth max-min fairly (memory
@@ -359,7 +428,8 @@ class Platform(LatencyModel):
         if not isinstance(intra, Link):
             raise TypeError(f"Platform(intra={intra!r}): expected a Link(latency, bandwidth)")
         if not isinstance(network, Network):
-            raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree, Torus or Dragonfly")
+            raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree, KAryFatTree, Torus "
+                            "or Dragonfly")
         for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
                 raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")

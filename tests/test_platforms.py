@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import (Dragonfly, FatTree, Link, Platform, Switch, Torus, dgx_h100, ethernet_cluster,
-                                 laptop)
+from simcluster.platform import (Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus, dgx_h100,
+                                 ethernet_cluster, laptop)
 
 GB = 1e9
 MB = 10**6
@@ -168,6 +168,20 @@ def test_routes_through_a_dragonfly_are_minimal_through_the_global_cable() -> No
                      "group 2 router 0-1", "nic 14 down", "rank 14 (node 14) down"]
     same_group = [platform.link_name(i) for i in platform.route(0, 4)]
     assert same_group[2:4] == ["group 0 router 0-2", "nic 4 down"]
+
+
+def test_routes_through_a_k_ary_fat_tree_climb_only_as_high_as_they_must() -> None:
+    platform = Platform(16, 1, FAST, KAryFatTree(4, NIC))  # 4 pods of 2 edges (2 NICs each), 4 cores
+
+    def switches(a: int, b: int) -> list[str]:
+        return [platform.link_name(i) for i in platform.route(a, b)][2:-2]
+    assert switches(0, 1) == []  # one edge switch
+    assert [name.split("-")[0] for name in switches(0, 2)] == ["edge 0", "edge 1"]  # through an aggregation
+    across = switches(0, 15)  # another pod: up to a core and down
+    assert [name.split()[0] for name in across] == ["edge", "agg", "agg", "edge"]
+    assert across[1].split("-")[1].split()[:2] == across[2].split("-")[1].split()[:2]  # one core
+    over = Platform(16, 1, FAST, KAryFatTree(4, NIC, oversubscription=2))
+    assert over.capacity[over.route(0, 15)[2]] == NIC.bandwidth / 2
 
 
 def test_a_fat_tree_spreads_pairs_over_its_spines_the_same_way_every_run() -> None:

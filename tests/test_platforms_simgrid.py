@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import Dragonfly, FatTree, Link, Platform, Switch, Torus
+from simcluster.platform import Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus
 
 HERE = Path(__file__).resolve().parent
 CM02 = ["network/model:CM02", "network/crosstraffic:0", "network/optim:Full"]
@@ -102,6 +102,7 @@ PLATFORMS = {
     "switch": lambda: cm02(8, Switch(NIC)),
     "fat tree 2:1": lambda: cm02(8, FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)),
     "torus 4x2": lambda: cm02(8, Torus((4, 2), NIC)),
+    "k-ary fat tree 2:1": lambda: cm02(8, KAryFatTree(4, NIC, oversubscription=2)),
     "two nodes of four": lambda: cm02(2, Switch(NIC), ranks_per_node=4),
     "dragonfly": lambda: cm02(8, Dragonfly(groups=2, routers=2, hosts_per_router=2, link=NIC,
                                            global_link=Link(2e-6, 0.5e9))),
