@@ -408,3 +408,26 @@ def test_simcluster_run_takes_a_preset(tmp_path: Any) -> None:
                            "--latency", "dgx_h100:2"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "rank 15: 120" in done.stdout
+
+
+async def broadcasts_and_barriers(comm: sc.Comm, plain: bool = False) -> Any:
+    got = []
+    for root in (0, 5, 15):  # a node's first rank, and two that are not
+        got.append(await comm.broadcast({"from": root} if comm.rank == root else None, src=root,
+                                        algorithm="binomial" if plain else None))
+    await comm.sleep(1e-6 * comm.rank)  # the last rank arrives last
+    await comm.barrier(algorithm="dissemination" if plain else None)
+    return got, comm.now
+
+
+def test_broadcast_and_barrier_also_go_through_one_rank_per_node_on_a_platform_with_nodes() -> None:
+    smp = sc.run(broadcasts_and_barriers, 16, latency=nodes_of_four(), trace=True)
+    plain = sc.run(broadcasts_and_barriers, 16, args=(True,), latency=nodes_of_four())
+    assert [got for got, _ in smp] == [got for got, _ in plain] == [[{"from": 0}, {"from": 5}, {"from": 15}]] * 16
+    leave = [now for _, now in smp]
+    assert min(leave) >= 15e-6  # nobody leaves the barrier before the last rank entered it
+    assert smp.trace is not None
+    names = {m.comm.split(":")[1] for m in smp.trace.messages}
+    assert names == {"broadcast#1(smp)", "broadcast#2(smp)", "broadcast#3(smp)", "barrier#4(smp)"}
+    across = sum(m.src // 4 != m.dst // 4 for m in smp.trace.messages if "broadcast" in m.comm)
+    assert across == 3 * 3  # each broadcast: one copy to each of the three other nodes

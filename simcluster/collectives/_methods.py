@@ -23,9 +23,10 @@ from . import check_algorithm, family
 from ._registry import lookup
 from .analytic import twin as _twin
 
-SHAPED = {"all_reduce": "smp"}
-"""The default on a platform whose ranks share nodes (``_nodes.layout``), at message fidelity, for
-commutative ops: only one rank per node crosses the network."""
+SHAPED = {"all_reduce": ("smp", ()), "broadcast": ("smp", ("scatter_allgather",)), "barrier": ("smp", ())}
+"""The defaults on a platform whose ranks share nodes (``_nodes.layout``), at message fidelity (for
+all_reduce, with a commutative op), so only one rank per node crosses the network; each with the
+usual defaults it leaves in place (a large broadcast's pieces spread better on their own)."""
 
 if TYPE_CHECKING:
     from ..comm import CollContext, Group
@@ -209,11 +210,12 @@ class CollectiveMethods:
         if algorithm is None:
             algorithm = self.group.engine.algorithms.get(name)
         if algorithm is None:
+            chosen = str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
             shaped = SHAPED.get(name)
-            if (shaped is not None and commutative and self.group.engine.fidelity == "message"
-                    and _on_nodes(self)):  # a platform with nodes: the node-aware one
-                return shaped
-            return str(family(name).default(self.size, nbytes, commutative=commutative, arrays=arrays))
+            if (shaped is not None and chosen not in shaped[1] and commutative
+                    and self.group.engine.fidelity == "message" and _on_nodes(self)):
+                return shaped[0]  # a platform with nodes: the node-aware one
+            return chosen
         check_algorithm(name, algorithm)
         return algorithm
 

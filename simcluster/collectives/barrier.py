@@ -9,8 +9,13 @@ Algorithms (``p`` ranks, AlphaBeta costs; every message is ``None``, 0 bytes):
   that many hops from rank 0), but only ``2 * (p - 1)`` messages in all
   (dissemination sends ``p * ceil(log2 p)``).
 
+- ``smp``: on a platform whose ranks share nodes, a barrier within each
+  node, one among the nodes' first ranks, and one more within each node;
+  ``dissemination`` elsewhere.
+
 Default rule: ``dissemination`` at every size, as MPICH does; it has the
-shortest critical path and needs no root.
+shortest critical path and needs no root. On a platform whose ranks share
+nodes, ``smp``.
 """
 
 from __future__ import annotations
@@ -53,8 +58,28 @@ async def tree(c: CollContext) -> None:
     await wait_all([c.isend(None, kid) for kid in kids])
 
 
+async def smp(c: CollContext) -> None:
+    """A barrier within each node, one among the nodes' first ranks, then one more within each node
+    (whose ranks so wait for their first rank to have met the others).
+
+    On a platform with nodes only one rank per node signals across the
+    network. Where the members share no node it is ``dissemination``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+
+    found = _nodes.layout(c.comm)
+    if found is None:
+        return await dissemination(c)
+    local, leaders = _nodes.contexts(c, found)
+    await dissemination(local)
+    if leaders is not None:
+        await dissemination(leaders)
+    await dissemination(local)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("barrier", "dissemination", dissemination, _cost.barrier_dissemination, analytic.nothing),
+    Algorithm("barrier", "smp", smp, _cost.barrier_dissemination, analytic.nothing, shaped=True),
     Algorithm("barrier", "tree", tree, _cost.barrier_tree, analytic.nothing),
 )
 """Barrier algorithms by name."""

@@ -13,6 +13,9 @@ Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs; ranks numbered from the r
   binomial tree whole instead (in a 1-tuple, so that the others can tell).
 - ``linear``: the root sends to every rank in turn; ``alpha + (p-1)*n*beta``
   for the last one.
+- ``smp``: on a platform whose ranks share nodes, to the first rank of the
+  root's node, among the nodes' first ranks, then within each node (one copy
+  per node crosses the network); ``binomial`` elsewhere.
 
 Default rule (MPICH's ``MPIR_Bcast_intra_auto``, with a floor on piece size):
 ``scatter_allgather`` for arrays on 8 ranks or more whose size is at least
@@ -111,8 +114,34 @@ async def linear(c: CollContext, obj: Any, root: int) -> Any:
     return obj
 
 
+async def smp(c: CollContext, obj: Any, root: int) -> Any:
+    """The root's value to the first rank of its node, a binomial broadcast among the nodes' first
+    ranks, then a binomial broadcast within each node (MPICH's SMP-aware broadcast).
+
+    On a platform with nodes only one copy crosses the network to each
+    node. Where the members share no node it is ``binomial``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+
+    found = _nodes.layout(c.comm)
+    if found is None:
+        return await binomial(c, obj, root)
+    local, leaders = _nodes.contexts(c, found)
+    home = found.nodes[found.node_of[root]]
+    value = obj
+    if root != home[0]:  # the root hands its value to its node's first rank
+        if c.rank == root:
+            await local.send(obj, 0)
+        elif c.rank == home[0]:
+            value = await local.recv(home.index(root))
+    if leaders is not None:
+        value = await binomial(leaders, value, found.node_of[root])
+    return await binomial(local, value, 0)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("broadcast", "binomial", binomial, _cost.broadcast_binomial, analytic.broadcast),
+    Algorithm("broadcast", "smp", smp, _cost.broadcast_binomial, analytic.broadcast, shaped=True),
     Algorithm("broadcast", "scatter_allgather", scatter_allgather, _cost.broadcast_scatter_allgather,
               analytic.broadcast_in_pieces),
     Algorithm("broadcast", "linear", linear, _cost.broadcast_linear, analytic.broadcast),

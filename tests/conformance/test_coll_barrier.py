@@ -103,7 +103,7 @@ def test_two_ibarriers_can_be_outstanding_at_once(transport: str) -> None:
 def test_barrier_with_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
     async def main(comm: sc.Comm) -> None:
         with pytest.raises(ValueError, match=r"^barrier\(algorithm='nope'\): unknown algorithm; "
-                                             r"valid: dissemination, tree$"):
+                                             r"valid: dissemination, smp, tree$"):
             await comm.barrier(algorithm="nope")
         with pytest.raises(ValueError, match=r"^barrier\(algorithm='nope'\): unknown algorithm"):
             comm.ibarrier(algorithm="nope")

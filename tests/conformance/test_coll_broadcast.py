@@ -174,7 +174,7 @@ def test_broadcast_src_out_of_range_names_rank_and_call(transport: str, src: int
 def test_broadcast_with_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
     async def main(comm: sc.Comm) -> None:
         with pytest.raises(ValueError, match=r"^broadcast\(algorithm='nope'\): unknown algorithm; "
-                                             r"valid: binomial, linear, scatter_allgather$"):
+                                             r"valid: binomial, linear, scatter_allgather, smp$"):
             await comm.broadcast(1, algorithm="nope")
 
     sc.run(main, world_size=2, transport=transport)
