@@ -431,3 +431,12 @@ def test_broadcast_and_barrier_also_go_through_one_rank_per_node_on_a_platform_w
     assert names == {"broadcast#1(smp)", "broadcast#2(smp)", "broadcast#3(smp)", "barrier#4(smp)"}
     across = sum(m.src // 4 != m.dst // 4 for m in smp.trace.messages if "broadcast" in m.comm)
     assert across == 3 * 3  # each broadcast: one copy to each of the three other nodes
+
+
+@pytest.mark.parametrize("transport, procs", [("shm", 2), ("tcp", 4)])
+def test_a_platform_without_sharing_gives_hosting_processes_the_same_run(transport: str, procs: int) -> None:
+    """The node-aware collectives name their node communicators alike in every process."""
+    for program in (reductions, broadcasts_and_barriers):
+        memory = sc.run(program, 16, latency=nodes_of_four(sharing=False))
+        hosted = sc.run(program, 16, latency=nodes_of_four(sharing=False), transport=transport, procs=procs)
+        assert list(hosted) == list(memory) and hosted.times == memory.times
