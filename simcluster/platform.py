@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import math
+from abc import ABC, abstractmethod
 import random
 import zlib
 from dataclasses import dataclass
@@ -90,22 +91,39 @@ class _Links:
         return self.add(link, f"{name} up"), self.add(link, f"{name} down")
 
 
-class Network:
-    """How the NICs of the nodes are joined: ``hosts`` endpoints, and a route between any two."""
+class Network(ABC):
+    """How the NICs of the nodes are joined: ``hosts`` endpoints, and a route between any two.
 
+    Subclasses keep each NIC's cable in ``up`` and ``down`` (``nics``), add
+    their own links in ``build`` and route in ``route``.
+    """
+
+    up: list[int]
+    down: list[int]
+
+    @abstractmethod
     def hosts(self) -> int:
-        raise NotImplementedError
+        """How many NICs this network joins (0: as many as the platform has)."""
 
+    @abstractmethod
     def build(self, links: _Links, hosts: int) -> None:
         """Add this network's links for ``hosts`` endpoints to ``links``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def route(self, a: int, b: int) -> list[int]:
         """The links from endpoint ``a`` to endpoint ``b`` (a != b), in order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """The network as its constructor call."""
+
+    def nics(self, links: _Links, link: Link, count: int) -> None:
+        """Add the cables of ``count`` NICs (``up``, ``down``): the first links of every network."""
+        self.up, self.down = [], []
+        for h in range(count):
+            up, down = links.duplex(link, f"nic {h}")
+            self.up.append(up)
+            self.down.append(down)
 
 
 class Switch(Network):
@@ -113,18 +131,12 @@ class Switch(Network):
 
     def __init__(self, link: Link) -> None:
         self.link = link
-        self.up: list[int] = []
-        self.down: list[int] = []
 
     def hosts(self) -> int:
         return 0  # any number
 
     def build(self, links: _Links, hosts: int) -> None:
-        self.up, self.down = [], []
-        for h in range(hosts):
-            up, down = links.duplex(self.link, f"nic {h}")
-            self.up.append(up)
-            self.down.append(down)
+        self.nics(links, self.link, hosts)
 
     def route(self, a: int, b: int) -> list[int]:
         return [self.up[a], self.down[b]]
@@ -159,8 +171,6 @@ class FatTree(Network):
         self.oversubscription = float(oversubscription)
         self.uplink = uplink if uplink is not None else Link(
             link.latency, hosts_per_leaf * link.bandwidth / (spines * self.oversubscription))
-        self.up: list[int] = []
-        self.down: list[int] = []
         self.to_spine: list[list[int]] = []  # [leaf][spine]
         self.from_spine: list[list[int]] = []
 
@@ -168,11 +178,8 @@ class FatTree(Network):
         return 0
 
     def build(self, links: _Links, hosts: int) -> None:
-        self.up, self.down, self.to_spine, self.from_spine = [], [], [], []
-        for h in range(hosts):
-            up, down = links.duplex(self.link, f"nic {h}")
-            self.up.append(up)
-            self.down.append(down)
+        self.to_spine, self.from_spine = [], []
+        self.nics(links, self.link, hosts)
         for leaf in range(-(-hosts // self.hosts_per_leaf)):
             pairs = [links.duplex(self.uplink, f"leaf {leaf}-spine {s}") for s in range(self.spines)]
             self.to_spine.append([p[0] for p in pairs])
@@ -212,8 +219,6 @@ class KAryFatTree(Network):
         self.link = link
         self.oversubscription = float(oversubscription)
         self.uplink = Link(link.latency, link.bandwidth / self.oversubscription)
-        self.up: list[int] = []
-        self.down: list[int] = []
         self.to_agg: dict[tuple[int, int], int] = {}  # (edge, aggregation index in its pod) -> link
         self.from_agg: dict[tuple[int, int], int] = {}  # (edge, aggregation index) -> link
         self.to_core: dict[tuple[int, int, int], int] = {}  # (pod, aggregation index, core) -> link
@@ -224,11 +229,8 @@ class KAryFatTree(Network):
 
     def build(self, links: _Links, hosts: int) -> None:
         half = self.k // 2
-        self.up, self.down, self.to_agg, self.from_agg, self.to_core, self.from_core = [], [], {}, {}, {}, {}
-        for h in range(self.hosts()):
-            up, down = links.duplex(self.link, f"nic {h}")
-            self.up.append(up)
-            self.down.append(down)
+        self.to_agg, self.from_agg, self.to_core, self.from_core = {}, {}, {}, {}
+        self.nics(links, self.link, self.hosts())
         for edge in range(self.k * half):
             for j in range(half):
                 up, down = links.duplex(self.uplink, f"edge {edge}-agg {edge // half}.{j}")
@@ -273,8 +275,6 @@ class Torus(Network):
         self.dims = dims
         self.link = link
         self.host_link = host_link if host_link is not None else link
-        self.up: list[int] = []
-        self.down: list[int] = []
         self.hop: dict[tuple[int, int, int], int] = {}  # (router, dimension, +1/-1) -> link
 
     def hosts(self) -> int:
@@ -295,11 +295,8 @@ class Torus(Network):
         return r
 
     def build(self, links: _Links, hosts: int) -> None:
-        self.up, self.down, self.hop = [], [], {}
-        for h in range(self.hosts()):
-            up, down = links.duplex(self.host_link, f"nic {h}")
-            self.up.append(up)
-            self.down.append(down)
+        self.hop = {}
+        self.nics(links, self.host_link, self.hosts())
         for r in range(self.hosts()):
             for dim, size in enumerate(self.dims):
                 for step in ((1, -1) if size > 2 else (1,) if size == 2 else ()):
@@ -343,8 +340,6 @@ class Dragonfly(Network):
         self.link = link
         self.local = local if local is not None else link
         self.global_link = global_link if global_link is not None else link
-        self.up: list[int] = []
-        self.down: list[int] = []
         self.within: dict[tuple[int, int, int], int] = {}  # (group, from router, to router) -> link
         self.between: dict[tuple[int, int], int] = {}  # (from group, to group) -> link
 
@@ -352,11 +347,8 @@ class Dragonfly(Network):
         return self.groups * self.routers * self.hosts_per_router
 
     def build(self, links: _Links, hosts: int) -> None:
-        self.up, self.down, self.within, self.between = [], [], {}, {}
-        for h in range(self.hosts()):
-            up, down = links.duplex(self.link, f"nic {h}")
-            self.up.append(up)
-            self.down.append(down)
+        self.within, self.between = {}, {}
+        self.nics(links, self.link, self.hosts())
         for g in range(self.groups):
             for a in range(self.routers):
                 for b in range(self.routers):
