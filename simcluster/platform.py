@@ -23,10 +23,12 @@ spines) by a stable hash of the pair (``zlib.crc32``, never Python's salted
 
 ``latency_factor`` and ``bandwidth_factor`` scale every route's latency
 and every link's bandwidth. ``weighting="latency"`` gives each flow a part
-of a link inversely proportional to its route's latency, and ``tcp_window``
-bounds each flow by a window per round trip: with both, a platform shares
-as SimGrid's CM02 network model does (tests/test_platforms_simgrid.py
-checks every flow's time against SimGrid).
+of a link inversely proportional to its route's latency (plus ``weight_s``
+bytes over each link's bandwidth), ``tcp_window`` bounds each flow by a
+window per round trip, and ``crosstraffic`` charges a flow's
+acknowledgements to the links of the reverse route. ``**CM02`` and
+``**LV08`` set them as SimGrid's network models of those names do
+(tests/test_platforms_simgrid.py checks every flow's time against SimGrid).
 
 Presets (``dgx_h100``, ``ethernet_cluster``, ``laptop``) give the numbers of
 common machines; docs/platforms.md gives the source of each.
@@ -40,13 +42,13 @@ from abc import ABC, abstractmethod
 import random
 import zlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypedDict
 
 from . import latency as _latency
 from .latency import LatencyModel, Ports
 
-__all__ = ["PRESETS", "Dragonfly", "FatTree", "KAryFatTree", "Link", "Platform", "Switch", "Torus", "dgx_h100",
-           "ethernet_cluster", "laptop", "parse"]
+__all__ = ["CM02", "LV08", "PRESETS", "Dragonfly", "FatTree", "KAryFatTree", "Link", "Platform", "SimGridModel",
+           "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop", "parse"]
 
 
 def __dir__() -> list[str]:
@@ -402,8 +404,16 @@ class Platform(LatencyModel):
         weighting: ``"equal"`` (max-min fair) or ``"latency"``: a flow's part
             of a link inversely proportional to its route's latency (TCP's
             round-trip unfairness, SimGrid's CM02 model).
+        weight_s: with ``weighting="latency"``, bytes: a flow's part of a link
+            is inversely proportional to its route's latency plus
+            ``weight_s`` over the bandwidth of each link of its route (SimGrid's
+            weight-S; 0: the latency alone).
         tcp_window: bytes; no flow moves more than this per round trip
-            (``tcp_window / (2 * latency)`` per second; SimGrid's TCP-gamma).
+            (``tcp_window / (2 * latency)`` per second, of the latency before
+            ``latency_factor``; SimGrid's TCP-gamma).
+        crosstraffic: a flow also takes this part of its rate on each link of
+            the reverse route (its acknowledgements; SimGrid's cross traffic:
+            0.05); 0: none.
         precision: flows that would end within this many seconds of the
             first to end at an instant end with it (0: each at its own time).
         name: what ``describe`` calls it.
@@ -411,8 +421,9 @@ class Platform(LatencyModel):
 
     def __init__(self, nodes: int, ranks_per_node: int, intra: Link, network: Network, *,
                  nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
-                 bandwidth_factor: float = 1.0, weighting: str = "equal", tcp_window: float | None = None,
-                 precision: float = 1e-9, name: str = "") -> None:
+                 bandwidth_factor: float = 1.0, weighting: str = "equal", weight_s: float = 0.0,
+                 tcp_window: float | None = None, crosstraffic: float = 0.0, precision: float = 1e-9,
+                 name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -432,6 +443,10 @@ class Platform(LatencyModel):
                                        or not 0 < tcp_window < math.inf):
             raise ValueError(f"Platform(tcp_window={tcp_window!r}): bytes > 0 (SimGrid's default: 4194304), "
                              "or None for no bound")
+        for field, term in (("weight_s", weight_s), ("crosstraffic", crosstraffic)):
+            if isinstance(term, bool) or not isinstance(term, (int, float)) or not 0 <= term < math.inf:
+                raise ValueError(f"Platform({field}={term!r}): must be a number >= 0 (SimGrid's LV08: "
+                                 f"{LV08.get(field)})")
         if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
             raise ValueError(f"Platform(precision={precision!r}): must be seconds >= 0, e.g. 1e-9")
         hosts = nodes * nics_per_node
@@ -448,7 +463,9 @@ class Platform(LatencyModel):
         self.latency_factor = float(latency_factor)
         self.bandwidth_factor = float(bandwidth_factor)
         self.weighting = weighting
+        self.weight_s = float(weight_s)
         self.tcp_window = None if tcp_window is None else float(tcp_window)
+        self.crosstraffic = float(crosstraffic)
         self.precision = float(precision)
         self.name = name
         links = _Links()
@@ -503,6 +520,20 @@ class Platform(LatencyModel):
         self._routes[key] = found
         return found
 
+    def flow_terms(self, src: int, dst: int) -> tuple[float, float]:
+        """(weight, bound) of a flow from ``src`` to ``dst``: its part of a link against its other
+        flows' weights, and the most it may move per second (``inf``: no bound)."""
+        route, latency, _ = self.path(src, dst)
+        latency /= self.latency_factor  # the round trip the factors model is the links' own
+        weight = 1.0
+        if self.weighting == "latency":
+            penalty = latency + sum(self.weight_s / self.links.bandwidth[i] for i in route)
+            weight = 1.0 / penalty if penalty > 0 else 1.0
+        bound = math.inf
+        if self.tcp_window and latency > 0:
+            bound = self.bandwidth_factor * self.tcp_window / (2 * latency)
+        return weight, bound
+
     def flow_latency(self, src: int, dst: int) -> float:
         """The latency a message from ``src`` to ``dst`` waits before its bytes move."""
         return self.path(src, dst)[1]
@@ -550,10 +581,36 @@ class _PlatformPorts(Ports):
     def __init__(self, platform: Platform) -> None:
         self.platform = platform if platform.sharing else None
         self.path = platform.path
+        self.terms = platform.flow_terms
+        self.slowest: dict[tuple[int, int], float] = {}
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         _, latency, capacity = self.path(src, dst)
-        return t, t + latency + nbytes / capacity
+        rate = self.slowest.get((src, dst))
+        if rate is None:
+            rate = self.slowest[(src, dst)] = min(capacity, self.terms(src, dst)[1])
+        return t, t + latency + nbytes / rate
+
+
+# ---- SimGrid's network models ----
+
+class SimGridModel(TypedDict, total=False):
+    """The ``Platform`` fields one of SimGrid's network models sets (``Platform(..., **LV08)``)."""
+
+    weighting: str
+    tcp_window: float
+    latency_factor: float
+    bandwidth_factor: float
+    weight_s: float
+    crosstraffic: float
+
+
+CM02: Final[SimGridModel] = {"weighting": "latency", "tcp_window": 4194304}
+"""``Platform(..., **CM02)`` shares as SimGrid's CM02 network model with its default TCP-gamma."""
+
+LV08: Final[SimGridModel] = {"weighting": "latency", "tcp_window": 4194304, "latency_factor": 13.01,
+                             "bandwidth_factor": 0.97, "weight_s": 20537, "crosstraffic": 0.05}
+"""``Platform(..., **LV08)`` shares as SimGrid's LV08 network model (its default), cross traffic on."""
 
 
 # ---- presets ----

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import (Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus, dgx_h100,
+from simcluster.platform import (CM02, LV08, Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus, dgx_h100,
                                  ethernet_cluster, laptop)
 
 GB = 1e9
@@ -84,6 +84,24 @@ def test_flows_on_disjoint_links_do_not_slow_each_other() -> None:
 def test_without_sharing_each_message_costs_its_route_alone() -> None:
     got = arrivals({0: [(2, MB, 0.0)], 1: [(2, MB, 0.0)]}, 3, star(3, sharing=False))
     assert got == {(0, 2): pytest.approx(HOP + 1e-3), (1, 2): pytest.approx(HOP + 1e-3)}
+
+
+def test_simgrids_lv08_model_charges_its_factors_and_its_acknowledgements() -> None:
+    # alone: 13.01 times the latency, 97% of the bandwidth, with or without sharing
+    for sharing in (True, False):
+        alone = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), sharing=sharing, **LV08))
+        assert alone == {(0, 1): pytest.approx(13.01 * HOP + MB / (0.97 * GB))}
+    # a pair sending both ways: each flow's acknowledgements take 5% of the other's links
+    both = arrivals({0: [(1, MB, 0.0)], 1: [(0, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), **LV08))
+    assert both == {(0, 1): pytest.approx(13.01 * HOP + 1.05 * MB / (0.97 * GB)),
+                    (1, 0): pytest.approx(13.01 * HOP + 1.05 * MB / (0.97 * GB))}
+
+
+def test_a_tcp_window_bounds_a_flow_by_its_round_trip_with_or_without_sharing() -> None:
+    far = Link(5e-4, 10 * GB)  # 1 ms each way across the switch: a 4 MiB window moves 2.1 GB/s
+    for sharing in (True, False):
+        got = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(far), sharing=sharing, **CM02))
+        assert got == {(0, 1): pytest.approx(1e-3 + MB / (4194304 / 2e-3))}
 
 
 def test_an_oversubscribed_fat_tree_slows_flows_between_leaves_only() -> None:
@@ -233,6 +251,9 @@ def test_sharing_runs_on_the_memory_transport_only_and_says_what_to_do() -> None
     (lambda: Platform(0, 1, FAST, Switch(NIC)), "nodes must be an int >= 1"),
     (lambda: Platform(32, 1, FAST, Torus((4, 4), NIC)), "it joins 16 NICs"),
     (lambda: FatTree(hosts_per_leaf=0, spines=2, link=NIC), "hosts_per_leaf must be an int >= 1"),
+    (lambda: Platform(1, 1, FAST, Switch(NIC), crosstraffic=-0.05), r"crosstraffic=-0.05\): must be a number >= 0"),
+    (lambda: Platform(1, 1, FAST, Switch(NIC), weight_s="big"), r"weight_s='big'\): must be a number >= 0 "
+     r"\(SimGrid's LV08: 20537\)"),
 ])
 def test_bad_platforms_are_refused_naming_the_field(bad: Any, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
@@ -277,31 +298,39 @@ def fluid(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[
     import math
 
     state = []
+    links = platform.links
     for src, dst, nbytes, at in flows:
-        route, latency, _ = platform.path(src, dst)
-        weight = 1 / latency if platform.weighting == "latency" else 1.0
-        bound = platform.tcp_window / (2 * latency) if platform.tcp_window else math.inf
-        state.append({"route": route, "join": at + latency, "left": float(nbytes), "weight": weight,
-                      "bound": bound, "end": None})
+        route = platform.route(src, dst)
+        back = platform.route(dst, src)
+        latency = sum(links.latency[i] for i in route)  # the links' own, before the factor
+        penalty = latency + sum(platform.weight_s / links.bandwidth[i] for i in route)
+        weight = 1 / penalty if platform.weighting == "latency" else 1.0
+        bound = platform.bandwidth_factor * platform.tcp_window / (2 * latency) if platform.tcp_window \
+            else math.inf
+        uses = {link: platform.crosstraffic for link in back if platform.crosstraffic}
+        uses.update({link: 1.0 for link in route})
+        state.append({"uses": uses, "join": at + latency * platform.latency_factor, "left": float(nbytes),
+                      "weight": weight, "bound": bound, "end": None})
     t = 0.0
     while any(f["end"] is None for f in state):
         moving = [f for f in state if f["end"] is None and f["join"] <= t]
         rate: dict[int, float] = {}
-        free = {link: platform.capacity[link] for f in moving for link in f["route"]}
+        free = {link: platform.capacity[link] for f in moving for link in f["uses"]}
         while len(rate) < len(moving):
             level, pick = math.inf, None
             for link in free:
-                weight = sum(f["weight"] for i, f in enumerate(moving) if i not in rate and link in f["route"])
+                weight = sum(f["weight"] * f["uses"].get(link, 0.0) for i, f in enumerate(moving)
+                             if i not in rate)
                 if weight > 0 and free[link] / weight < level:
                     level, pick = free[link] / weight, link
             for i, f in enumerate(moving):
                 if i not in rate and f["bound"] / f["weight"] < level:
                     level, pick = f["bound"] / f["weight"], ("bound", i)
             for i, f in enumerate(moving):
-                if i not in rate and (pick == ("bound", i) or pick in f["route"]):
+                if i not in rate and (pick == ("bound", i) or pick in f["uses"]):
                     rate[i] = f["weight"] * level
-                    for link in f["route"]:
-                        free[link] -= rate[i]
+                    for link, part in f["uses"].items():
+                        free[link] -= part * rate[i]
         later = [f["join"] for f in state if f["end"] is None and f["join"] > t]
         step = min([*later, *(t + moving[i]["left"] / r for i, r in rate.items())])
         for i, r in rate.items():
@@ -312,10 +341,15 @@ def fluid(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[
     return [f["end"] for f in state]
 
 
-@pytest.mark.parametrize("weighting, window", [("equal", None), ("latency", 4194304)])
-def test_flows_end_when_a_plain_reference_of_the_model_says(weighting: str, window: Any) -> None:
-    tree = FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)
-    platform = Platform(8, 1, Link(1e-7, 1e11), tree, weighting=weighting, tcp_window=window)
+WIDE = Link(5e-4, 10 * GB)  # a round trip of 2 ms: a TCP window of 4 MiB moves 2.1 GB/s at most
+
+
+@pytest.mark.parametrize("model, link", [({}, NIC), (CM02, NIC), (LV08, NIC), ({"crosstraffic": 0.5}, NIC),
+                                         (LV08, WIDE)],
+                         ids=["max-min", "CM02", "LV08", "cross traffic alone", "LV08 window-bound"])
+def test_flows_end_when_a_plain_reference_of_the_model_says(model: Any, link: Link) -> None:
+    tree = FatTree(hosts_per_leaf=2, spines=2, link=link, oversubscription=2)
+    platform = Platform(8, 1, Link(1e-7, 1e11), tree, **model)
     flows = [(s, (s + k) % 8, MB // k, 1e-5 * k) for s in range(8) for k in (1, 3, 5)]
     plan: dict[int, list[tuple[int, int, float]]] = {}
     for s, d, nbytes, at in flows:

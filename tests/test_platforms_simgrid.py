@@ -3,11 +3,13 @@
 SimGrid's CM02 network model shares links max-min fairly with each flow's
 part inversely proportional to its route's latency, and bounds each flow by
 its TCP window (``network/TCP-gamma``, 4194304 bytes by default): a
-``Platform`` with ``weighting="latency", tcp_window=4194304`` is that model.
-Cross traffic (SimGrid's modelling of the acknowledgements on the reverse
-route) is off on both sides, and SimGrid runs its full, not its lazy, update
-of the shares (``network/optim:Full``; its lazy one, the default, gave one
-of the patterns below different times). Each case writes the platform's
+``Platform(..., **CM02)`` is that model, run here without cross traffic.
+Its LV08 model (SimGrid's default) adds a latency factor of 13.01, a
+bandwidth factor of 0.97, a payload of 20537 bytes in each flow's weight,
+and cross traffic (each flow's acknowledgements take 5% of its rate on the
+reverse route): a ``Platform(..., **LV08)``. SimGrid runs its full, not its
+lazy, update of the shares (``network/optim:Full``; its lazy one, the
+default, gave one of the patterns below different times). Each case writes the platform's
 links and routes and the flows as JSON, runs ``tests/simgrid_flows.py``
 under a Python with SimGrid's bindings (Debian's ``python3-simgrid``; set
 ``SIMGRID_PYTHON`` to choose it), and compares every flow's time. Skipped,
@@ -20,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +30,11 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus
+from simcluster.platform import CM02, LV08, Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus
 
 HERE = Path(__file__).resolve().parent
-CM02 = ["network/model:CM02", "network/crosstraffic:0", "network/optim:Full"]
-WINDOW = 4194304  # SimGrid's default network/TCP-gamma
+MODELS = {"CM02": (["network/model:CM02", "network/crosstraffic:0", "network/optim:Full"], CM02),
+          "LV08": (["network/model:LV08", "network/crosstraffic:1", "network/optim:Full"], LV08)}
 NIC = Link(1e-6, 1e9)
 RANK = Link(1e-7, 1e11)
 MB = 10**6
@@ -51,13 +54,14 @@ pytestmark = pytest.mark.skipif(SIMGRID is None, reason="no Python with SimGrid'
                                 "apt install python3-simgrid; or set SIMGRID_PYTHON)")
 
 
-def simgrid(platform: Platform, pairs: list[tuple[int, int]], tmp: Path, **work: Any) -> list[float]:
-    """Run ``work`` (``flows=[...]`` or ``ring={...}``) under SimGrid on ``platform``'s links."""
+def simgrid(model: str, platform: Platform, pairs: list[tuple[int, int]], tmp: Path, **work: Any) -> list[float]:
+    """Run ``work`` (``flows=[...]`` or ``ring={...}``) under SimGrid's ``model`` on ``platform``'s
+    links (SimGrid applies the model's factors itself); every route and its reverse."""
     links = platform.links
-    desc = {"config": CM02, "hosts": platform.nodes * platform.ranks_per_node,
-            "links": [[lat * platform.latency_factor, bw * platform.bandwidth_factor]
-                      for lat, bw in zip(links.latency, links.bandwidth)],
-            "routes": [[[s, d], list(platform.route(s, d))] for s, d in sorted(set(pairs))], **work}
+    routes = sorted(set(pairs) | {(d, s) for s, d in pairs})
+    desc = {"config": MODELS[model][0], "hosts": platform.nodes * platform.ranks_per_node,
+            "links": [[lat, bw] for lat, bw in zip(links.latency, links.bandwidth)],
+            "routes": [[[s, d], list(platform.route(s, d))] for s, d in routes], **work}
     path = tmp / "simgrid.json"
     path.write_text(json.dumps(desc))
     assert SIMGRID is not None
@@ -88,8 +92,8 @@ def ours(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[f
     return [got[(s, d)] for s, d, _, _ in flows]
 
 
-def cm02(nodes: int, network: Any, ranks_per_node: int = 1) -> Platform:
-    return Platform(nodes, ranks_per_node, RANK, network, weighting="latency", tcp_window=WINDOW)
+def machine(nodes: int, network: Any, ranks_per_node: int = 1) -> Callable[[str], Platform]:
+    return lambda model: Platform(nodes, ranks_per_node, RANK, network, **MODELS[model][1])
 
 
 PATTERNS = {
@@ -99,28 +103,31 @@ PATTERNS = {
     "staggered": lambda n: [(s, (s + k) % n, MB // k, 1e-5 * k) for s in range(n) for k in (1, 3, 5)],
 }
 PLATFORMS = {
-    "switch": lambda: cm02(8, Switch(NIC)),
-    "fat tree 2:1": lambda: cm02(8, FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)),
-    "torus 4x2": lambda: cm02(8, Torus((4, 2), NIC)),
-    "k-ary fat tree 2:1": lambda: cm02(8, KAryFatTree(4, NIC, oversubscription=2)),
-    "two nodes of four": lambda: cm02(2, Switch(NIC), ranks_per_node=4),
-    "dragonfly": lambda: cm02(8, Dragonfly(groups=2, routers=2, hosts_per_router=2, link=NIC,
-                                           global_link=Link(2e-6, 0.5e9))),
+    "switch": machine(8, Switch(NIC)),
+    "fat tree 2:1": machine(8, FatTree(hosts_per_leaf=2, spines=2, link=NIC, oversubscription=2)),
+    "torus 4x2": machine(8, Torus((4, 2), NIC)),
+    "k-ary fat tree 2:1": machine(8, KAryFatTree(4, NIC, oversubscription=2)),
+    "two nodes of four": machine(2, Switch(NIC), ranks_per_node=4),
+    "wide area (the TCP window binds)": machine(8, Switch(Link(5e-4, 1e10))),
+    "dragonfly": machine(8, Dragonfly(groups=2, routers=2, hosts_per_router=2, link=NIC,
+                                      global_link=Link(2e-6, 0.5e9))),
 }
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 @pytest.mark.parametrize("machine", list(PLATFORMS))
-def test_every_flow_ends_when_simgrid_says(machine: str, pattern: str, tmp_path: Path) -> None:
-    platform = PLATFORMS[machine]()
+@pytest.mark.parametrize("model", list(MODELS))
+def test_every_flow_ends_when_simgrid_says(model: str, machine: str, pattern: str, tmp_path: Path) -> None:
+    platform = PLATFORMS[machine](model)
     flows = PATTERNS[pattern](8)
-    theirs = simgrid(platform, [(s, d) for s, d, _, _ in flows], tmp_path, flows=[list(f) for f in flows])
+    theirs = simgrid(model, platform, [(s, d) for s, d, _, _ in flows], tmp_path, flows=[list(f) for f in flows])
     assert ours(platform, flows) == pytest.approx(theirs, rel=1e-9)
 
 
 @pytest.mark.parametrize("machine", list(PLATFORMS))
-def test_a_ring_all_reduce_ends_when_simgrid_says(machine: str, tmp_path: Path) -> None:
-    platform = PLATFORMS[machine]()
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_ring_all_reduce_ends_when_simgrid_says(model: str, machine: str, tmp_path: Path) -> None:
+    platform = PLATFORMS[machine](model)
     p, chunk = 8, 250_000  # bytes per ring step: a 2 MB vector (rendezvous steps)
 
     async def main(comm: sc.Comm) -> float:
@@ -128,5 +135,5 @@ def test_a_ring_all_reduce_ends_when_simgrid_says(machine: str, tmp_path: Path) 
         return comm.now
     result = sc.run(main, p, latency=platform)
     pairs = [(r, (r + 1) % p) for r in range(p)]
-    theirs = simgrid(platform, pairs, tmp_path, ring={"ranks": p, "chunk": chunk})
+    theirs = simgrid(model, platform, pairs, tmp_path, ring={"ranks": p, "chunk": chunk})
     assert result.times == pytest.approx(theirs, rel=1e-9)

@@ -11,11 +11,13 @@ instant's messages):
 2. The joined flows share every link's bandwidth max-min fairly (progressive
    filling: the most loaded link fixes the rate of its flows, which leave
    the problem, and so on), re-shared at each instant at which flows join or
-   end; between those instants the rates stay as they are. With the
-   platform's ``weighting="latency"`` a flow's part is inversely
-   proportional to its route's latency (TCP's round-trip unfairness, as
-   SimGrid's CM02 model shares), and with a ``tcp_window`` no flow moves
-   more than a window per round trip (``window / (2 * latency)``).
+   end; between those instants the rates stay as they are. Each flow's
+   weight and bound are the platform's (``Platform.flow_terms``: with
+   ``weighting="latency"`` a flow's part is inversely proportional to its
+   route's latency, TCP's round-trip unfairness as SimGrid's models share;
+   with a ``tcp_window`` no flow moves more than a window per round trip).
+   With the platform's ``crosstraffic`` a flow also takes that part of its
+   rate on each link of its reverse route.
 3. A flow ends when its bytes have moved (flows that would end within the
    platform's ``precision``, 1 ns by default, of the first to end at an
    instant end with it: a re-share per distinct end would cost more than
@@ -54,12 +56,13 @@ __all__ = ["Flows"]
 
 
 class _Flow:
-    __slots__ = ("booking", "route", "left", "since", "rate", "finish", "version", "done", "seq",
+    __slots__ = ("booking", "route", "back", "left", "since", "rate", "finish", "version", "done", "seq",
                  "fixed", "share", "weight", "bound")
 
     def __init__(self, booking: Booking, route: tuple[int, ...], left: float, seq: int) -> None:
         self.booking = booking
         self.route = route
+        self.back: tuple[int, ...] = ()  # the reverse route, where its acknowledgements take a part
         self.left = left  # bytes still to move at ``since``
         self.since = 0.0
         self.rate = 0.0  # bytes per second from ``since`` on
@@ -81,7 +84,7 @@ class Flows:
         self.platform = platform
         self.capacity = platform.capacity
         self.precision = platform.precision
-        self.weighted = platform.weighting == "latency"
+        self.cross = platform.crosstraffic
         # each link's capacity not yet given out, and its flows not yet fixed, in a share
         self.left = [0.0] * len(platform.capacity)
         self.count = [0.0] * len(platform.capacity)  # the weights of a link's flows not yet fixed
@@ -103,17 +106,15 @@ class Flows:
         now = self.kernel.now
         self.seq += 1
         platform = self.platform
-        window = platform.tcp_window
         if booking.kind == RTS:  # no bytes: it reaches its receiver when the protocol says
             flow = _Flow(booking, (), 0.0, self.seq)
             joins = max(booking.time, now)
         else:
             route, latency, _ = platform.path(booking.src, booking.dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq)
-            if self.weighted:  # TCP's unfairness: the shorter the round trip, the larger the part
-                flow.weight = 1.0 / latency if latency > 0 else 1.0
-            if window:  # at most a window per round trip
-                flow.bound = window / (2 * latency) if latency > 0 else math.inf
+            flow.weight, flow.bound = platform.flow_terms(booking.src, booking.dst)
+            if self.cross:
+                flow.back = platform.route(booking.dst, booking.src)
             # a rendezvous transfer is charged from the later posting of its two sides (the
             # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
             joins = max(booking.time + latency, now)
@@ -155,7 +156,7 @@ class Flows:
             flow.since = now
             flow.rate = 0.0
             self.moving[flow.seq] = flow
-            for link in flow.route:
+            for link in flow.route + flow.back:
                 found = users.get(link)
                 if found is None:
                     users[link] = {flow.seq: flow}
@@ -170,9 +171,11 @@ class Flows:
                 continue
             ended.append(flow)
             del self.moving[flow.seq]
-            for link in flow.route:
-                on_link = users[link]
-                del on_link[flow.seq]
+            for link in flow.route + flow.back:
+                on_link = users.get(link)
+                if on_link is None:  # a link on both its routes, left already
+                    continue
+                on_link.pop(flow.seq, None)
                 if not on_link:
                     del users[link]
                 dirty.add(link)
@@ -216,14 +219,15 @@ class Flows:
             for seq, flow in users.get(link, {}).items():
                 if seq not in seen_flows:
                     seen_flows[seq] = flow
-                    todo += [other for other in flow.route if other not in seen_links]
+                    todo += [other for other in flow.route + flow.back if other not in seen_links]
         return links, [seen_flows[seq] for seq in sorted(seen_flows)]
 
     def _share(self, now: float) -> None:
         """Max-min fair rates for the component of the dirty links, by progressive filling.
 
         Weighted: a flow of weight ``w`` gets ``w`` times a link's level (its
-        capacity left over the weights of its flows not yet fixed), and a
+        capacity left over the weights of its flows not yet fixed, a flow on
+        its reverse route counting ``crosstraffic`` times its weight), and a
         flow with a ``bound`` is fixed at it once the levels reach it. The
         lowest level goes first; levels only grow as flows are fixed.
         """
@@ -234,9 +238,12 @@ class Flows:
         for link in links:
             left[link] = capacity[link]
             weights[link] = 0.0
+        cross = self.cross
         for flow in flows:
             for link in flow.route:
                 weights[link] += flow.weight
+            for link in flow.back:
+                weights[link] += cross * flow.weight
         for link in links:
             if weights[link] > 0.0:
                 order.append((capacity[link] / weights[link], 0, link))
@@ -291,6 +298,10 @@ class Flows:
         for link in flow.route:
             left[link] -= rate
             weights[link] -= flow.weight
+        cross = self.cross
+        for link in flow.back:
+            left[link] -= cross * rate
+            weights[link] -= cross * flow.weight
 
     def _show(self, now: float, used: dict[int, float]) -> None:
         """Record in the trace the links of ``used`` whose utilisation changed (a counter track each)."""
