@@ -7,7 +7,7 @@ native calls (a 2^16-rank barrier went from 4.0 to 3.2 s). ``comm`` re-exports i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .request import COMPLETED, Request
@@ -103,6 +103,14 @@ class CollContext:
         sreq = p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
                                 op=("sendrecv", dst), nonblocking=False)
         return rreq if sreq is None else _both(rreq, sreq)
+
+    async def together(self, parts: list[Coroutine[Any, Any, A]]) -> list[A]:
+        """Run ``parts`` side by side, each as a helper of this rank (as a nonblocking collective's
+        body runs), and return their results in order: an algorithm's independent pieces (rings,
+        trees) progress without waiting on one another."""
+        kernel = self._kernel
+        requests = [kernel.spawn(part, self.call, self) for part in parts]
+        return [await req for req in requests]
 
     async def sleep(self, seconds: float) -> None:
         """Charge ``seconds`` of virtual compute time (reductions) to this rank."""

@@ -408,8 +408,9 @@ class Comm(CollectiveMethods):
         name = how if self.group.name == "world" else f"{self.group.name}.{how}"
         return self._member_of(f"{self.ctx}/{self._created}/{how}", world_ranks, name)
 
-    def _member_of(self, key: str, world_ranks: list[int], name: str) -> Comm:
-        """Return this rank's Comm on the communicator ``key`` names, made on first use."""
+    def _member_of(self, key: str, world_ranks: list[int], name: str, at: int | None = None) -> Comm:
+        """Return this rank's Comm on the communicator ``key`` names, made on first use (``at``: this
+        rank's place in ``world_ranks``, when known)."""
         engine = self.engine
         groups = groups_of(engine)
         ctx = 2 * (zlib.crc32(key.encode()) + 1)
@@ -420,20 +421,26 @@ class Comm(CollectiveMethods):
             tasks = [groups[0].tasks[w] for w in world_ranks]
             group = Group(engine, ctx, list(world_ranks), name, tasks)
             group.key = key
-        return group.member(world_ranks.index(self.world_rank))
+        return group.member(world_ranks.index(self.world_rank) if at is None else at)
 
-    def named(self, key: str, world_ranks: list[int]) -> Comm:
+    def named(self, key: str, world_ranks: list[int], at: int | None = None) -> Comm:
         """Return this rank's Comm on the communicator of ``world_ranks`` that ``key`` names.
 
         Not collective and sends nothing: every member that passes the same
         ``key`` (and ranks) gets the same communicator, made on first use. For
         communicators whose members agree on a name without the whole parent
         taking part (``MPI_COMM_SELF``, ``MPI_Comm_create_group``); the caller
-        keeps keys unique.
+        keeps keys unique. ``at``: this rank's place in ``world_ranks``, where
+        the caller knows it (saves searching a long list).
 
         Raises:
-            ValueError: this rank is not in ``world_ranks``.
+            ValueError: this rank is not in ``world_ranks`` (or not at ``at``).
         """
+        if at is not None:
+            if not (0 <= at < len(world_ranks) and world_ranks[at] == self.world_rank):
+                raise ValueError(f"rank {self.rank}: named({key!r}, at={at!r}): world rank "
+                                 f"{self.world_rank} is not there; pass its place in world_ranks")
+            return self._member_of(f"{self.ctx}/named/{key}", world_ranks, key, at)
         if self.world_rank not in world_ranks:
             raise ValueError(f"rank {self.rank}: named({key!r}, world_ranks={world_ranks!r}): this "
                              f"rank (world rank {self.world_rank}) is not a member; pass ranks "

@@ -416,6 +416,9 @@ class Platform(LatencyModel):
             0.05); 0: none.
         precision: flows that would end within this many seconds of the
             first to end at an instant end with it (0: each at its own time).
+        gpus: the ranks are GPUs: the torch backend's all_reduce runs
+            ``nccl_ring`` or ``nccl_tree``, whichever NCCL's way of choosing
+            picks (docs/platforms.md).
         name: what ``describe`` calls it.
     """
 
@@ -423,7 +426,7 @@ class Platform(LatencyModel):
                  nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
                  bandwidth_factor: float = 1.0, weighting: str = "equal", weight_s: float = 0.0,
                  tcp_window: float | None = None, crosstraffic: float = 0.0, precision: float = 1e-9,
-                 name: str = "") -> None:
+                 gpus: bool = False, name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -467,6 +470,7 @@ class Platform(LatencyModel):
         self.tcp_window = None if tcp_window is None else float(tcp_window)
         self.crosstraffic = float(crosstraffic)
         self.precision = float(precision)
+        self.gpus = bool(gpus)
         self.name = name
         links = _Links()
         self._rank_up: list[int] = []
@@ -621,7 +625,7 @@ def dgx_h100(nodes: int = 1, *, oversubscription: float = 1.0, sharing: bool = T
     nvlink = Link(latency=1e-6, bandwidth=450e9)  # per direction: 900 GB/s per GPU in all
     nic = Link(latency=1e-6, bandwidth=50e9)  # 400 Gb/s
     return Platform(nodes, 8, nvlink, FatTree(32, 16, nic, oversubscription=oversubscription),
-                    nics_per_node=8, sharing=sharing, name=f"dgx_h100({nodes})")
+                    nics_per_node=8, sharing=sharing, gpus=True, name=f"dgx_h100({nodes})")
 
 
 def ethernet_cluster(nodes: int = 4, cores: int = 16, *, oversubscription: float = 1.0,

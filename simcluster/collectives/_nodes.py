@@ -24,12 +24,14 @@ class Layout:
     """A communicator's ranks by node: ``nodes[i]`` (comm ranks, ascending), each rank's node, and
     each member's node and leaders' communicators once it has asked for them."""
 
-    __slots__ = ("nodes", "node_of", "comms")
+    __slots__ = ("nodes", "node_of", "comms", "channels", "shared")
 
     def __init__(self, nodes: list[list[int]], node_of: list[int]) -> None:
         self.nodes = nodes
         self.node_of = node_of
         self.comms: dict[int, tuple[Any, Any]] = {}  # comm rank -> (its node's Comm, the leaders' or None)
+        self.channels: dict[tuple[str, int], list[Any]] = {}  # (kind, comm rank) -> its Comms (_nccl)
+        self.shared: dict[str, Any] = {}  # what every member's parts of an algorithm build on (_nccl)
 
 
 class Roster(Protocol):

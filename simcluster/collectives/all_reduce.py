@@ -181,6 +181,57 @@ async def smp(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     return finish(op, value, c.size, obj)
 
 
+async def nccl_ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """NCCL's ring across nodes: as many rings side by side as the nodes have NICs, each visiting
+    the nodes in order and carrying its part of the array (``_nccl.rings``).
+
+    Each ring crosses each node boundary once, and the rings leave every
+    node through different NICs. Every ring takes ``2(p-1)`` steps of
+    ``n/(p*C)`` bytes, ``C`` rings. For commutative ops on arrays on a
+    platform whose members share nodes; elsewhere it is ``ring``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+
+    found = _nodes.layout(c.comm) if op.commutative and elementwise(obj, op) else None
+    if found is None:
+        return await ring(c, obj, op)
+    from . import _nccl
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
+    flat = flatten(obj, op)
+    await _nccl.rings(c, found, flat, _ReduceOp.SUM if op is _ReduceOp.AVG else op, ring)  # AVG: divided once
+    return finish(op, unflatten(flat, obj), c.size, obj)
+
+
+async def nccl_tree(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """NCCL's tree: within each node a binomial reduce to its first rank; among those, two binary
+    trees each reducing and broadcasting half the array (``_nccl.double_tree``); within each
+    node a binomial broadcast.
+
+    ``2*log2(q)`` steps within nodes of ``q`` ranks and ``2*floor(log2 m)``
+    across ``m`` nodes, each of the whole array (NCCL pipelines its tree in
+    chunks; this does not). For commutative ops on arrays on a platform
+    whose members share nodes; elsewhere it is ``reduce_broadcast``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
+    found = _nodes.layout(c.comm) if op.commutative and elementwise(obj, op) else None
+    if found is None:
+        return await reduce_broadcast(c, obj, op)
+    from . import _nccl
+
+    inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
+    local, leaders = _nodes.contexts(c, found)
+    value = await _reduce.binomial(local, obj, inner, 0)
+    if leaders is not None:
+        flat = flatten(value, inner)
+        await _nccl.double_tree(c, leaders, found, flat, inner)
+        value = unflatten(flat, value)
+    value = await _broadcast.binomial(local, value if leaders is not None else obj, 0)
+    return finish(op, value, c.size, obj)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("all_reduce", "ring", ring, _cost.all_reduce_ring, analytic.all_reduce(analytic.RING),
               wraps=True),
@@ -194,6 +245,10 @@ ALGORITHMS: Final = declare(
               analytic.all_reduce(analytic.LEFT, from_rank_0=True)),
     Algorithm("all_reduce", "smp", smp, _cost.all_reduce_recursive_doubling,
               analytic.all_reduce(analytic.BALANCED), shaped=True),
+    Algorithm("all_reduce", "nccl_ring", nccl_ring, _cost.all_reduce_ring, analytic.all_reduce(analytic.RING),
+              wraps=True, shaped=True),
+    Algorithm("all_reduce", "nccl_tree", nccl_tree, _cost.all_reduce_reduce_broadcast,
+              analytic.all_reduce(analytic.BINOMIAL, from_rank_0=True), shaped=True),
 )
 """All-reduce algorithms by name."""
 

@@ -132,7 +132,9 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                   opts: AllreduceOptions = AllreduceOptions()) -> SimclusterWork:  # noqa: B008
         op = self._op("all_reduce", opts)
         if len(tensors) == 1:
-            return self._work(self._comm.iall_reduce(tensors[0], op), tensors, op="all_reduce")
+            tensor = tensors[0]
+            req = self._comm.iall_reduce(tensor, op, algorithm=self._all_reduce_algorithm(tensor))
+            return self._work(req, tensors, op="all_reduce")
         return self._coalesced_all_reduce(tensors, op)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor],
@@ -151,7 +153,16 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     n = t.numel()
                     t.copy_(flat[offset:offset + n].view(t.shape))
                     offset += n
-        return self._work(self._comm.iall_reduce(flat, op), tensors, finish, "all_reduce_coalesced")
+        req = self._comm.iall_reduce(flat, op, algorithm=self._all_reduce_algorithm(flat))
+        return self._work(req, tensors, finish, "all_reduce_coalesced")
+
+    def _all_reduce_algorithm(self, tensor: torch.Tensor) -> str | None:
+        """NCCL's choice on a platform with GPUs (``nccl_ring`` or ``nccl_tree``); else the default."""
+        if not getattr(self._comm.latency, "gpus", False):  # the common case: no platform, no import
+            return None
+        from simcluster.collectives import _nccl
+
+        return _nccl.all_reduce_choice(self._comm, tensor.numel() * tensor.element_size())
 
     def reduce(self, tensors: list[torch.Tensor],
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008

@@ -1,0 +1,176 @@
+"""NCCL's all_reduce across nodes: its rings, its double binary tree, and its choice between them.
+
+``all_reduce``'s ``nccl_ring`` and ``nccl_tree`` run these on a platform
+whose members share nodes (``_nodes.layout``); the torch backend on a
+platform with ``gpus`` picks one by ``choose``, as NCCL's tuner picks the
+algorithm whose estimated time is least. Loaded only on such a platform.
+
+- ``rings``: ``C`` rings side by side, each carrying ``1/C`` of the array
+  (NCCL's channels), ``C`` the NICs per node (at most the ranks of the
+  smallest node). Every ring visits the nodes in order and the ranks of a
+  node in a row, ring ``k`` starting each node at its ``k``-th rank: a ring
+  crosses each node boundary once, and the rings leave a node from
+  different ranks, and so through different NICs.
+- ``double_tree``: two binary trees over the nodes' first ranks, side by
+  side, each reducing half the array up to its root and broadcasting it
+  down; the second tree is the first over the ranks shifted by one, so the
+  two send through different links.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from ._chunks import ceil_log2, fresh, split_bounds
+from ._reduction import Flat, combine_flat, length
+
+if TYPE_CHECKING:
+    from ..comm import CollContext
+    from ..ops import ReduceOp
+    from ._nodes import Layout
+
+__all__ = ["all_reduce_choice", "choose", "double_tree", "rings", "tree_links"]
+
+
+# ---- rings ----
+
+def _orders(comm: Any, found: Layout) -> list[tuple[list[int], list[int]]]:
+    """Each ring's members (world ranks, in ring order) and each comm rank's place in it; once per
+    communicator."""
+    known = found.shared.get("rings")
+    if known is None:
+        nics = getattr(comm.latency, "nics_per_node", 1)
+        count = max(1, min(nics, min(len(members) for members in found.nodes)))
+        world = comm.group.world_ranks
+        known = []
+        for k in range(count):
+            order = [r for members in found.nodes for r in members[k:] + members[:k]]
+            place = [0] * len(order)
+            for i, r in enumerate(order):
+                place[r] = i
+            known.append(([world[r] for r in order], place))
+        found.shared["rings"] = known
+    return known
+
+
+async def rings(c: CollContext, found: Layout, flat: Flat, op: ReduceOp,
+                ring: Callable[[CollContext, Flat, ReduceOp], Coroutine[Any, Any, Flat]]) -> None:
+    """All-reduce the 1-D array ``flat`` in place: part ``k`` by ``ring`` (all_reduce's) on a
+    communicator ranked in ring ``k``'s order, the rings side by side."""
+    comm = c.comm
+    made = found.channels.get(("rings", comm.rank))
+    if made is None:
+        made = found.channels[("rings", comm.rank)] = [
+            comm.named(f"nccl ring {k}", order, at=place[comm.rank])
+            for k, (order, place) in enumerate(_orders(comm, found))]
+    parts = split_bounds(length(flat), len(made))
+    views = [flat[parts[k]:parts[k + 1]] for k in range(len(made))]
+    make = type(c)
+    done = await c.together([ring(make(on, c.seq, c.call, c.algorithm), view, op)
+                             for on, view in zip(made, views)])
+    for view, value in zip(views, done):
+        view[:] = value
+
+
+# ---- the double binary tree ----
+
+def tree_links(rank: int, size: int) -> tuple[int, list[int]]:
+    """(parent or -1, children) of ``rank`` in the balanced in-order binary tree over ``range(size)``:
+    the root is the middle rank, each subtree's root the middle of its range."""
+    lo, hi, parent = 0, size, -1
+    while True:
+        mid = (lo + hi) // 2
+        if rank == mid:
+            children = [(lo + mid) // 2] if lo < mid else []
+            if mid + 1 < hi:
+                children.append((mid + 1 + hi) // 2)
+            return parent, children
+        parent = mid
+        if rank < mid:
+            hi = mid
+        else:
+            lo = mid + 1
+
+
+async def _tree(c: CollContext, half: Flat, op: ReduceOp) -> Flat:
+    """Reduce ``half`` up the tree over ``c``'s ranks to its root, then broadcast it down."""
+    parent, children = tree_links(c.rank, c.size)
+    for child in children:
+        half = await combine_flat(c, op, await c.irecv(child), half)
+    if parent >= 0:
+        await c.send(half, parent)
+        half = await c.irecv(parent)
+    sends = [c.isend(half, child) for child in children]
+    for req in sends:
+        await req
+    return half
+
+
+async def double_tree(c: CollContext, leaders: CollContext, found: Layout, flat: Flat, op: ReduceOp) -> None:
+    """All-reduce the 1-D array ``flat`` in place among the leaders: its first half over the tree
+    of ``leaders``' ranks, its second over the leaders shifted by one, side by side.
+
+    Costs ``2 * depth`` steps of ``alpha + n*beta`` (a parent takes two
+    halves in), ``depth = floor(log2(m))`` for ``m`` leaders.
+    """
+    comm = c.comm
+    made = found.channels.get(("second tree", comm.rank))
+    if made is None:
+        world = comm.group.world_ranks
+        shifted = [world[members[0]] for members in found.nodes[1:] + found.nodes[:1]]
+        made = found.channels[("second tree", comm.rank)] = [
+            comm.named("nccl second tree", shifted, at=(found.node_of[comm.rank] - 1) % len(shifted))]
+    second = type(c)(made[0], c.seq, c.call, c.algorithm)
+    half = length(flat) // 2
+    done = await c.together([_tree(leaders, fresh(flat[:half]), op), _tree(second, fresh(flat[half:]), op)])
+    flat[:half] = done[0]
+    flat[half:] = done[1]
+
+
+# ---- NCCL's choice ----
+
+def all_reduce_choice(comm: Any, nbytes: int) -> str | None:
+    """The all_reduce algorithm NCCL would run for ``nbytes`` on ``comm`` (``choose``), where its
+    members share nodes of a platform with ``gpus``, at message fidelity; None elsewhere, or where
+    ``run(algorithms=...)`` names one (the torch backend asks: NCCL is torch's GPU backend)."""
+    from . import _nodes
+
+    engine = comm.group.engine
+    if not getattr(comm.latency, "gpus", False) or "all_reduce" in engine.algorithms \
+            or engine.fidelity != "message":
+        return None
+    found = _nodes.layout(comm)
+    return None if found is None else choose(comm, found, nbytes)
+
+
+def choose(comm: Any, found: Layout, nbytes: int) -> str:
+    """``"nccl_tree"`` or ``"nccl_ring"``: whichever takes less time by these estimates on the run's
+    platform.
+
+    With ``p`` ranks, ``m`` nodes of ``q``, ``C`` rings, a route within a
+    node of latency ``Lq`` and narrowest bandwidth ``Bq``, and across nodes
+    ``Lx`` and ``Bx``:
+
+    - ring: ``2(p-1) * max(Lx + n/(p*C*Bx), Lq + n/(p*Bq))``;
+    - tree: ``2*ceil(log2 q) * (Lq + n/Bq) + 2*floor(log2 m) * (Lx + n/Bx)``.
+
+    A tie goes to the ring.
+    """
+    platform, world = comm.latency, comm.group.world_ranks
+    nodes = [[world[r] for r in members] for members in found.nodes]
+    p, m, q = len(found.node_of), len(nodes), min(len(members) for members in nodes)
+    count = max(1, min(getattr(platform, "nics_per_node", 1), q))
+    inside = _route(platform, nodes[0][0], nodes[0][1]) if len(nodes[0]) > 1 else (0.0, math.inf)
+    across = _route(platform, nodes[0][0], nodes[1][0])
+    n = float(nbytes)
+    ring = 2 * (p - 1) * max(across[0] + n / (p * count * across[1]), inside[0] + n / (p * inside[1]))
+    tree = (2 * ceil_log2(q) * (inside[0] + n / inside[1])
+            + 2 * (m.bit_length() - 1) * (across[0] + n / across[1]))
+    return "nccl_tree" if tree < ring else "nccl_ring"
+
+
+def _route(platform: Any, a: int, b: int) -> tuple[float, float]:
+    _, latency, bandwidth = platform.path(a, b)
+    return float(latency), float(bandwidth)
