@@ -47,11 +47,30 @@ def ping_pong_bandwidth(platform: Platform) -> float:
     return 8 * (SIZES[1] - SIZES[0]) / (times[1] - times[0]) / 1e9
 
 
+def osu_bw(platform: Platform, size: int = 4 * 2**20, window: int = 64) -> float:
+    """OSU's osu_bw, Gb/s: a window of ``window`` nonblocking sends of ``size`` bytes, a 4-byte
+    reply once all have arrived, the window's bytes over the time."""
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            sends = [comm.isend(np.zeros(size, np.uint8), dst=1) for _ in range(window)]
+            for req in sends:
+                await req
+            await comm.recv(src=1)
+        else:
+            receives = [comm.irecv(src=0) for _ in range(window)]
+            for req in receives:
+                await req
+            await comm.send(np.zeros(4, np.uint8), dst=0)
+    return 8 * size * window / sc.run(main, 2, latency=platform).elapsed / 1e9
+
+
 ROWS: dict[str, Any] = {
     "8 GPUs of one DGX H100, ring all_reduce bus bandwidth": lambda: ring_bus_bandwidth(dgx_h100(1), 8),
     "16 GPUs of two DGX H100, ring all_reduce, per NIC": lambda: ring_bus_bandwidth(dgx_h100(2), 16),
     "two hosts, 40 Gb/s Ethernet back to back, ping-pong bandwidth":
         lambda: ping_pong_bandwidth(Platform(2, 1, Link(0.0, 1e12), Switch(Link(1e-6, 5e9)))),
+    "two hosts, HDR InfiniBand (200 Gb/s), osu_bw at 4 MiB":
+        lambda: osu_bw(Platform(2, 1, Link(0.0, 1e12), Switch(Link(1e-6, 25e9)))),
 }
 
 
