@@ -235,14 +235,8 @@ def configure(
         except ValueError as exc:
             raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
                              str(exc), "give the platform more nodes") from None
-    if getattr(model, "sharing", False) and (multiprocess or (plan is not None and plan.shapes_messages)
-                                             or fidelity == "analytic"):
-        why = (f"transport={tp.name!r}" if multiprocess else "fidelity='analytic'"
-               if fidelity == "analytic" else "faults=... with slow, cut or delay")
-        raise UsageError(None, f"run(latency={model.describe()}, {why})", "a platform whose links "
-                         "flows share runs on the memory transport, at message fidelity, without slow, "
-                         "cut or delay faults: the sharing needs every message as a flow in one place",
-                         "leave transport and those faults out, or make the platform with sharing=False")
+    if getattr(model, "sharing", False):
+        check_sharing(model, tp.name, multiprocess, plan, fidelity)
     if multiprocess and fidelity == "analytic":
         raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
                          "collectives meet inside one process", "use transport='memory', or "
@@ -410,6 +404,22 @@ def check_nodes(serializer: object, nnodes: object, node_rank: object, procs: ob
     if not _is_int(node_rank) or not 0 <= node_rank < nnodes:  # type: ignore[operator]
         cls = UsageError if _is_int(node_rank) else UsageTypeError
         raise cls(None, f"run(node_rank={node_rank!r})", f"node_rank must be in range({nnodes})")
+
+
+def check_sharing(model: Any, transport: str, multiprocess: bool, plan: Any, fidelity: str) -> None:
+    """Refuse what a platform whose links flows share cannot run (docs/platforms.md)."""
+    if fidelity == "analytic" or (plan is not None and plan.shapes_messages):
+        why = "fidelity='analytic'" if fidelity == "analytic" else "faults=... with slow, cut or delay"
+        raise UsageError(None, f"run(latency={model.describe()}, {why})", "a platform whose links "
+                         "flows share runs at message fidelity, without slow, cut or delay faults",
+                         "leave those out, or make the platform with sharing=False")
+    if multiprocess and (plan is not None or not model.lookahead() > 0):
+        why = "faults=..." if plan is not None else "a link of latency 0"
+        raise UsageError(None, f"run(latency={model.describe()}, transport={transport!r}, {why})",
+                         "on several hosting processes, a platform whose links flows share needs every "
+                         "link's latency > 0 (each process hears of the others' flows before they join "
+                         "their links), and no fault plan",
+                         "use transport='memory', or make the platform with sharing=False")
 
 
 def check_faults(faults: object, world_size: int) -> FaultPlan | None:

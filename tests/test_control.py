@@ -15,7 +15,7 @@ from simcluster.transports.base import EAGER, Envelope, TransportError
 
 _EXC = _remote.encode_exception(ValueError("bad input"))
 _TRACE = C.TraceParts([[0, "send", 0.0, 1e-6, {"dst": 1}]],
-                      [[1, 0, 1, 5, 8, 0.0, 1e-6, "world"]], [[0, 1, 2e-6]])
+                      [[1, 0, 1, 5, 8, 0.0, 1e-6, "world"]], [[0, 1, 2e-6]], [["nic 0 up", 1e-6, 0.5]])
 _RESULTS = C.Results([{"sum": 3}, [1, 2], None], [0.0, 1e-6, 2e-6],
                      [[1, 0, 2], [8, 0, 16], [0, 1, 1], [0, 8, 8]], ["rank 1: a leak"], _TRACE)
 

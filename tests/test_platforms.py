@@ -236,11 +236,13 @@ def test_a_world_larger_than_the_platform_is_refused_before_it_runs() -> None:
         sc.run(main, 5, latency=star(4))
 
 
-def test_sharing_runs_on_the_memory_transport_only_and_says_what_to_do() -> None:
+def test_what_sharing_cannot_run_is_refused_with_the_way_out() -> None:
     async def main(comm: sc.Comm) -> None:
         return None
-    with pytest.raises(sc.UsageError, match="sharing=False"):
+    with pytest.raises(sc.UsageError, match="a link of latency 0.*sharing=False"):  # star's ranks' links
         sc.run(main, 2, latency=star(2), transport="shm", procs=2)
+    with pytest.raises(sc.UsageError, match="slow, cut or delay"):
+        sc.run(main, 2, latency=star(2), faults="slow:0x2@0..1ms")
     with pytest.raises(sc.UsageError, match="fidelity='analytic'"):
         sc.run(main, 2, latency=star(2), fidelity="analytic")
 

@@ -79,8 +79,10 @@ class _Flow:
 class Flows:
     """The flows in flight on one run's platform, and the kernel event of the next change."""
 
-    def __init__(self, kernel: Kernel, platform: Platform, deliver: Callable[[Envelope], None]) -> None:
+    def __init__(self, kernel: Kernel, platform: Platform, deliver: Callable[[Envelope], None],
+                 show: bool = True) -> None:
         self.kernel = kernel
+        self.show = show  # record link utilisation in a traced run (one hosting process does)
         self.platform = platform
         self.capacity = platform.capacity
         self.precision = platform.precision
@@ -101,23 +103,29 @@ class Flows:
         self.reshares = 0
         self.shown: dict[int, float] = {}  # a traced run: each link's utilisation as last recorded
 
-    def start(self, booking: Booking) -> None:
-        """A message was charged now: its flow starts (rule 1)."""
-        now = self.kernel.now
+    def joins(self, booking: Booking, now: float) -> float:
+        """When the flow of ``booking``, charged at ``now``, joins its links (rule 1)."""
+        if booking.kind == RTS:  # no bytes: it reaches its receiver when the protocol says
+            return max(booking.time, now)
+        # a rendezvous transfer is charged from the later posting of its two sides (the
+        # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
+        return max(booking.time + self.platform.flow_latency(booking.src, booking.dst), now)
+
+    def start(self, booking: Booking, instant: float | None = None) -> None:
+        """A message was charged now (or at ``instant``, a hosting process's record of it): its
+        flow starts (rule 1)."""
+        now = self.kernel.now if instant is None else instant
         self.seq += 1
         platform = self.platform
-        if booking.kind == RTS:  # no bytes: it reaches its receiver when the protocol says
+        if booking.kind == RTS:
             flow = _Flow(booking, (), 0.0, self.seq)
-            joins = max(booking.time, now)
         else:
-            route, latency, _ = platform.path(booking.src, booking.dst)
+            route = platform.route(booking.src, booking.dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq)
             flow.weight, flow.bound = platform.flow_terms(booking.src, booking.dst)
             if self.cross:
                 flow.back = platform.route(booking.dst, booking.src)
-            # a rendezvous transfer is charged from the later posting of its two sides (the
-            # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
-            joins = max(booking.time + latency, now)
+        joins = self.joins(booking, now)
         key = (booking.src, booking.dst)
         channel = self.channels.get(key)
         if channel is None:
@@ -287,7 +295,7 @@ class Flows:
             flow.finish = now + flow.left / rate if rate > 0 else now
             flow.version += 1
             heapq.heappush(ends, (flow.finish, flow.seq, flow.version, flow))
-        if self.kernel.trace is not None:
+        if self.show and self.kernel.trace is not None:
             self._show(now, {link: 1.0 - max(0.0, left[link]) / capacity[link] for link in links})
 
     def _fix(self, flow: _Flow, rate: float, stamp: int) -> None:

@@ -152,20 +152,21 @@ class Failure(NamedTuple):
 
 
 class TraceParts(NamedTuple):
-    """One process's trace (or every process's, joined): spans, messages, and receipts of
-    messages sent from other processes."""
+    """One process's trace (or every process's, joined): spans, messages, receipts of messages
+    sent from other processes, and link utilisation (recorded by the first process alone)."""
 
     spans: list[list[Any]]  # [rank, name, start, end, args]
     messages: list[list[Any]]  # [id, src, dst, tag, nbytes, sent, recv, comm]
     receipts: list[list[Any]]  # [src, id, time received]
+    counters: list[list[Any]]  # [link, time, utilisation]: a platform's links (engine.flows)
 
     def encode(self) -> list[Any]:
-        return [self.spans, self.messages, self.receipts]
+        return [self.spans, self.messages, self.receipts, self.counters]
 
     @classmethod
     def decode(cls, items: list[Any]) -> TraceParts:
-        _expect(items, 3)
-        return cls(_lists(items[0]), _lists(items[1]), _lists(items[2]))
+        _expect(items, 4)
+        return cls(_lists(items[0]), _lists(items[1]), _lists(items[2]), _lists(items[3]))
 
 
 # ---- coordinator -> hosting process ----

@@ -51,7 +51,7 @@ from .local_link import LocalLink
 from .._result import RunResult, Stats
 from ..engine.assembly import deadlock_error
 from ..errors import RankError, RunTimeoutError, SimclusterError, UsageError
-from ..trace import Message, Span, Trace
+from ..trace import Counter, Message, Span, Trace
 
 _GRACE: Final = 2.0  # seconds a process gets to exit before it is killed
 _FAREWELL: Final = 10.0  # seconds node 0 waits for every node to acknowledge the result (BYE)
@@ -475,6 +475,7 @@ class Coordinator:
         spans: list[list[Any]] = []
         messages: list[list[Any]] = []
         receipts: list[list[Any]] = []
+        counters: list[list[Any]] = []
         crashed: list[list[Any]] = []
         calls: list[list[Any]] = []
         for index in range(len(self.procs)):
@@ -490,10 +491,11 @@ class Coordinator:
                 spans += part.trace.spans
                 messages += part.trace.messages
                 receipts += part.trace.receipts
+                counters += part.trace.counters
         assert len(values) == w
         trace = None
         if self.config.tracing:
-            trace = C.TraceParts(spans, messages, receipts)
+            trace = C.TraceParts(spans, messages, receipts, counters)
         return C.FinalResult(C.Results(values, times, stats, leaks, trace, None, crashed, calls),
                              len(self.procs), (self.rounds, self.windows))
 
@@ -527,7 +529,8 @@ def _merge_trace(raw: C.TraceParts, world_size: int, procs: int) -> Trace:
     messages = sorted(by_key.values(), key=lambda m: (m.sent, m.src, m.id))
     for number, message in enumerate(messages, 1):
         message.id = number
-    return Trace(world_size, spans, messages, procs=procs)
+    counters = [Counter(str(name), float(t), float(value)) for name, t, value in raw.counters]
+    return Trace(world_size, spans, messages, procs=procs, counters=counters)
 
 
 # ---- processes ----

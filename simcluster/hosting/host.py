@@ -420,7 +420,7 @@ class Host:
             trace = C.TraceParts(
                 [[s.rank, s.name, s.start, s.end, _plain_args(s.args)] for s in t.spans],
                 [[m.id, m.src, m.dst, m.tag, m.nbytes, m.sent, m.recv, m.comm] for m in t.messages],
-                t.receipts)
+                t.receipts, [[c.name, c.time, c.value] for c in t.counters])
         failures = engine.p2p.failures
         crashed: list[list[Any]] = []
         calls: list[list[Any]] = []

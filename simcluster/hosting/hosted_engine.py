@@ -28,6 +28,7 @@ from ..request import Request
 
 if TYPE_CHECKING:
     from ..engine.failures import Failures
+    from ..engine.flows import Flows
     from ..faults import Crash
 
 
@@ -50,6 +51,20 @@ class HostedDelivery(Delivery):
         # (instant they were charged at, 1 for rendezvous data else 0, envelope)
         self.landing: list[tuple[float, int, Envelope]] = []
 
+    def bind(self, p2p: Any) -> None:
+        super().bind(p2p)
+        platform = getattr(self.inner_ports, "platform", None)  # a platform whose links flows share
+        self.flows: Flows | None = None
+        if platform is not None:
+            from ..engine.flows import Flows as _Flows  # only runs on such a platform load it
+
+            # every process shares every flow alike (a replica): each hears of the others' flows
+            # (records, Report.faults) before they join their links, a lookahead after they start
+            self.flows = _Flows(self.kernel, platform, self._flow_ended, show=self.lo == 0)
+            self.flow_records: list[list[Any]] = []  # this process's, for the other processes
+            self.flow_mine: list[tuple[list[Any], Booking]] = []  # this process's, to start next round
+            self.flow_held: dict[tuple[int, int, int], Envelope] = {}  # from elsewhere, until their flow ends
+
     def send(self, env: Envelope) -> None:
         self.p2p.transport.send(env)
 
@@ -60,6 +75,9 @@ class HostedDelivery(Delivery):
         if not self.lo <= src < self.hi:
             p2p = self.p2p
             kind = env.kind
+            if self.flows is not None and (kind == EAGER or kind == RTS or kind == DATA):
+                self.flow_held[(kind, src, env.msg_id)] = env  # reaches its rank when its flow ends
+                return
             if p2p.book_later and (kind == EAGER or kind == RTS or kind == DATA):
                 # sent by book in an earlier round, at the instant its meta says: its receive side
                 # is charged with the others (land)
@@ -131,6 +149,8 @@ class HostedDelivery(Delivery):
         for a STEP that closes the instant.
         """
         p2p = self.p2p
+        if self.flows is not None:
+            return self._book_flows()
         items = p2p.bookings
         phase = 0
         if items:
@@ -158,6 +178,80 @@ class HostedDelivery(Delivery):
                 b.meta = instant  # the receiver charges its side in the order of instants
                 p2p.transport.send(b.envelope())
         return True
+
+    # ---- flows that share a platform's links (engine.flows) ----
+
+    def _book_flows(self) -> bool:
+        """``book`` with flows: each message this round posted becomes a record that every process
+        (this one too) starts its flow from at its next run, in one order (``start_flows``); the
+        envelope goes to its receiver's process now, and waits there for its flow to end."""
+        p2p = self.p2p
+        flows = self.flows
+        assert flows is not None
+        items = p2p.bookings
+        phase = 0
+        if items:
+            p2p.bookings = []
+            sort_by_source(items, p2p.world_size)
+        else:
+            items = p2p.rdv_bookings
+            if not items or not self.closing:
+                return False
+            p2p.rdv_bookings = []
+            phase = 1
+            items.sort(key=by_source_and_id)
+        now = self.kernel.now
+        instant = pack_time(now)
+        lo, hi = self.lo, self.hi
+        for b in items:
+            record = ["flow", flows.joins(b, now), now, phase, len(self.flow_records), b.kind, b.src,
+                      b.dst, b.msg_id, b.nbytes, b.time]
+            self.flow_records.append(record)
+            self.flow_mine.append((record, b))
+            if not lo <= b.dst < hi:
+                b.meta = instant
+                p2p.transport.send(b.envelope())
+        return True
+
+    def take_flow_records(self) -> list[list[Any]]:
+        """The flow records of this run, for the other processes (``Report.faults``)."""
+        records = self.flow_records if self.flows is not None else []
+        self.flow_records = []
+        return records
+
+    def start_flows(self, records: list[list[Any]]) -> None:
+        """Start the flows of the last round's records, this process's and the others', in the order
+        every process starts them in: by instant, eager messages and requests to send before
+        rendezvous data, by source, then in the order their process posted them."""
+        flows = self.flows
+        if flows is None or not (records or self.flow_mine):
+            return
+        mine = {id(record): booking for record, booking in self.flow_mine}
+        every = records + [record for record, _ in self.flow_mine]
+        self.flow_mine = []
+        every.sort(key=_flow_order)
+        for record in every:
+            booking = mine.get(id(record))
+            if booking is None:  # another process's message: its bytes reach here, if ever, by itself
+                _, _, _, _, _, kind, src, dst, msg_id, nbytes, time = record
+                booking = Booking(int(kind), 0, int(src), int(dst), 0, int(msg_id), int(nbytes), float(time),
+                                  b"", (), False, b"", 0)
+            flows.start(booking, float(record[2]))
+        flows.settle()
+
+    def _flow_ended(self, env: Envelope) -> None:
+        """A flow ended (its channel's earlier ones too): its message reaches a rank here, or the
+        rendezvous send here of data to another process completes."""
+        lo, hi = self.lo, self.hi
+        kind, src, now = env.kind, env.src, self.kernel.now
+        if lo <= env.dst < hi:
+            if not lo <= src < hi:
+                env = retimed(self.flow_held.pop((kind, src, env.msg_id)), now)
+            self.enter(env)
+        elif kind == DATA and lo <= src < hi:
+            req = self.data_waits.pop((src, env.msg_id), None)
+            if req is not None:
+                self.kernel.schedule(now, finish_request, req)
 
     def land(self) -> None:
         """Charge the receive side of the envelopes sent to this process before this STEP.
@@ -325,9 +419,11 @@ class HostedEngine(Engine):
                 _hosted_check(group.check).take_first(record)
         for record in payloads:
             _hosted_check(groups[record.ctx].check).take_first(record, reported=True)
-        if faults:
-            self.failures().apply(faults)
+        flows = [record for record in faults if record[0] == "flow"] if faults else []
+        if len(flows) < len(faults or ()):
+            self.failures().apply([record for record in faults or () if record[0] != "flow"])
         await self.transport.receive(counts)
+        delivery.start_flows(flows)
         delivery.land()
         delivery.closing = close or until is not None
         try:
@@ -343,7 +439,7 @@ class HostedEngine(Engine):
         seen = list(self.coll_firsts)
         self.coll_firsts.clear()  # the communicators hold this very list
         failures = self.p2p.failures
-        told = [] if failures is None else failures.take_records()
+        told = ([] if failures is None else failures.take_records()) + delivery.take_flow_records()
         return _control.Report(kernel.now, counts_sent, earliest, kernel.unfinished,
                                delivery.next_time() if failure is None else None,
                                failure, seen, bool(self.p2p.rdv_bookings), delivery.open_handshakes(),
@@ -363,6 +459,11 @@ class HostedEngine(Engine):
 def _hosted_check(check: CallCheck) -> HostedCallCheck:
     assert isinstance(check, HostedCallCheck)  # call_check made every communicator's here
     return check
+
+
+def _flow_order(record: list[Any]) -> tuple[float, int, int, int]:
+    """The order every process starts a round's flows in (``HostedDelivery.start_flows``)."""
+    return record[2], record[3], record[6], record[4]
 
 
 def _landing_order(item: tuple[float, int, Envelope]) -> tuple[float, int, float, int]:

@@ -169,6 +169,8 @@ class Rounds:
         for q in range(self.n):
             if q != p:
                 self.due[q] = True
+        if records[-1][0] == "flow":  # a process starts its own flows with the others' (start_flows)
+            self.due[p] = True
         if p != self.me:
             self.faults += records
         for record in records:
