@@ -469,10 +469,32 @@ def test_broadcast_and_barrier_also_go_through_one_rank_per_node_on_a_platform_w
     assert across == 3 * 3  # each broadcast: one copy to each of the three other nodes
 
 
+async def reduces(comm: sc.Comm, plain: bool = False) -> Any:
+    algorithm = "binomial" if plain else None
+    got = []
+    for root in (0, 6, 15):  # a node's first rank, and two that are not
+        got.append(await comm.reduce(np.arange(3.0) + comm.rank, dst=root, algorithm=algorithm))
+        got.append(await comm.reduce(float(comm.rank), dst=root, op=sc.ReduceOp.AVG, algorithm=algorithm))
+    joined = await comm.reduce([comm.rank], dst=6, op=UNION, algorithm=algorithm)
+    return [None if g is None else np.asarray(g).tolist() for g in got], joined
+
+
+def test_reduce_also_goes_through_one_rank_per_node_on_a_platform_with_nodes() -> None:
+    smp = sc.run(reduces, 16, latency=nodes_of_four(), trace=True)
+    plain = sc.run(reduces, 16, args=(True,), latency=nodes_of_four())
+    assert list(smp) == list(plain)
+    assert smp[6] == ([None, None, [120.0, 136.0, 152.0], 7.5, None, None], list(range(16)))
+    assert smp.trace is not None
+    assert {m.comm.split(":")[1].split("#")[0] for m in smp.trace.messages} == {"reduce"}
+    assert all("(smp)" in m.comm for m in smp.trace.messages)
+    across = sum(m.src // 4 != m.dst // 4 for m in smp.trace.messages)
+    assert across == 7 * 3  # each of the 7 calls: one message from each of the other three nodes
+
+
 @pytest.mark.parametrize("transport, procs", [("shm", 2), ("tcp", 4)])
 def test_a_platform_without_sharing_gives_hosting_processes_the_same_run(transport: str, procs: int) -> None:
     """The node-aware collectives name their node communicators alike in every process."""
-    for program in (reductions, broadcasts_and_barriers):
+    for program in (reductions, broadcasts_and_barriers, reduces):
         memory = sc.run(program, 16, latency=nodes_of_four(sharing=False))
         hosted = sc.run(program, 16, latency=nodes_of_four(sharing=False), transport=transport, procs=procs)
         assert list(hosted) == list(memory) and hosted.times == memory.times

@@ -23,9 +23,10 @@ from . import check_algorithm, family
 from ._registry import lookup
 from .analytic import twin as _twin
 
-SHAPED = {"all_reduce": ("smp", ()), "broadcast": ("smp", ("scatter_allgather",)), "barrier": ("smp", ())}
+SHAPED = {"all_reduce": ("smp", ()), "broadcast": ("smp", ("scatter_allgather",)), "barrier": ("smp", ()),
+          "reduce": ("smp", ())}
 """The defaults on a platform whose ranks share nodes (``_nodes.layout``), at message fidelity (for
-all_reduce, with a commutative op), so only one rank per node crosses the network; each with the
+all_reduce and reduce, with a commutative op), so only one rank per node crosses the network; each with the
 usual defaults it leaves in place (a large broadcast's pieces spread better on their own)."""
 
 if TYPE_CHECKING:

@@ -3,7 +3,9 @@
 ``all_reduce``'s ``nccl_ring`` and ``nccl_tree`` run these on a platform
 whose members share nodes (``_nodes.layout``); the torch backend on a
 platform with ``gpus`` picks one by ``choose``, as NCCL's tuner picks the
-algorithm whose estimated time is least. Loaded only on such a platform.
+algorithm whose estimated time is least, and runs all_gather and
+reduce_scatter on a ring, as NCCL does (``algorithm``). Loaded only on such
+a platform.
 
 - ``rings``: ``C`` rings side by side, each carrying ``1/C`` of the array
   (NCCL's channels), ``C`` the NICs per node (at most the ranks of the
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from ..ops import ReduceOp
     from ._nodes import Layout
 
-__all__ = ["all_reduce_choice", "choose", "double_tree", "rings", "tree_links"]
+__all__ = ["algorithm", "choose", "double_tree", "rings", "tree_links"]
 
 
 # ---- rings ----
@@ -131,18 +133,21 @@ async def double_tree(c: CollContext, leaders: CollContext, found: Layout, flat:
 
 # ---- NCCL's choice ----
 
-def all_reduce_choice(comm: Any, nbytes: int) -> str | None:
-    """The all_reduce algorithm NCCL would run for ``nbytes`` on ``comm`` (``choose``), where its
-    members share nodes of a platform with ``gpus``, at message fidelity; None elsewhere, or where
-    ``run(algorithms=...)`` names one (the torch backend asks: NCCL is torch's GPU backend)."""
+def algorithm(comm: Any, collective: str, nbytes: int) -> str | None:
+    """What NCCL would run for ``collective`` of ``nbytes`` on ``comm``: for all_reduce ``choose``'s
+    pick, for all_gather and reduce_scatter its ring; where the members share nodes of a platform
+    with ``gpus``, at message fidelity. None elsewhere, or where ``run(algorithms=...)`` names one
+    (the torch backend asks: NCCL is torch's GPU backend)."""
     from . import _nodes
 
     engine = comm.group.engine
-    if not getattr(comm.latency, "gpus", False) or "all_reduce" in engine.algorithms \
+    if not getattr(comm.latency, "gpus", False) or collective in engine.algorithms \
             or engine.fidelity != "message":
         return None
     found = _nodes.layout(comm)
-    return None if found is None else choose(comm, found, nbytes)
+    if found is None:
+        return None
+    return choose(comm, found, nbytes) if collective == "all_reduce" else "ring"
 
 
 def choose(comm: Any, found: Layout, nbytes: int) -> str:

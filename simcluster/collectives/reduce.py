@@ -14,13 +14,20 @@ Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs with ``gamma = 0``):
   more such step when the root is a rank that the fold sets aside.
 - ``linear``: every rank sends to the root, which reduces in rank order:
   ``alpha + (p-1)*n*beta`` (the root's port takes the messages one by one).
+- ``smp``: on a platform whose ranks share nodes, a binomial reduce within
+  each node to its first rank, the reduce the default picks among those
+  leaders to the root's node, then one intra-node step to the root unless
+  it leads its node (MPICH's SMP-aware reduce): one message per node
+  crosses the network. For commutative ops; ``binomial`` otherwise, and
+  where the members share no node.
 
-All three keep rank order, so non-commutative ops are correct with any of them.
+The first three keep rank order, so non-commutative ops are correct with any of them.
 
 Default rule (MPICH's ``MPIR_Reduce_intra_auto``): ``rabenseifner`` for
 arrays over 2048 bytes with a commutative op on sizes where each of ``pof2``
 ranks gets at least 8 bytes; ``binomial`` otherwise (small arrays, other
-payloads, non-commutative ops).
+payloads, non-commutative ops). On a platform with nodes, at message
+fidelity, ``smp`` for commutative ops.
 """
 
 from __future__ import annotations
@@ -33,12 +40,14 @@ from ._reduction import (
     Fold,
     combine,
     doubling_gather,
+    elementwise,
     finish,
     flatten,
     fold_in,
     halving,
     length,
     linear_fold,
+    nbytes_of,
     unflatten,
 )
 from ._registry import Algorithm, declare
@@ -102,11 +111,43 @@ async def linear(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
     return finish(op, value, c.size, obj) if c.rank == root else None
 
 
+async def smp(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
+    """Within each node a binomial reduce to its first rank; among those, the reduce the default
+    picks, to the root's node; then to the root, unless it leads its node (MPICH's SMP-aware reduce).
+
+    On a platform with nodes (``_nodes.layout``) one message per node
+    crosses the network. Costs ``log2(q)`` intra-node steps, the leaders'
+    reduce, and one more intra-node step where the root does not lead its
+    node. For commutative ops; otherwise, and where the members share no
+    node, it is ``binomial``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
+    found = _nodes.layout(c.comm) if op.commutative else None
+    if found is None:
+        return await binomial(c, obj, op, root)
+    inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
+    local, leaders = _nodes.contexts(c, found)
+    value = await binomial(local, obj, inner, 0)
+    if leaders is not None:
+        across = default(leaders.size, nbytes_of(value), arrays=elementwise(value, inner))
+        value = await ALGORITHMS[across].run(leaders, value, inner, found.node_of[root])
+    home = found.nodes[found.node_of[root]]
+    if root != home[0]:  # the root's node's first rank hands the result over
+        if c.rank == home[0]:
+            await local.send(value, home.index(root))
+        elif c.rank == root:
+            value = await local.recv(0)
+    return finish(op, value, c.size, obj) if c.rank == root else None
+
+
 ALGORITHMS: Final = declare(
     Algorithm("reduce", "binomial", binomial, _cost.reduce_binomial, analytic.reduce(analytic.BINOMIAL)),
     Algorithm("reduce", "rabenseifner", rabenseifner, _cost.reduce_rabenseifner,
               analytic.reduce(analytic.BALANCED), wraps=True),
     Algorithm("reduce", "linear", linear, _cost.reduce_linear, analytic.reduce(analytic.LEFT)),
+    Algorithm("reduce", "smp", smp, _cost.reduce_binomial, analytic.reduce(analytic.BINOMIAL), shaped=True),
 )
 """Reduce algorithms by name."""
 

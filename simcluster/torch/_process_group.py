@@ -51,6 +51,10 @@ _OPS: dict[Any, ReduceOp] = {
 """torch's ReduceOp kinds (``opts.reduceOp.op``) and the simcluster op for each."""
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return int(tensor.numel() * tensor.element_size())
+
+
 class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch is optional: not followed
     """A torch.distributed process group whose operations run on a simcluster Comm.
 
@@ -133,7 +137,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         op = self._op("all_reduce", opts)
         if len(tensors) == 1:
             tensor = tensors[0]
-            req = self._comm.iall_reduce(tensor, op, algorithm=self._all_reduce_algorithm(tensor))
+            req = self._comm.iall_reduce(tensor, op, algorithm=self._nccl("all_reduce", _nbytes(tensor)))
             return self._work(req, tensors, op="all_reduce")
         return self._coalesced_all_reduce(tensors, op)
 
@@ -153,16 +157,16 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     n = t.numel()
                     t.copy_(flat[offset:offset + n].view(t.shape))
                     offset += n
-        req = self._comm.iall_reduce(flat, op, algorithm=self._all_reduce_algorithm(flat))
+        req = self._comm.iall_reduce(flat, op, algorithm=self._nccl("all_reduce", _nbytes(flat)))
         return self._work(req, tensors, finish, "all_reduce_coalesced")
 
-    def _all_reduce_algorithm(self, tensor: torch.Tensor) -> str | None:
-        """NCCL's choice on a platform with GPUs (``nccl_ring`` or ``nccl_tree``); else the default."""
+    def _nccl(self, collective: str, nbytes: int) -> str | None:
+        """What NCCL would run on a platform with GPUs (``_nccl.algorithm``); else None: the default."""
         if not getattr(self._comm.latency, "gpus", False):  # the common case: no platform, no import
             return None
         from simcluster.collectives import _nccl
 
-        return _nccl.all_reduce_choice(self._comm, tensor.numel() * tensor.element_size())
+        return _nccl.algorithm(self._comm, collective, nbytes)
 
     def reduce(self, tensors: list[torch.Tensor],
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008
@@ -174,7 +178,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                        opts: ReduceScatterOptions = ReduceScatterOptions()  # noqa: B008
                        ) -> SimclusterWork:
         output = self._one("reduce_scatter", outputs)
-        req = self._comm.ireduce_scatter(list(inputs[0]), self._op("reduce_scatter", opts))
+        req = self._comm.ireduce_scatter(list(inputs[0]), self._op("reduce_scatter", opts),
+                                         algorithm=self._nccl("reduce_scatter", 0))
         return self._work(req, outputs, _copy_to(output), "reduce_scatter")
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -186,7 +191,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                              f"{input.numel()} elements, not world size {size} x output's "
                              f"{output.numel()}; size input as {size} outputs")
         parts = list(input.detach().reshape(-1).chunk(size))
-        req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts))
+        req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts),
+                                         algorithm=self._nccl("reduce_scatter", 0))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
     _reduce_scatter_base = reduce_scatter_single  # the older name
@@ -227,7 +233,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                   opts: AllgatherOptions = AllgatherOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("all_gather", inputs)
         targets = list(outputs[0])
-        return self._work(self._comm.iall_gather(tensor), targets, _copy_list(targets), "all_gather")
+        req = self._comm.iall_gather(tensor, algorithm=self._nccl("all_gather", 0))
+        return self._work(req, targets, _copy_list(targets), "all_gather")
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: AllgatherOptions = AllgatherOptions()  # noqa: B008
@@ -237,7 +244,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             raise ValueError(f"{self._who()}: all_gather_into_tensor: output has "
                              f"{output.numel()} elements, not world size {size} x input's "
                              f"{input.numel()}; size output as {size} inputs")
-        req = self._comm.iall_gather(input)
+        req = self._comm.iall_gather(input, algorithm=self._nccl("all_gather", 0))
         return self._work(req, [output], _concat_to(output), "all_gather_into_tensor")
 
     _allgather_base = all_gather_single  # the older name
