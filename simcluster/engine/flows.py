@@ -102,6 +102,20 @@ class Flows:
         self.wake_at: float | None = None
         self.reshares = 0
         self.shown: dict[int, float] = {}  # a traced run: each link's utilisation as last recorded
+        self.pairs: dict[tuple[int, int], tuple[tuple[int, ...], float, float, float, tuple[int, ...]]] = {}
+
+    def _terms(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float, float, tuple[int, ...]]:
+        """(route, latency, weight, bound, reverse route) of a flow from ``src`` to ``dst``, made once
+        per pair (``Platform.path``, ``flow_terms``)."""
+        key = (src, dst)
+        known = self.pairs.get(key)
+        if known is None:
+            platform = self.platform
+            route, latency, _ = platform.path(src, dst)
+            weight, bound = platform.flow_terms(src, dst)
+            known = self.pairs[key] = (route, latency, weight, bound,
+                                       platform.route(dst, src) if self.cross else ())
+        return known
 
     def joins(self, booking: Booking, now: float) -> float:
         """When the flow of ``booking``, charged at ``now``, joins its links (rule 1)."""
@@ -109,22 +123,19 @@ class Flows:
             return max(booking.time, now)
         # a rendezvous transfer is charged from the later posting of its two sides (the
         # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
-        return max(booking.time + self.platform.flow_latency(booking.src, booking.dst), now)
+        return max(booking.time + self._terms(booking.src, booking.dst)[1], now)
 
     def start(self, booking: Booking, instant: float | None = None) -> None:
         """A message was charged now (or at ``instant``, a hosting process's record of it): its
         flow starts (rule 1)."""
         now = self.kernel.now if instant is None else instant
         self.seq += 1
-        platform = self.platform
         if booking.kind == RTS:
             flow = _Flow(booking, (), 0.0, self.seq)
         else:
-            route = platform.route(booking.src, booking.dst)
+            route, _, weight, bound, back = self._terms(booking.src, booking.dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq)
-            flow.weight, flow.bound = platform.flow_terms(booking.src, booking.dst)
-            if self.cross:
-                flow.back = platform.route(booking.dst, booking.src)
+            flow.weight, flow.bound, flow.back = weight, bound, back
         joins = self.joins(booking, now)
         key = (booking.src, booking.dst)
         channel = self.channels.get(key)
