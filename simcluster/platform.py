@@ -416,9 +416,10 @@ class Platform(LatencyModel):
             0.05); 0: none.
         precision: flows that would end within this many seconds of the
             first to end at an instant end with it (0: each at its own time).
-        gpus: the ranks are GPUs: the torch backend's all_reduce runs
-            ``nccl_ring`` or ``nccl_tree``, whichever NCCL's way of choosing
-            picks (docs/platforms.md).
+        gpus: the ranks are GPUs: the torch backend runs what NCCL would
+            (all_reduce's ``nccl_ring`` or ``nccl_tree``, whichever NCCL's way
+            of choosing picks; all_gather and reduce_scatter on a ring;
+            docs/platforms.md).
         name: what ``describe`` calls it.
     """
 
@@ -527,8 +528,8 @@ class Platform(LatencyModel):
     def flow_terms(self, src: int, dst: int) -> tuple[float, float]:
         """(weight, bound) of a flow from ``src`` to ``dst``: its part of a link against its other
         flows' weights, and the most it may move per second (``inf``: no bound)."""
-        route, latency, _ = self.path(src, dst)
-        latency /= self.latency_factor  # the round trip the factors model is the links' own
+        route = self.path(src, dst)[0]
+        latency = sum(self.links.latency[i] for i in route)  # the links' own: before latency_factor
         weight = 1.0
         if self.weighting == "latency":
             penalty = latency + sum(self.weight_s / self.links.bandwidth[i] for i in route)
