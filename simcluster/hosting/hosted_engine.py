@@ -146,25 +146,17 @@ class HostedDelivery(Delivery):
         transport, but only the send side is charged here: envelopes to other
         processes leave now, those to local ranks wait with them for their
         receive side at the next STEP (``land``). Rendezvous transfers wait
-        for a STEP that closes the instant.
+        for a STEP that closes the instant. On a platform with sharing the
+        flows take the place of the ports (``_book_flows``).
         """
-        p2p = self.p2p
+        batch = self._batch()
+        if batch is None:
+            return False
+        items, phase = batch
         if self.flows is not None:
-            return self._book_flows()
-        items = p2p.bookings
-        phase = 0
-        if items:
-            p2p.bookings = []
-            if len(items) > 1:
-                sort_by_source(items, p2p.world_size)  # stable: each source's messages in posting order
-        else:
-            items = p2p.rdv_bookings
-            if not items or not self.closing:
-                return False
-            p2p.rdv_bookings = []
-            phase = 1
-            if len(items) > 1:
-                items.sort(key=by_source_and_id)
+            self._book_flows(items, phase)
+            return True
+        p2p = self.p2p
         send_side = self.inner_ports.send_side
         now = self.kernel.now
         lo, hi = self.lo, self.hi
@@ -179,27 +171,33 @@ class HostedDelivery(Delivery):
                 p2p.transport.send(b.envelope())
         return True
 
+    def _batch(self) -> tuple[list[Booking], int] | None:
+        """What ``book`` charges now, in posting order, and its phase: the messages this round
+        posted (0), else, once the instant closes, its rendezvous transfers (1); None: nothing."""
+        p2p = self.p2p
+        items = p2p.bookings
+        if items:
+            p2p.bookings = []
+            if len(items) > 1:
+                sort_by_source(items, p2p.world_size)  # stable: each source's messages in posting order
+            return items, 0
+        items = p2p.rdv_bookings
+        if not items or not self.closing:
+            return None
+        p2p.rdv_bookings = []
+        if len(items) > 1:
+            items.sort(key=by_source_and_id)
+        return items, 1
+
     # ---- flows that share a platform's links (engine.flows) ----
 
-    def _book_flows(self) -> bool:
-        """``book`` with flows: each message this round posted becomes a record that every process
-        (this one too) starts its flow from at its next run, in one order (``start_flows``); the
-        envelope goes to its receiver's process now, and waits there for its flow to end."""
+    def _book_flows(self, items: list[Booking], phase: int) -> None:
+        """``book`` with flows: each message becomes a record that every process (this one too)
+        starts its flow from at its next run, in one order (``start_flows``); the envelope goes to
+        its receiver's process now, and waits there for its flow to end."""
         p2p = self.p2p
         flows = self.flows
         assert flows is not None
-        items = p2p.bookings
-        phase = 0
-        if items:
-            p2p.bookings = []
-            sort_by_source(items, p2p.world_size)
-        else:
-            items = p2p.rdv_bookings
-            if not items or not self.closing:
-                return False
-            p2p.rdv_bookings = []
-            phase = 1
-            items.sort(key=by_source_and_id)
         now = self.kernel.now
         instant = pack_time(now)
         lo, hi = self.lo, self.hi
@@ -211,7 +209,6 @@ class HostedDelivery(Delivery):
             if not lo <= b.dst < hi:
                 b.meta = instant
                 p2p.transport.send(b.envelope())
-        return True
 
     def take_flow_records(self) -> list[list[Any]]:
         """The flow records of this run, for the other processes (``Report.faults``)."""

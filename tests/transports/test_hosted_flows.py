@@ -12,10 +12,7 @@ on the mpi transport; that test needs the real mpi4py and MPICH.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,8 @@ import pytest
 
 import simcluster as sc
 from simcluster.platform import LV08, FatTree, Link, Platform
+
+import mpi_jobs
 
 HERE = Path(__file__).resolve()
 WORLD = 8
@@ -122,34 +121,12 @@ def test_what_hosting_processes_cannot_share_is_refused_with_the_way_out() -> No
 # ---- the mpi transport, under mpiexec ----
 
 
-def _mpiexec() -> str | None:
-    beside = Path(sys.executable).with_name("mpiexec")  # the mpich wheel installs it here
-    return str(beside) if beside.is_file() else shutil.which("mpiexec")
-
-
-MPIEXEC = _mpiexec()
-HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
-
-
-@pytest.mark.skipif(not HAVE_MPI4PY or MPIEXEC is None,
-                    reason="needs the real mpi4py and MPICH's mpiexec (pip install -e '.[mpi]')")
+@mpi_jobs.needs_mpiexec
 def test_an_mpi_job_gives_the_memory_transports_times(tmp_path: Path) -> None:
-    assert MPIEXEC is not None
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(HERE), str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    for p in range(2):
-        view = json.loads((tmp_path / f"proc{p}.json").read_text())
+    for view in mpi_jobs.run(HERE, tmp_path):
         for name in PROGRAMS:
-            assert view[name] == _run(name, "LV08", "memory"), (name, p)
-
-
-def _job(out: Path) -> None:
-    from mpi4py import MPI
-
-    outcomes = {name: _run(name, "LV08", "mpi") for name in PROGRAMS}
-    (out / f"proc{MPI.COMM_WORLD.Get_rank()}.json").write_text(json.dumps(outcomes))
+            assert view[name] == _run(name, "LV08", "memory"), name
 
 
 if __name__ == "__main__":
-    _job(Path(sys.argv[1]))
+    mpi_jobs.write(Path(sys.argv[1]), {name: _run(name, "LV08", "mpi") for name in PROGRAMS})
