@@ -147,6 +147,11 @@ class Switch(Network):
         return f"Switch({self.link!r})"
 
 
+def _check_oversubscription(network: str, ratio: object) -> None:
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < math.inf:
+        raise ValueError(f"{network}(oversubscription={ratio!r}): must be a number > 0 (2 for 2:1)")
+
+
 class FatTree(Network):
     """A two-level fat tree (leaf and spine): ``hosts_per_leaf`` NICs per leaf switch, ``spines``
     spine switches, one cable from every leaf to every spine.
@@ -163,10 +168,7 @@ class FatTree(Network):
         for name, value in (("hosts_per_leaf", hosts_per_leaf), ("spines", spines)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"FatTree({name}={value!r}): {name} must be an int >= 1")
-        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
-                or not 0 < oversubscription < math.inf:
-            raise ValueError(f"FatTree(oversubscription={oversubscription!r}): must be a number > 0 "
-                             "(2 for 2:1)")
+        _check_oversubscription("FatTree", oversubscription)
         self.hosts_per_leaf = hosts_per_leaf
         self.spines = spines
         self.link = link
@@ -213,10 +215,7 @@ class KAryFatTree(Network):
     def __init__(self, k: int, link: Link, oversubscription: float = 1.0) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k % 2:
             raise ValueError(f"KAryFatTree(k={k!r}): k must be an even int >= 2")
-        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
-                or not 0 < oversubscription < math.inf:
-            raise ValueError(f"KAryFatTree(oversubscription={oversubscription!r}): must be a number > 0 "
-                             "(2 for 2:1)")
+        _check_oversubscription("KAryFatTree", oversubscription)
         self.k = k
         self.link = link
         self.oversubscription = float(oversubscription)

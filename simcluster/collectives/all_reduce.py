@@ -61,6 +61,7 @@ from ._registry import Algorithm, declare
 if TYPE_CHECKING:
     from ..comm import CollContext
     from ..ops import ReduceOp
+    from ._nodes import Layout
 
 
 SHORT_MSG: Final = 2048
@@ -166,15 +167,30 @@ async def smp(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     run ``recursive_doubling`` (its rank order could not be kept).
     """
     from . import _nodes  # (only runs on a platform with nodes load it)
-    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
 
     found = _nodes.layout(c.comm) if op.commutative else None
     if found is None:
         return await recursive_doubling(c, obj, op)
+    return await _through_leaders(c, found, obj, op, False)
+
+
+async def _through_leaders(c: CollContext, found: Layout, obj: Any, op: ReduceOp, trees: bool) -> Any:
+    """Within each node a binomial reduce to its first rank; among those, the default all_reduce
+    (``smp``) or NCCL's double binary tree (``trees``: ``nccl_tree``); within each node a
+    binomial broadcast."""
+    from . import _nodes
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
     inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
     local, leaders = _nodes.contexts(c, found)
     value = await _reduce.binomial(local, obj, inner, 0)
-    if leaders is not None:
+    if leaders is not None and trees:
+        from . import _nccl
+
+        flat = flatten(value, inner)
+        await _nccl.double_tree(c, leaders, found, flat, inner)
+        value = unflatten(flat, value)
+    elif leaders is not None:
         across = default(leaders.size, nbytes_of(value), arrays=elementwise(value, inner))
         value = await ALGORITHMS[across].run(leaders, value, inner)
     value = await _broadcast.binomial(local, value if leaders is not None else obj, 0)
@@ -214,22 +230,11 @@ async def nccl_tree(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     whose members share nodes; elsewhere it is ``reduce_broadcast``.
     """
     from . import _nodes  # (only runs on a platform with nodes load it)
-    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
 
     found = _nodes.layout(c.comm) if op.commutative and elementwise(obj, op) else None
     if found is None:
         return await reduce_broadcast(c, obj, op)
-    from . import _nccl
-
-    inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG divides once, by the whole size
-    local, leaders = _nodes.contexts(c, found)
-    value = await _reduce.binomial(local, obj, inner, 0)
-    if leaders is not None:
-        flat = flatten(value, inner)
-        await _nccl.double_tree(c, leaders, found, flat, inner)
-        value = unflatten(flat, value)
-    value = await _broadcast.binomial(local, value if leaders is not None else obj, 0)
-    return finish(op, value, c.size, obj)
+    return await _through_leaders(c, found, obj, op, True)
 
 
 ALGORITHMS: Final = declare(
