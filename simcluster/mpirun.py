@@ -58,6 +58,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
+from ._rank_modules import ModulePolicy
+
 PROG: Final = "simcluster mpirun"
 DEFAULT_LATENCY: Final = "alphabeta:1us,10GB/s"
 """``mpirun``'s network when ``--latency`` is not given: a cluster interconnect (docs/mpi.md)."""
@@ -118,6 +120,11 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
                              "messages and bytes")
     parser.add_argument(*prepend, dest="prepend_rank", action="store_true",
                         help="start every output line with [RANK] (as MPICH)")
+    parser.add_argument("--shared", action="append", default=[], metavar="PKG",
+                        help="every rank shares top-level package PKG (repeatable; by default each "
+                             "rank imports its own copy of pure-Python packages, docs/mpi.md)")
+    parser.add_argument("--private", action="append", default=[], metavar="PKG",
+                        help="every rank imports its own copy of top-level package PKG (repeatable)")
     parser.add_argument(*module, dest="as_module", action="store_true",
                         help="SCRIPT is a module name, run as `python -m MODULE` runs it")
     parser.add_argument("script", metavar="SCRIPT", help="the Python file (or module, with -m)")
@@ -149,7 +156,8 @@ def run_args(args: argparse.Namespace) -> int:
         # the lowercase methods pickle, as mpi4py does; these processes run the user's own script
         keywords["serializer"] = "pickle"
     return mpirun(args.script, args.world_size, args.args, module=args.as_module,
-                  prepend_rank=args.prepend_rank, summary=args.summary, **keywords)
+                  prepend_rank=args.prepend_rank, summary=args.summary, shared=args.shared,
+                  private=args.private, **keywords)
 
 
 def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
@@ -182,13 +190,17 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
 
 
 def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bool = False,
-           prepend_rank: bool = False, summary: bool = False, **keywords: Any) -> int:
+           prepend_rank: bool = False, summary: bool = False, shared: Sequence[str] = (),
+           private: Sequence[str] = (), **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) once per rank.
 
     Each rank's lines go to this process's ``sys.stdout`` / ``sys.stderr`` in
     virtual-time order (ties by rank); ``keywords`` go to ``simcluster.run``.
     ``summary`` adds one line on stderr after a run that finished: its
-    virtual time, wall time, messages and bytes.
+    virtual time, wall time, messages and bytes. Each rank imports its own
+    copy of the pure-Python modules it imports (``simcluster._rank_modules``);
+    ``shared`` and ``private`` name top-level packages to share between the
+    ranks or to copy per rank, whatever that rule says.
 
     Returns:
         The exit status: 0 when every rank finished; else the first nonzero
@@ -197,7 +209,7 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
         stderr), a deadlock or a timeout (the report printed), 2 when the
         script or the options are refused.
     """
-    spec = script_spec(script, list(argv), module)
+    spec = script_spec(script, list(argv), module, shared=shared, private=private)
     if isinstance(spec, int):
         return spec
     transport = keywords.get("transport", "memory")
@@ -236,12 +248,26 @@ def _mpi_world() -> Any:
         return None
 
 
-def script_spec(script: str, argv: list[str], module: bool, prog: str = PROG) -> dict[str, Any] | int:
+def script_spec(script: str, argv: list[str], module: bool, prog: str = PROG, *,
+                shared: Sequence[str] = (), private: Sequence[str] = ()) -> dict[str, Any] | int:
     """What every hosting process needs to run the script: plain data (it travels by msgpack).
 
-    Returns 2 (the exit status) when ``script`` is not a file; ``prog`` names
+    Returns 2 (the exit status) when ``script`` is not a file or ``shared`` /
+    ``private`` name no top-level package or the same one; ``prog`` names
     the command in that message.
     """
+    for option, names in (("--shared", shared), ("--private", private)):
+        for name in names:
+            if not name.isidentifier():
+                print(f"{prog}: {option} {name!r}: name a top-level package, e.g. {option} "
+                      f"{name.partition('.')[0] or 'accelerate'} (its submodules go with it)",
+                      file=sys.stderr)
+                return 2
+    both = sorted(set(shared) & set(private))
+    if both:
+        print(f"{prog}: --shared and --private both name {', '.join(both)}; name each package "
+              "in one of them", file=sys.stderr)
+        return 2
     if module:
         path0 = os.getcwd()  # as `python -m`: the current folder comes first on sys.path
         target = script
@@ -255,7 +281,7 @@ def script_spec(script: str, argv: list[str], module: bool, prog: str = PROG) ->
         path0 = os.path.dirname(target)
         argv0 = script
     return {"id": uuid.uuid4().hex, "module": module, "target": target, "path0": path0,
-            "argv": [argv0, *argv]}
+            "argv": [argv0, *argv], "shared": list(shared), "private": list(private)}
 
 
 class _Refused(Exception):
@@ -338,27 +364,6 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     return code
 
 
-def _shared_roots() -> tuple[str, ...]:
-    """Where installed code lives: the standard library, site-packages, the interpreter, simcluster."""
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(__file__))}
-    return tuple(os.path.join(os.path.realpath(root), "") for root in roots)
-
-
-_SHARED_ROOTS: Final = _shared_roots()
-
-
-def _users_own(module: types.ModuleType | None) -> bool:
-    """Whether ``module`` is the user's own code (a file outside every installed location)."""
-    file = getattr(module, "__file__", None)
-    if not isinstance(file, str):
-        return False
-    return not os.path.realpath(file).startswith(_SHARED_ROOTS)
-
-
 def _abort_code(exc: BaseException) -> int | None:
     """The code of ``MPI.Comm.Abort(code)`` when ``exc`` is its exception, else None."""
     from .errors import Aborted
@@ -382,7 +387,10 @@ class RankState:
         self.stdin = stdin
         self.partial = {OUT: "", ERR: ""}
         self.seq = 0
-        self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of the user's modules
+        self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of private modules
+        # the root logger's configuration (logging.basicConfig's), a fresh process's at first
+        self.log_handlers: list[Any] = []
+        self.log_level = 30  # logging.WARNING
         # hosted: each line is appended to this rank's file at once, so that what a rank
         # printed before its process was stopped still reaches the caller
         self.sink: TextIO | None = None
@@ -401,6 +409,10 @@ class RankState:
         modules["__main__"] = self.module
         sys.argv = self.argv
         sys.stdin = self.stdin
+        root = self.session.root_logger
+        root.handlers = self.log_handlers
+        if root.level != self.log_level:
+            root.setLevel(self.log_level)  # also clears the loggers' cached levels
         session = self.session
         if session.local:
             for name in session.local:
@@ -419,7 +431,12 @@ class RankState:
                 module = modules.pop(name, None)
                 if module is not None:
                     own[name] = module
+        root = session.root_logger
+        self.log_handlers, self.log_level = root.handlers, root.level
         modules["__main__"], sys.argv, sys.stdin = session.saved
+        root.handlers = session.saved_logging[0]
+        if root.level != session.saved_logging[1]:
+            root.setLevel(session.saved_logging[1])
         session.seen = len(modules)
         session.flush_final(self.now())
 
@@ -507,8 +524,12 @@ class Session:
         self.summary = False  # --summary: one line on stderr after the run
         self.result: Any = None  # the run's RunResult, once it finished
         self.gathered: dict[int, str] = {}  # rank -> its records, sent to MPI process 0
-        # modules of the user's own (not the standard library's or an installed package's):
-        # each rank imports its own copy, as each process of an MPI job does
+        # modules each rank imports a copy of, as each process of a job does (_rank_modules)
+        self.policy = ModulePolicy(spec.get("shared", ()), spec.get("private", ()))
+        import logging
+
+        self.root_logger = logging.root  # its handlers and level are each rank's own
+        self.saved_logging: tuple[list[Any], int] = (logging.root.handlers, logging.root.level)
         self.local: set[str] = set()
         self.checked: set[str] = set()  # module names already sorted into shared or local
         self.seen = 0  # len(sys.modules) when last sorted
@@ -673,13 +694,14 @@ class Session:
         return state
 
     def sort_new_modules(self) -> None:
-        """Sort the modules imported since last time into shared (installed) and local (the user's)."""
+        """Sort the modules imported since last time into shared and local (each rank's own)."""
         modules = sys.modules
         if len(modules) == self.seen:
             return
+        private = self.policy.private
         for name in modules.keys() - self.checked:
             self.checked.add(name)
-            if _users_own(modules[name]):
+            if private(name):
                 self.local.add(name)
 
     def finished(self, state: RankState) -> None:
@@ -769,6 +791,7 @@ class Session:
         from . import MPI
 
         self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin)
+        self.saved_logging = (self.root_logger.handlers, self.root_logger.level)
         saved_modules = {name: mod for name, mod in sys.modules.items()
                          if name == "mpi4py" or name.startswith("mpi4py.")}
         for name in saved_modules:
@@ -785,6 +808,7 @@ class Session:
         sys.stderr = _Stream(self, ERR, err)
         sys.path.insert(0, self.spec["path0"])
         self.checked = set(sys.modules)  # what is imported already stays shared
+        self.policy.install()
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
         Session._sessions[self.spec["id"]] = self
@@ -794,6 +818,7 @@ class Session:
             return
         saved_modules, finder, out, err, path0 = self.undo
         self.undo = []
+        self.policy.uninstall()
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)
         Session._sessions.pop(self.spec["id"], None)

@@ -150,7 +150,8 @@ def run_args(args: argparse.Namespace) -> int:
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
-                    summary=args.summary, max_restarts=args.max_restarts, **keywords)
+                    summary=args.summary, max_restarts=args.max_restarts, shared=args.shared,
+                    private=args.private, **keywords)
 
 
 # ---- the launcher ----
@@ -204,7 +205,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
              prepend_rank: bool = False, master_addr: str | None = None,
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
              signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
-             **keywords: Any) -> int:
+             shared: Sequence[str] = (), private: Sequence[str] = (), **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -220,6 +221,8 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     (where ``@record`` writes the error that ends it) lies in a temporary
     folder removed when the run ends. ``summary`` adds one line on stderr
     after a run that finished: its virtual time, wall time, messages and bytes.
+    ``shared`` / ``private``: as ``mpirun``'s (each rank imports its own copy
+    of pure-Python packages, accelerate and ignite among them).
 
     ``max_restarts``: after an attempt that fails (a rank raised, a crash of
     the fault plan, a nonzero exit), start the whole world again, as
@@ -244,7 +247,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
               "process, so only the memory transport can host them; leave transport out",
               file=sys.stderr)
         return 2
-    spec = mpirun.script_spec(script, list(argv), module, PROG)
+    spec = mpirun.script_spec(script, list(argv), module, PROG, shared=shared, private=private)
     if isinstance(spec, int):
         return spec
     spec["records"] = None

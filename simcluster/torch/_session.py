@@ -78,6 +78,23 @@ def _write_env(target: dict[str, str]) -> None:
             env[name] = value
 
 
+_FRESH_FLAGS = (torch.float32, False, False)
+"""A fresh process's default dtype and deterministic-algorithm flags (enabled, warn only)."""
+
+
+def _read_flags() -> tuple[Any, bool, bool]:
+    return (torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled())
+
+
+def _write_flags(flags: tuple[Any, bool, bool], now: tuple[Any, bool, bool]) -> None:
+    """Set torch's process-wide flags to ``flags`` where they differ from ``now``."""
+    if flags[0] != now[0]:
+        torch.set_default_dtype(flags[0])
+    if flags[1:] != now[1:]:
+        torch.use_deterministic_algorithms(flags[1], warn_only=flags[2])
+
+
 def _dtensor_dispatcher() -> Any:
     """DTensor's op dispatcher once DTensor is imported, else None (importing it here is slow)."""
     api = sys.modules.get("torch.distributed.tensor._api")
@@ -102,9 +119,9 @@ def _env_snapshot() -> dict[Any, Any]:
 
 
 class RankState:
-    """One rank's process state: its c10d globals, environment and DTensor op handlers."""
+    """One rank's process state: c10d globals, environment, DTensor op handlers, torch's flags."""
 
-    __slots__ = ("rank", "comm", "c10d", "env", "dtensor_ops")
+    __slots__ = ("rank", "comm", "c10d", "env", "dtensor_ops", "flags")
 
     def __init__(self, rank: int, comm: Comm, env: dict[str, str]) -> None:
         self.rank = rank
@@ -112,6 +129,7 @@ class RankState:
         self.c10d = _fresh_c10d()
         self.env = env  # replaced, never changed in place: ranks share the process's until they differ
         self.dtensor_ops: dict[Any, Any] | None = None  # made when the rank first runs with DTensor
+        self.flags = _FRESH_FLAGS  # default dtype, deterministic algorithms (enabled, warn only)
 
     def __repr__(self) -> str:
         return f"<RankState rank={self.rank}>"
@@ -143,6 +161,7 @@ class Session:
         self._dispatcher: Any = None  # DTensor's op dispatcher, once imported
         self._process_dtensor_ops: dict[Any, Any] | None = None
         self._fresh_ops: dict[Any, Any] | None = None
+        self._process_flags = _FRESH_FLAGS
 
     # ---- process-wide ----
 
@@ -179,6 +198,7 @@ class Session:
                 self._owner = None
                 _write_c10d(self._process_c10d)
                 _write_env(self._process_env)
+                _write_flags(self._process_flags, _read_flags())
             self.ranks.clear()
         finally:
             _active = None
@@ -199,10 +219,13 @@ class Session:
         owner = self._owner
         if owner is state:
             return
+        flags = _read_flags()
         if owner is None:
+            self._process_flags = flags
             _write_c10d(state.c10d)
             _write_env(state.env)
         else:
+            owner.flags = flags
             owner.c10d = _read_c10d()
             if _env_snapshot() != self._env_seen:  # the owner changed its environment
                 owner.env = dict(os.environ)
@@ -211,6 +234,7 @@ class Session:
             if state.env is not owner.env and state.env != owner.env:
                 _write_env(state.env)
         self._env_seen = _env_snapshot()
+        _write_flags(state.flags, flags)
         self._switch_dtensor_ops(owner, state)
         self._owner = state
 
