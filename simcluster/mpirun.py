@@ -58,6 +58,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
+from . import _identity
 from ._rank_modules import ModulePolicy
 
 PROG: Final = "simcluster mpirun"
@@ -388,9 +389,11 @@ class RankState:
         self.partial = {OUT: "", ERR: ""}
         self.seq = 0
         self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of private modules
-        # the root logger's configuration (logging.basicConfig's), a fresh process's at first
+        # the root logger's configuration (logging.basicConfig's), a fresh process's at first, and
+        # the loggers this rank's modules create (its own copy of logging's registry, made on entry)
         self.log_handlers: list[Any] = []
         self.log_level = 30  # logging.WARNING
+        self.loggers: dict[str, Any] | None = None
         # hosted: each line is appended to this rank's file at once, so that what a rank
         # printed before its process was stopped still reaches the caller
         self.sink: TextIO | None = None
@@ -410,6 +413,9 @@ class RankState:
         sys.argv = self.argv
         sys.stdin = self.stdin
         root = self.session.root_logger
+        if self.loggers is None:
+            self.loggers = dict(self.session.saved_logging[2])
+        root.manager.loggerDict = self.loggers
         root.handlers = self.log_handlers
         if root.level != self.log_level:
             root.setLevel(self.log_level)  # also clears the loggers' cached levels
@@ -434,7 +440,7 @@ class RankState:
         root = session.root_logger
         self.log_handlers, self.log_level = root.handlers, root.level
         modules["__main__"], sys.argv, sys.stdin = session.saved
-        root.handlers = session.saved_logging[0]
+        root.handlers, root.manager.loggerDict = session.saved_logging[0], session.saved_logging[2]
         if root.level != session.saved_logging[1]:
             root.setLevel(session.saved_logging[1])
         session.seen = len(modules)
@@ -501,6 +507,7 @@ class Session:
 
     _sessions: dict[str, Session] = {}
     prog: str = PROG
+    ranks_per_node: int | None = None  # each rank's node (_identity); None: the latency model's
 
     def __init__(self, spec: dict[str, Any], world_size: int, prepend: bool,
                  out: TextIO, err: TextIO) -> None:
@@ -509,7 +516,7 @@ class Session:
         self.prepend = prepend
         self.real = {OUT: out, ERR: err}
         self.records_dir: str | None = spec.get("records")
-        self.pid = os.getpid()
+        self.pid = _identity.real_getpid()  # os.getpid() answers for the rank inside one
         self.code: types.CodeType | None = None
         self.attrs: dict[str, Any] = {}
         self.states: dict[int, RankState] = {}
@@ -529,7 +536,8 @@ class Session:
         import logging
 
         self.root_logger = logging.root  # its handlers and level are each rank's own
-        self.saved_logging: tuple[list[Any], int] = (logging.root.handlers, logging.root.level)
+        self.saved_logging: tuple[list[Any], int, dict[str, Any]] = (
+            logging.root.handlers, logging.root.level, logging.root.manager.loggerDict)
         self.local: set[str] = set()
         self.checked: set[str] = set()  # module names already sorted into shared or local
         self.seen = 0  # len(sys.modules) when last sorted
@@ -538,7 +546,7 @@ class Session:
     def current(cls, spec: dict[str, Any]) -> Session:
         """The session of the run ``spec`` belongs to in this process (made here when hosted)."""
         session = cls._sessions.get(spec["id"])
-        if session is not None and session.pid == os.getpid():
+        if session is not None and session.pid == _identity.real_getpid():
             return session
         # a hosting process: set up once, for good (the process ends with the run)
         from .engine import sync as _sync
@@ -791,7 +799,8 @@ class Session:
         from . import MPI
 
         self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin)
-        self.saved_logging = (self.root_logger.handlers, self.root_logger.level)
+        root = self.root_logger
+        self.saved_logging = (root.handlers, root.level, root.manager.loggerDict)
         saved_modules = {name: mod for name, mod in sys.modules.items()
                          if name == "mpi4py" or name.startswith("mpi4py.")}
         for name in saved_modules:
@@ -812,12 +821,14 @@ class Session:
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
         Session._sessions[self.spec["id"]] = self
+        _identity.install(self.ranks_per_node)  # each rank's os.getpid() and host name
 
     def uninstall(self) -> None:
         if not self.undo:
             return
         saved_modules, finder, out, err, path0 = self.undo
         self.undo = []
+        _identity.uninstall()
         self.policy.uninstall()
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)

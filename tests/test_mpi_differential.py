@@ -175,3 +175,45 @@ def test_exit_status_is_the_one_mpiexec_gives(tmp_path: Path, case: str) -> None
     real_rc, _ = run_real(tmp_path, script, 3, [])
     sim_rc, _, _ = run_simulated(script, [], 3, [])
     assert (real_rc, sim_rc) == (status, status)
+
+
+STATEFUL_PACKAGE = '''
+    from mpi4py import MPI
+
+    _calls = []  # module state: one list per process
+
+    def note(value):
+        _calls.append(value)
+        return len(_calls)
+
+    class Tally:
+        def __init__(self):
+            self.n = MPI.COMM_WORLD.Get_rank()
+'''
+
+
+def test_an_installed_package_keeps_its_module_state_per_rank(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found on PYTHONPATH as an installed package is, not beside the script
+    site = tmp_path / "site" / "tallypkg"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(textwrap.dedent(STATEFUL_PACKAGE))
+    monkeypatch.setenv("PYTHONPATH", str(site.parent))
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent('''
+        import tallypkg
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        for i in range(comm.rank + 1):
+            tallypkg.note(i)
+        comm.Barrier()
+        got = comm.sendrecv(tallypkg.Tally(), dest=(comm.rank + 1) % comm.size,
+                            source=(comm.rank - 1) % comm.size)
+        print(comm.rank, tallypkg.note(-1), got.n, type(got) is tallypkg.Tally)
+    '''))
+    real_rc, real = run_real(tmp_path, script, 3, [])
+    assert real_rc == 0, f"mpiexec failed:\n{run_real.last.stderr}"  # type: ignore[attr-defined]
+    sim_rc, sim, err = run_simulated(script, [], 3, [])
+    assert (sim_rc, err) == (0, "")
+    assert sim == real == [["0 2 2 True"], ["1 3 0 True"], ["2 4 1 True"]]

@@ -1,0 +1,1 @@
+"""A Megatron-style package: model-parallel state in module globals."""
