@@ -43,10 +43,15 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 SHARED: Final = frozenset({
+    "simcluster", "transports", "mpi4py",
     "_pytest", "pytest", "pluggy", "py", "hypothesis", "sortedcontainers",  # the test runner
     "setuptools", "pkg_resources", "_distutils_hack", "pip", "distutils",  # packaging tools
     "mypy", "mypyc", "mypy_extensions", "typing_extensions",
-    "simcluster", "transports", "mpi4py",
+    # clients and parsers that frameworks import and keep no per-process state in that a
+    # distributed program reads; large, so a copy per rank would cost memory for nothing
+    "urllib3", "requests", "certifi", "idna", "charset_normalizer", "botocore", "boto3",
+    "s3transfer", "jmespath", "dateutil", "six", "packaging", "yaml", "filelock", "fsspec",
+    "jinja2", "markupsafe", "sympy", "mpmath", "networkx",
 })
 """Top-level packages every rank shares besides the standard library and compiled packages."""
 

@@ -26,7 +26,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
 
-BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch")
+BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch", "rank_imports")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,8 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     run.add_argument("--procs", type=int, default=None, help="OS processes hosting the ranks")
     run.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
-    run.add_argument("--compute", default=None, metavar="wall[:F]",
-                     help="charge the wall time a synchronous rank computes (x F) to its virtual clock")
+    run.add_argument("--compute", default=None, metavar="wall[:F][,threshold=T][,record=FILE]|replay:FILE",
+                     help="charge the wall time a synchronous rank's own code runs between calls "
+                          "(x F; bursts under T, default 1us, are not) to its virtual clock; "
+                          "record=FILE writes the charges, replay:FILE charges them again")
     run.add_argument("--faults", default=None, metavar="PLAN",
                      help="a fault plan, e.g. 'crash:1@0.5ms', "
                           "'crash:2@all_reduce#3;slow:0x4@0..1ms' (docs/faults.md)")
