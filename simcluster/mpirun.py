@@ -50,6 +50,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import traceback
@@ -59,6 +60,7 @@ from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 from . import _identity
+from ._rank_env import RankEnvironments, mpich_variables, node_places
 from ._rank_modules import ModulePolicy
 
 PROG: Final = "simcluster mpirun"
@@ -110,8 +112,10 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", default="memory", help=transport)
     parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
-    parser.add_argument("--compute", default=None, metavar="wall[:F]",
-                        help="charge the wall time a rank computes (x F) to its virtual clock")
+    parser.add_argument("--compute", default=None, metavar="wall[:F][,threshold=T][,record=FILE]|replay:FILE",
+                        help="charge the wall time a rank's own code runs between calls (x F; "
+                             "bursts under T, default 1us, are not) to its virtual clock; "
+                             "record=FILE writes the charges, replay:FILE charges them again")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
     parser.add_argument("--faults", default=None, metavar="PLAN",
                         help="a fault plan, e.g. 'crash:1@0.5ms', "
@@ -340,17 +344,21 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     """
     from .engine import sync as _sync
 
-    session = Session.current(spec)
     task = _sync.current()
     assert task is not None, "script_rank runs as a synchronous rank"
+    _sync.stop_clock(task, None)  # measured compute: the launcher's work is not the rank's
+    session = Session.current(spec)
     state = session.start_rank(task)
     code = 0
     assert session.code is not None
+    _sync.start_clock(task)  # the script's work between its MPI calls is
     try:
         exec(session.code, state.module.__dict__)  # noqa: S102 - running the user's script is the point
     except SystemExit as exc:
+        _sync.stop_clock(task, "exit")
         code = state.exit_code(exc)
     except BaseException as exc:
+        _sync.stop_clock(task, None)
         abort = _abort_code(exc)
         if abort is not None:
             state.outcome = ["abort", abort, state.now()]
@@ -359,6 +367,7 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
             state.outcome = ["error", 1, state.now()]
         raise
     else:
+        _sync.stop_clock(task, "exit")
         state.outcome = ["exit", 0, state.now()]
     finally:
         state.finish()
@@ -394,6 +403,7 @@ class RankState:
         self.log_handlers: list[Any] = []
         self.log_level = 30  # logging.WARNING
         self.loggers: dict[str, Any] | None = None
+        self.env: dict[str, str | None] = {}  # its variables unlike the launcher's (_rank_env)
         # hosted: each line is appended to this rank's file at once, so that what a rank
         # printed before its process was stopped still reaches the caller
         self.sink: TextIO | None = None
@@ -420,6 +430,8 @@ class RankState:
         if root.level != self.log_level:
             root.setLevel(self.log_level)  # also clears the loggers' cached levels
         session = self.session
+        if session.envs is not None:
+            session.envs.enter(self.env)
         if session.local:
             for name in session.local:
                 modules.pop(name, None)
@@ -430,6 +442,8 @@ class RankState:
         session = self.session
         assert session.saved is not None
         session.sort_new_modules()
+        if session.envs is not None:
+            session.envs.leave(self.env)
         modules = sys.modules
         if session.local:
             own = self.modules
@@ -533,6 +547,9 @@ class Session:
         self.gathered: dict[int, str] = {}  # rank -> its records, sent to MPI process 0
         # modules each rank imports a copy of, as each process of a job does (_rank_modules)
         self.policy = ModulePolicy(spec.get("shared", ()), spec.get("private", ()))
+        # each rank's os.environ; None where another layer keeps it (torchrun's torch session)
+        self.envs: RankEnvironments | None = RankEnvironments()
+        self.places: tuple[list[int], list[int]] | None = None  # each rank's place on its node
         import logging
 
         self.root_logger = logging.root  # its handlers and level are each rank's own
@@ -698,6 +715,13 @@ class Session:
         from .engine import sync as _sync
 
         state = self.rank_state(task)
+        if self.places is None:
+            from .MPI._state import node_of
+
+            self.places = node_places([node_of(task.comm, r) for r in range(self.world_size)])
+        local, on_node = self.places
+        state.env = mpich_variables(task.rank, self.world_size, local[task.rank],
+                                    on_node[task.rank], socket.gethostname())
         _sync.on_switch(state.enter, state.leave)
         return state
 
@@ -818,6 +842,8 @@ class Session:
         sys.path.insert(0, self.spec["path0"])
         self.checked = set(sys.modules)  # what is imported already stays shared
         self.policy.install()
+        if self.envs is not None:
+            self.envs.install()
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0]]
         Session._sessions[self.spec["id"]] = self
@@ -830,6 +856,8 @@ class Session:
         self.undo = []
         _identity.uninstall()
         self.policy.uninstall()
+        if self.envs is not None:
+            self.envs.uninstall()
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)
         Session._sessions.pop(self.spec["id"], None)
@@ -883,7 +911,11 @@ class _Stream(io.TextIOBase):
         state = None if task is None else self._session.states.get(task.rank)
         if state is None or state.task is not task:
             return self._real.write(text)
-        state.write(self._stream, text)
+        _sync.stop_clock(task, "print")  # measured compute: the line comes after the work before it,
+        try:
+            state.write(self._stream, text)  # and capturing it is not the rank's work
+        finally:
+            _sync.start_clock(task)
         return len(text)
 
     def flush(self) -> None:

@@ -13,6 +13,11 @@ the script's lines); this module adds what torchrun gives its workers:
 - The environment torchrun sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
   ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``,
   ``ROLE_RANK``, ...) is written into each rank's own environment only.
+- ``--nnodes N`` runs every node's agent here at once: ``N * --nproc-per-node``
+  ranks, rank ``r`` on node ``r // nproc_per_node`` with the variables that
+  node's agent gives it, the node's host name from ``socket.gethostname()``
+  and a pid of its own (``simcluster._identity``). A platform given as the
+  latency model must place ranks on the same nodes (``shape_refused``).
 - ``init_process_group`` and ``new_group`` with a real backend (``"gloo"``,
   ``"nccl"``, ``"cpu:gloo,cuda:nccl"``, none) make a ``"simcluster"``
   group instead: ``_BackendMap`` wraps c10d's ``_new_process_group_helper``,
@@ -42,7 +47,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
-from . import mpirun
+from . import _identity, mpirun
 
 PROG: Final = "simcluster torchrun"
 MAPPED: Final = ("gloo", "nccl", "ucc", "xccl", "undefined", "simcluster")
@@ -69,11 +74,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "init_process_group with any backend (gloo, nccl, ...) runs on simcluster, "
                     "output comes in virtual-time order, the exit status is the ranks'.")
     parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
-                        default="1", metavar="N", help="number of ranks (default 1, as torchrun)")
-    parser.add_argument("--nnodes", default="1", metavar="1",
-                        help="must be 1: every rank runs in this process, on one node")
+                        default="1", metavar="N",
+                        help="number of ranks on each node (default 1, as torchrun)")
+    parser.add_argument("--nnodes", default="1", metavar="N|MIN:MAX",
+                        help="number of nodes, all run in this process (default 1); MIN:MAX runs "
+                             "MAX, as an elastic rendezvous that every node joins at once")
     parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0,
-                        help="must be 0 (one node)")
+                        help="0 or left out: every node runs here, so there is no other to start")
     parser.add_argument("--standalone", action="store_true",
                         help="accepted, as torchrun's: the rendezvous is in memory anyway")
     parser.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None,
@@ -109,6 +116,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_args(args)
 
 
+def parse_nnodes(text: str) -> int | str:
+    """The number of nodes ``--nnodes`` asks for (``N``, or ``MIN:MAX``: MAX), or what is wrong with it.
+
+    Every node runs in this process and joins the rendezvous at once, so an
+    elastic ``MIN:MAX`` rendezvous closes with MAX nodes, as torchrun's does
+    when MAX agents join.
+    """
+    parts = text.split(":")
+    counts = [int(part) for part in parts if part.strip().isdigit()]
+    if len(parts) > 2 or len(counts) != len(parts) or min(counts, default=0) < 1:
+        return (f"--nnodes {text}: give the number of nodes as a positive integer (--nnodes 2) or "
+                "an elastic range MIN:MAX (--nnodes 1:4, which runs 4 nodes: every node runs in "
+                "this process and joins at once)")
+    if counts[0] > counts[-1]:
+        return f"--nnodes {text}: MIN is above MAX; write it as MIN:MAX, e.g. --nnodes 1:4"
+    return counts[-1]
+
+
 def _options_refused(args: argparse.Namespace) -> str | None:
     """What is wrong with the options, as a message for the user; None when they can run."""
     nproc = str(args.nproc_per_node)
@@ -120,13 +145,19 @@ def _options_refused(args: argparse.Namespace) -> str | None:
         return (f"--nproc-per-node {nproc}: give the number of ranks as a positive integer, "
                 "e.g. --nproc-per-node 4 (ranks are virtual: their number does not depend on "
                 "this machine's CPUs or GPUs)")
-    nnodes = str(args.nnodes)
-    if nnodes not in ("1", "1:1"):
-        return (f"--nnodes {nnodes}: simcluster torchrun runs every rank in this one process, on "
-                f"one node; use --nnodes 1 (or leave it out) and --nproc-per-node with the total "
-                f"number of ranks you want (the world size)")
+    nodes = parse_nnodes(str(args.nnodes))
+    if isinstance(nodes, str):
+        return nodes
     if args.node_rank != 0:
-        return (f"--node-rank {args.node_rank}: there is one node, node 0; leave --node-rank out")
+        if nodes == 1:
+            return f"--node-rank {args.node_rank}: there is one node, node 0; leave --node-rank out"
+        return (f"--node-rank {args.node_rank}: simcluster torchrun runs all {nodes} nodes in this "
+                f"one process (node ranks 0 to {nodes - 1}), so there is no single node to start; "
+                "leave --node-rank out")
+    if args.standalone and nodes > 1:
+        return (f"--standalone --nnodes {args.nnodes}: --standalone is torchrun's single-node "
+                "mode (its rendezvous is on localhost); leave out --standalone to run several "
+                "nodes")
     if args.max_restarts < 0:
         return f"--max-restarts {args.max_restarts}: give how many restarts to allow, 0 or more"
     if args.transport != "memory":
@@ -146,7 +177,10 @@ def run_args(args: argparse.Namespace) -> int:
     keywords = mpirun.script_keywords(args, PROG, ("trace", "compute"))
     if keywords is None:
         return 2
+    nnodes = parse_nnodes(str(args.nnodes))
+    assert isinstance(nnodes, int)  # checked by _options_refused
     return torchrun(args.script, int(args.nproc_per_node), args.args, module=args.as_module,
+                    nnodes=nnodes, rdzv_backend=args.rdzv_backend,
                     prepend_rank=args.prepend_rank, master_addr=args.master_addr,
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
@@ -157,22 +191,29 @@ def run_args(args: argparse.Namespace) -> int:
 # ---- the launcher ----
 
 
-def rank_environment(rank: int, nproc_per_node: int, *, master_addr: str = MASTER_ADDR,
+def rank_environment(rank: int, nproc_per_node: int, *, nnodes: int = 1,
+                     master_addr: str = MASTER_ADDR,
                      master_port: int = MASTER_PORT, run_id: str = "none",
                      signals_to_handle: str = SIGNALS, error_file: str | None = None,
                      restart_count: int = 0, max_restarts: int = 0) -> dict[str, str]:
-    """The environment variables torchrun gives worker ``rank`` of one node of ``nproc_per_node``.
+    """The environment variables torchrun gives worker ``rank`` of ``nnodes`` nodes of ``nproc_per_node``.
 
-    As torchrun (torch 2.13) sets them: ``OMP_NUM_THREADS`` is ``1`` when
-    there are several ranks and this process has none set (else this
-    process's), ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` this process's or ``1``,
-    and ``TORCHELASTIC_ERROR_FILE`` is ``error_file`` when given.
+    As torchrun's agents (torch 2.13, ``LocalElasticAgent._start_workers``
+    and ``_assign_worker_ranks``) set them for one role: node ``GROUP_RANK``
+    is ``rank // nproc_per_node`` and holds ranks ``GROUP_RANK * nproc_per_node``
+    on, ``LOCAL_RANK`` is ``rank % nproc_per_node``, ``ROLE_RANK`` is
+    ``RANK``. ``OMP_NUM_THREADS`` is ``1`` when a node has several ranks and
+    this process has none set (else this process's),
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` this process's or ``1``, and
+    ``TORCHELASTIC_ERROR_FILE`` is ``error_file`` when given.
     """
-    size = str(nproc_per_node)
+    local = str(nproc_per_node)
+    world = str(nnodes * nproc_per_node)
     env = {
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-        "ROLE_NAME": "default", "WORLD_SIZE": size, "LOCAL_WORLD_SIZE": size,
-        "ROLE_WORLD_SIZE": size, "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": master_addr,
+        "RANK": str(rank), "LOCAL_RANK": str(rank % nproc_per_node),
+        "GROUP_RANK": str(rank // nproc_per_node), "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": local,
+        "ROLE_WORLD_SIZE": world, "GROUP_WORLD_SIZE": str(nnodes), "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port), "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_RESTART_COUNT": str(restart_count), "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
@@ -202,14 +243,17 @@ def standalone_run_id(seed: int) -> str:
 
 
 def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, module: bool = False,
+             nnodes: int = 1, rdzv_backend: str | None = None,
              prepend_rank: bool = False, master_addr: str | None = None,
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
              signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
              shared: Sequence[str] = (), private: Sequence[str] = (), **keywords: Any) -> int:
-    """Run ``script`` (a path, or a module name with ``module=True``) on ``nproc_per_node`` ranks.
+    """Run ``script`` (a path, or a module name with ``module=True``) on ``nnodes`` nodes of ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
-    variables for that rank (``rank_environment``), and
+    variables for that rank (``rank_environment``), its node's host name
+    (``node0``, ``node1``, ...: rank ``r`` is on node ``r // nproc_per_node``)
+    and a pid of its own (``simcluster._identity``), and
     ``torch.distributed.init_process_group`` with any of gloo, nccl, ucc,
     xccl, a ``"device:backend,..."`` string of those, or no backend runs on
     simcluster's backend. Lines go to this process's ``sys.stdout`` /
@@ -217,7 +261,11 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     (``latency``, ``seed``, ``trace``, ``timeout``, ``compute``, ...) go to
     ``simcluster.run``. ``master_addr`` and ``run_id`` default to torchrun's:
     ``127.0.0.1`` and ``none``, or with ``standalone`` ``localhost`` and a
-    UUID (``standalone_run_id``). Each rank's ``TORCHELASTIC_ERROR_FILE``
+    UUID (``standalone_run_id``); with an ``rdzv_backend`` other than
+    ``"static"`` (``"c10d"``, ...) ``master_addr`` defaults to node 0's host
+    name, as the c10d rendezvous publishes its first agent's. A latency
+    model that places ranks on nodes (a platform, ``Hierarchical``) must
+    place them as the nodes here do (``shape_refused``). Each rank's ``TORCHELASTIC_ERROR_FILE``
     (where ``@record`` writes the error that ends it) lies in a temporary
     folder removed when the run ends. ``summary`` adds one line on stderr
     after a run that finished: its virtual time, wall time, messages and bytes.
@@ -237,6 +285,10 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
         rank's stderr), a deadlock or a timeout (the report printed), 2 when
         the script, torch or the options are refused.
     """
+    refused = shape_refused(nnodes, nproc_per_node, keywords.get("latency"))
+    if refused is not None:
+        print(f"{PROG}: {refused}", file=sys.stderr)
+        return 2
     try:
         import simcluster.torch  # noqa: F401 - registers the "simcluster" backend
     except ImportError as exc:
@@ -252,7 +304,9 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
         return spec
     spec["records"] = None
     if master_addr is None:
-        master_addr = "localhost" if standalone else MASTER_ADDR
+        dynamic = rdzv_backend is not None and rdzv_backend.lower() != "static"
+        master_addr = ("localhost" if standalone else _identity.host_name(0) if dynamic
+                       else MASTER_ADDR)
     if run_id is None:
         run_id = standalone_run_id(keywords.get("seed") or 0) if standalone else "none"
     errors = tempfile.mkdtemp(prefix="torchelastic_")  # torchrun's log folder, as it names it
@@ -260,16 +314,21 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
         attempt = 0
         while True:
             env = {}
-            for rank in range(nproc_per_node):
-                folder = os.path.join(errors, f"attempt_{attempt}", str(rank))
+            for rank in range(nnodes * nproc_per_node):
+                node, local = divmod(rank, nproc_per_node)
+                # each agent (node) has a log folder of its own; its workers' by local rank
+                agent = errors if nnodes == 1 else os.path.join(errors, _identity.host_name(node))
+                folder = os.path.join(agent, f"attempt_{attempt}", str(local))
                 os.makedirs(folder)
                 env[rank] = rank_environment(
-                    rank, nproc_per_node, master_addr=master_addr, master_port=master_port,
+                    rank, nproc_per_node, nnodes=nnodes, master_addr=master_addr,
+                    master_port=master_port,
                     run_id=run_id, signals_to_handle=signals_to_handle,
                     error_file=os.path.join(folder, "error.json"), restart_count=attempt,
                     max_restarts=max_restarts)
-            session = _TorchrunSession(spec, nproc_per_node, prepend_rank, sys.stdout, sys.stderr,
-                                       env)
+            session = _TorchrunSession(spec, nnodes * nproc_per_node, prepend_rank, sys.stdout,
+                                       sys.stderr, env)
+            session.ranks_per_node = nproc_per_node  # each rank's host name: its node's
             session.summary = summary
             session.attempt = attempt
             status = session.launch(keywords)
@@ -283,6 +342,41 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
                 keywords["trace"] = restart_trace_path(keywords["trace"], attempt)
     finally:
         shutil.rmtree(errors, ignore_errors=True)
+
+
+def shape_refused(nnodes: int, nproc_per_node: int, latency: Any) -> str | None:
+    """What is wrong when ``latency`` places ranks on nodes other than torchrun's; None when it agrees.
+
+    torchrun puts rank ``r`` on node ``r // nproc_per_node``; a platform (or
+    ``Hierarchical``) on ``r // ranks_per_node``. They agree when
+    ``nproc_per_node`` is the platform's ranks per node and the nodes fit,
+    or when one node's ranks fit on the platform's first node.
+    """
+    from . import platform as _platform
+
+    model = latency
+    if isinstance(model, str):
+        try:
+            model = _platform.parse(model)
+        except ValueError:
+            return None  # run() reports it
+    shape = _identity.model_shape(model)
+    if shape is None:
+        return None
+    per, nodes = shape
+    fits = (nnodes == 1 and nproc_per_node <= per) or (
+        nproc_per_node == per and (nodes is None or nnodes <= nodes))
+    if fits:
+        return None
+    describe = getattr(model, "describe", None)
+    name = describe() if callable(describe) else repr(model)
+    has = f"{nodes} nodes of {per} ranks" if nodes is not None else f"nodes of {per} ranks"
+    fix = (f"--nnodes {nodes} --nproc-per-node {per}" if nodes is not None
+           else f"--nproc-per-node {per}")
+    return (f"--nnodes {nnodes} --nproc-per-node {nproc_per_node}: the latency model {name} has "
+            f"{has} (rank r on node r // {per}), so these ranks would not be on the nodes "
+            f"torchrun gives them (LOCAL_RANK, GROUP_RANK, host name); give {fix}, or fewer "
+            "nodes of that size")
 
 
 def _torch_script_rank(comm: Any, spec: dict[str, Any]) -> int:
@@ -304,6 +398,7 @@ class _TorchrunSession(mpirun.Session):
         self.env = env
         self.attempt = 0  # the restarts before this attempt (--max-restarts)
         self.torch_session: Any = None  # simcluster.torch._session.Session while the ranks run
+        self.envs = None  # the torch session swaps each rank's environment in
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
         from simcluster.torch._session import Session

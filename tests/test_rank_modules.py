@@ -201,3 +201,28 @@ def test_the_rule_in_the_policy_alone(site: Path) -> None:
         policy.uninstall()
     assert has_extensions(sys.modules["numpy"])
     assert not has_extensions(sys.modules["json"])
+
+
+def test_each_rank_has_its_own_environment_with_mpiexecs_variables(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARED_SETTING", "launcher")
+    prog = write(tmp_path, "prog.py", """
+        import os
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        os.environ["MINE"] = str(comm.rank)  # as a process: only this rank's environment
+        if comm.rank == 1:
+            del os.environ["SHARED_SETTING"]
+        comm.Barrier()
+        print(comm.rank, os.environ["PMI_RANK"], os.environ["PMI_SIZE"], os.environ["MPI_LOCALRANKID"],
+              os.environ["MPI_LOCALNRANKS"], os.environ["MINE"], os.environ.get("SHARED_SETTING"))
+    """)
+    rc, out, err = run(capsys, "-n", 3, prog)
+    assert (rc, err) == (0, "")
+    assert sorted(out.splitlines()) == ["0 0 3 0 3 0 launcher", "1 1 3 1 3 1 None",
+                                        "2 2 3 2 3 2 launcher"]
+    import os
+
+    assert "MINE" not in os.environ and "PMI_RANK" not in os.environ
+    assert os.environ["SHARED_SETTING"] == "launcher"

@@ -1,0 +1,244 @@
+"""Each virtual rank's process identity under a launcher: its own pid and its node's host name.
+
+Under ``mpiexec`` or torchrun every rank is a process of some machine, and
+code tells them apart by ``os.getpid()`` (log records, file names, locks) and
+``socket.gethostname()`` (which ranks share a node). While a launcher's run
+goes on (``simcluster mpirun``, ``simcluster torchrun``,
+``simcluster.torch.spawn``), ``install`` replaces those functions by ones
+that answer for the calling rank (``engine.sync.current()``):
+
+- ``os.getpid()`` is ``PID_BASE + rank``: distinct per rank, the same on
+  every run, and above Linux's largest pid (``2**22``), so that no real
+  process has it. ``os.kill`` of such a pid signals this process (the one
+  that hosts every rank), as ``os.kill(os.getpid(), sig)`` did before.
+- ``socket.gethostname()``, ``socket.getfqdn()``, ``platform.node()`` and
+  the ``node`` of ``os.uname()`` / ``platform.uname()`` name the rank's node:
+  ``node0``, ``node1``, ... (``host_name``), the name ``MPI.Get_processor_name()``
+  gives too. ``socket.gethostbyname`` of such a name is a loopback address
+  of its own (``node0``: ``127.0.0.1``, ``node1``: ``127.0.0.2``, ...), with
+  no DNS lookup.
+
+A rank's node is ``rank // ranks_per_node`` when the launcher says how many
+ranks a node runs (``simcluster torchrun --nproc-per-node``), else where the
+run's latency model puts it (``node_of_model``: a platform's nodes,
+``Hierarchical``'s ``ranks_per_node``; one node for the other models).
+
+Rule 1: outside the run's ranks (the launcher, simcluster itself, threads a
+rank starts) the functions answer as before: they call the ones they replaced.
+Rule 2: ``uninstall`` puts back exactly what ``install`` found, also when
+the run failed; installs nest (a hosting process keeps its session to the end).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import platform as _platform
+import re
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+PID_BASE: Final = 5_000_000
+"""Rank ``r``'s ``os.getpid()`` is ``PID_BASE + r``: no real process has it (Linux's pids are below 2**22)."""
+PID_SPAN: Final = 1 << 22
+"""Pids ``PID_BASE`` to ``PID_BASE + PID_SPAN - 1`` are ranks' (``os.kill`` of one signals this process)."""
+
+_real_getpid: Final = os.getpid  # captured at import, before any run replaces it
+_NAME: Final = re.compile(r"node(0|[1-9][0-9]*)")
+
+
+def real_getpid() -> int:
+    """This process's real pid, also from inside a rank (simcluster's own bookkeeping uses it)."""
+    return _real_getpid()
+
+
+def real_gethostname() -> str:
+    """This machine's real host name, also from inside a rank."""
+    found = _originals.get((socket, "gethostname"))
+    return str((found or socket.gethostname)())
+
+
+def host_name(node: int) -> str:
+    """The host name of simulated node ``node``: ``node0``, ``node1``, ..."""
+    return f"node{node}"
+
+
+def pid_of(rank: int) -> int:
+    """The ``os.getpid()`` world rank ``rank`` sees under a launcher."""
+    return PID_BASE + rank
+
+
+def node_address(node: int) -> str:
+    """The address ``socket.gethostbyname`` gives node ``node``'s name: ``127.0.0.1 + node``."""
+    return str(ipaddress.IPv4Address(0x7F000001 + node))
+
+
+def node_of(model: Any, rank: int) -> int:
+    """The node of world rank ``rank``: the launcher's placement while one runs, else the model's."""
+    per = _placements[-1] if _placements else None
+    return rank // per if per else node_of_model(model, rank)
+
+
+def node_of_model(model: Any, rank: int) -> int:
+    """The node a latency model places world rank ``rank`` on.
+
+    A platform's (``node_of``), ``Hierarchical``'s (``rank // ranks_per_node``),
+    through ``Jitter``; 0 for models that know no nodes.
+    """
+    shape = model_shape(model)
+    if shape is None:
+        return 0
+    inner = _unwrap(model)
+    node_of = getattr(inner, "node_of", None)
+    if node_of is not None:
+        return int(node_of(rank))
+    return rank // shape[0]
+
+
+def model_shape(model: Any) -> tuple[int, int | None] | None:
+    """(ranks per node, nodes or None for no limit) of a model that places ranks on nodes, else None."""
+    from . import latency as _latency
+
+    inner = _unwrap(model)
+    if isinstance(inner, _latency.Hierarchical):
+        return inner.ranks_per_node, None
+    per = getattr(inner, "ranks_per_node", None)
+    if getattr(inner, "node_of", None) is not None and isinstance(per, int):
+        nodes = getattr(inner, "nodes", None)
+        return per, nodes if isinstance(nodes, int) else None
+    return None
+
+
+def _unwrap(model: Any) -> Any:
+    from . import latency as _latency
+
+    while isinstance(model, _latency.Jitter):
+        model = model.model
+    return model
+
+
+# ---- the replacements ----
+
+_originals: dict[tuple[Any, str], Any] = {}  # (module, name) -> what install found there
+_placements: list[int | None] = []  # one per install: ranks per node, or None (the model's nodes)
+_current: Callable[[], Any] | None = None  # engine.sync.current, once installed
+
+
+def _rank() -> tuple[int, int] | None:
+    """(world rank, node) of the calling rank; None outside a launcher's ranks."""
+    current = _current
+    task = current() if current is not None else None
+    if task is None:
+        return None
+    rank: int = task.rank
+    per = _placements[-1] if _placements else None
+    if per:
+        return rank, rank // per
+    try:
+        model = task.comm.latency
+    except (AttributeError, AssertionError):  # a rank whose run binds no model
+        return rank, 0
+    return rank, node_of_model(model, rank)
+
+
+def _original(module: Any, name: str) -> Any:
+    return _originals[(module, name)]
+
+
+def _getpid() -> int:
+    found = _rank()
+    return _real_getpid() if found is None else PID_BASE + found[0]
+
+
+def _kill(pid: int, signal: int, /) -> None:
+    if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
+        pid = _real_getpid()  # a rank's pid: the process that hosts the ranks
+    _original(os, "kill")(pid, signal)
+
+
+def _gethostname() -> str:
+    found = _rank()
+    return str(_original(socket, "gethostname")()) if found is None else host_name(found[1])
+
+
+def _getfqdn(name: str = "") -> str:
+    found = _rank()
+    if found is not None:
+        if not name or name == "0.0.0.0":  # noqa: S104 - socket.getfqdn's own test
+            return host_name(found[1])
+        if _NAME.fullmatch(name):
+            return name
+    return str(_original(socket, "getfqdn")(name))
+
+
+def _gethostbyname(hostname: str, /) -> str:
+    if _rank() is not None and isinstance(hostname, str):
+        match = _NAME.fullmatch(hostname)
+        if match is not None:
+            return node_address(int(match.group(1)))
+    return str(_original(socket, "gethostbyname")(hostname))
+
+
+def _node() -> str:
+    found = _rank()
+    return str(_original(_platform, "node")()) if found is None else host_name(found[1])
+
+
+def _uname() -> Any:
+    got = _original(os, "uname")()
+    found = _rank()
+    if found is None:
+        return got
+    return type(got)((got[0], host_name(found[1]), *tuple(got)[2:]))
+
+
+def _platform_uname() -> Any:
+    got = _original(_platform, "uname")()
+    found = _rank()
+    return got if found is None else got._replace(node=host_name(found[1]))
+
+
+_REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
+    (os, "getpid", _getpid), (os, "kill", _kill), (os, "uname", _uname),
+    (socket, "gethostname", _gethostname), (socket, "getfqdn", _getfqdn),
+    (socket, "gethostbyname", _gethostbyname),
+    (_platform, "node", _node), (_platform, "uname", _platform_uname),
+)
+
+
+def install(ranks_per_node: int | None = None) -> None:
+    """Give every rank of the launcher's run its own pid and host name until ``uninstall``.
+
+    ``ranks_per_node``: rank ``r`` lives on node ``r // ranks_per_node``;
+    None: where the run's latency model puts it.
+    """
+    global _current
+    if not _placements:
+        from .engine import sync as _sync
+
+        _current = _sync.current
+        for module, name, replacement in _REPLACEMENTS:
+            if hasattr(module, name):
+                _originals[(module, name)] = getattr(module, name)
+                setattr(module, name, replacement)
+    _placements.append(ranks_per_node)
+
+
+def uninstall() -> None:
+    """Undo the latest ``install``; the last one puts back exactly what the first found (Rule 2)."""
+    global _current
+    if not _placements:
+        return
+    _placements.pop()
+    if _placements:
+        return
+    for (module, name), original in _originals.items():
+        setattr(module, name, original)
+    _originals.clear()
+    _current = None
+
+
+def installed() -> bool:
+    """Whether a launcher's run has the per-rank identity in place now."""
+    return bool(_placements)
