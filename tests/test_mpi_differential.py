@@ -217,3 +217,21 @@ def test_an_installed_package_keeps_its_module_state_per_rank(
     sim_rc, sim, err = run_simulated(script, [], 3, [])
     assert (sim_rc, err) == (0, "")
     assert sim == real == [["0 2 2 True"], ["1 3 0 True"], ["2 4 1 True"]]
+
+
+def test_each_rank_sees_the_environment_variables_mpiexec_sets(tmp_path: Path) -> None:
+    script = tmp_path / "env.py"
+    script.write_text(textwrap.dedent('''
+        import os
+        from mpi4py import MPI
+
+        names = ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"]
+        os.environ["SET_BY_RANK"] = str(MPI.COMM_WORLD.rank)
+        MPI.COMM_WORLD.Barrier()
+        print(*[os.environ.get(name) for name in names], os.environ["SET_BY_RANK"])
+    '''))
+    real_rc, real = run_real(tmp_path, script, 3, [])
+    assert real_rc == 0, f"mpiexec failed:\n{run_real.last.stderr}"  # type: ignore[attr-defined]
+    sim_rc, sim, err = run_simulated(script, [], 3, [])
+    assert (sim_rc, err) == (0, "")
+    assert sim == real == [["0 3 0 3 0"], ["1 3 1 3 1"], ["2 3 2 3 2"]]
