@@ -17,10 +17,18 @@ def test_both_fidelities_end_at_the_formula_time_and_only_messages_count_message
     assert message["elapsed"] == analytic["elapsed"] == pytest.approx(6 * (1e-6 + nbytes * 1e-10))
 
 
-def test_the_toy_floor_ping_pong_costs_something_but_less_than_simcluster() -> None:
+def test_the_speed_figures_are_measured_and_the_ratios_are_theirs() -> None:
+    speed = scale._child_speed(2000, 20_000)
+    assert speed["bare_resume"] > 0 and speed["floor"] > 0 and speed["per_message"] > 0
+    assert speed["ratio"] == pytest.approx(speed["per_message"] / speed["bare_resume"])
+    assert speed["floor_ratio"] == pytest.approx(speed["per_message"] / speed["floor"])
+
+
+@pytest.mark.slow
+def test_the_toy_floor_ping_pong_costs_more_than_a_resume_but_less_than_simcluster() -> None:
+    """A comparison of speeds: on a loaded machine it can fail, so it is left out of the default run."""
     speed = scale._child_speed(2000, 20_000)
     assert 0 < speed["bare_resume"] < speed["floor"] < speed["per_message"]
-    assert speed["floor_ratio"] == pytest.approx(speed["per_message"] / speed["floor"])
 
 
 def test_the_table_has_a_row_per_build_and_the_per_message_cost_of_each(capsys: pytest.CaptureFixture[str]

@@ -30,11 +30,17 @@ def test_the_speedup_table_names_each_transport_against_the_memory_one(
 
 
 def test_the_socket_floor_is_a_positive_round_trip() -> None:
-    assert 0 < transports.socket_floor(50) < 0.05
+    assert transports.socket_floor(50) > 0
 
 
-def test_work_reps_is_calibrated_to_the_asked_time() -> None:
+def test_work_reps_is_at_least_one_round() -> None:
     assert transports.work_reps(0.001) >= 1
+
+
+@pytest.mark.slow
+def test_the_socket_floor_is_under_50_ms_and_work_reps_grows_with_the_asked_time() -> None:
+    """Speeds: on a loaded machine these can fail, so they are left out of the default run."""
+    assert transports.socket_floor(50) < 0.05
     assert transports.work_reps(0.02) > transports.work_reps(0.001)
 
 

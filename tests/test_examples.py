@@ -1,14 +1,19 @@
 """Every script under examples/ runs and prints exactly its checked-in ``.out``.
 
 Examples are found by walking the folder, so a new example without an
-``.out`` file next to it fails here instead of being skipped. A script
-written for torchrun (or mpirun, outside examples/mpi4py) has one
-``simcluster torchrun ...`` (``simcluster mpirun ...``) line in its
-docstring and runs through that command.
+``.out`` file next to it fails here instead of being skipped. An example
+whose module docstring gives the command that runs it (a line starting with
+``simcluster mpirun ``, ``simcluster torchrun `` or ``python ``) is run by
+that command as written, from the top folder of the project: what the
+docstring tells a reader to type is what prints the ``.out``. Any other
+example runs as ``python examples/.../NAME.py``. ``simcluster`` and
+``python`` stand for this interpreter (``python -m simcluster``), with
+``-W error`` so that a warning fails the test.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -20,16 +25,14 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-# examples/mpi4py/ runs under `simcluster mpirun` (tests/test_mpirun.py), not plain python
-SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py")
-                 if "__pycache__" not in p.parts and p.parent.name != "mpi4py")
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.parts)
 SGD = EXAMPLES / "seeds" / "torch_p2p_and_sgd" / "sync_sgd.py"
 
 
-# a script written for torchrun or mpirun names its command in its docstring; stderr has the
-# launcher's notes
-LAUNCHERS = ("simcluster torchrun ", "simcluster mpirun ")
+# the command lines a docstring may give; stderr has the launcher's notes
+COMMANDS = ("simcluster mpirun ", "simcluster torchrun ", "python ")
 NOTES = re.compile(r"simcluster torchrun: .* runs on simcluster \(.*\)"
                    r"|simcluster (mpirun|torchrun): rank \d+ crashed at virtual time .* \(the fault plan\)"
                    r"|simcluster torchrun: attempt \d+ failed with exit status \d+; restarting every rank "
@@ -37,21 +40,24 @@ NOTES = re.compile(r"simcluster torchrun: .* runs on simcluster \(.*\)"
 
 
 def command_of(script: Path) -> list[str]:
-    """``python SCRIPT``, or the ``simcluster torchrun|mpirun ...`` line of its docstring as ``python -m``."""
-    lines = [line.strip() for line in script.read_text(encoding="utf-8").splitlines()
-             if line.strip().startswith(LAUNCHERS)]
+    """The command its docstring gives, split as a shell would, or ``python examples/.../NAME.py``."""
+    docstring = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or ""
+    lines = [line.strip() for line in docstring.splitlines() if line.strip().startswith(COMMANDS)]
+    name = script.relative_to(ROOT).as_posix()
     if not lines:
-        return [str(script)]
-    assert len(lines) == 1, f"{script.name}: its docstring needs one launcher line, not {len(lines)}"
-    return ["-m", "simcluster", *shlex.split(lines[0])[1:]]
+        return ["python", name]
+    assert len(lines) == 1, f"{name}: its docstring needs one command line, not {len(lines)}: {lines}"
+    argv = shlex.split(lines[0])
+    assert name in argv, f"{name}: its docstring's command runs another file: {lines[0]}"
+    return argv
 
 
 def run_example(script: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in a fresh interpreter where any warning is an error."""
-    return subprocess.run(
-        [sys.executable, "-W", "error", *command_of(script)],
-        capture_output=True, text=True, timeout=240, cwd=script.parent,
-    )
+    """Run its command from the top folder, in a fresh interpreter where any warning is an error."""
+    program, *args = command_of(script)
+    assert program in ("simcluster", "python"), program
+    prefix = [sys.executable, "-W", "error"] + (["-m", "simcluster"] if program == "simcluster" else [])
+    return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=240, cwd=ROOT)
 
 
 # Eight examples at a time on a 2-core machine: each takes a few seconds alone (the torch
@@ -71,9 +77,9 @@ def stdout_of(script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stderr}"
     errors = proc.stderr.splitlines()
     command = command_of(script)
-    if command[0] == "-m":  # torchrun says once which backend it maps; mpirun names crashed ranks
+    if command[0] == "simcluster":  # torchrun says once which backend it maps; mpirun names crashed ranks
         assert all(NOTES.fullmatch(line) for line in errors), proc.stderr
-        assert errors or command[2] != "torchrun", "simcluster torchrun says which backend it maps"
+        assert errors or command[1] != "torchrun", "simcluster torchrun says which backend it maps"
     else:
         assert proc.stderr == "", f"{script.name} wrote to stderr:\n{proc.stderr}"
     return proc.stdout
@@ -82,6 +88,15 @@ def stdout_of(script: Path, outputs: dict[Path, subprocess.CompletedProcess[str]
 def test_examples_were_found() -> None:
     assert len(SCRIPTS) >= 20
     assert SGD in SCRIPTS
+    mpi4py = {p.stem for p in SCRIPTS if p.parent.name == "mpi4py"}
+    assert {"hello", "ring", "pi", "mandelbrot", "osu_latency", "osu_bw"} <= mpi4py
+
+
+def test_mpi4py_examples_name_their_simcluster_mpirun_command() -> None:
+    """An mpi4py script runs under ``simcluster mpirun``, not plain python: its docstring says how."""
+    for script in SCRIPTS:
+        if script.parent.name == "mpi4py":
+            assert command_of(script)[:2] == ["simcluster", "mpirun"], script.name
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(EXAMPLES)))

@@ -1,6 +1,6 @@
 """A torch training script that checkpoints, loses a rank, and is restarted as torchelastic would.
 
-    simcluster torchrun --nproc-per-node 2 --max-restarts 1 --faults crash:1@all_reduce#4 elastic_checkpoint.py
+    simcluster torchrun --nproc-per-node 2 --max-restarts 1 --faults crash:1@all_reduce#4 examples/faults/elastic_checkpoint.py
 
 Two ranks train a small model for eight steps, averaging their gradients
 with an ``all_reduce`` per step, and save a checkpoint with

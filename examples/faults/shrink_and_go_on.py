@@ -1,6 +1,6 @@
 """An mpi4py program that loses a rank and finishes its computation with the survivors (ULFM).
 
-    simcluster mpirun -n 4 --faults crash:2@all_reduce#3 shrink_and_go_on.py
+    simcluster mpirun -n 4 --faults crash:2@all_reduce#3 examples/faults/shrink_and_go_on.py
 
 Every rank adds up its share of 1..N, one block per round, with an
 ``allreduce`` per round. When a rank fails, the survivors' ``allreduce``

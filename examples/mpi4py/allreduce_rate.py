@@ -7,9 +7,9 @@ between MPI calls (measured), so the figure changes a little from run to run,
 as under mpiexec. ``--exact`` charges no measured work, so the figure is the
 network model's alone and the same on every run:
 
-    simcluster mpirun -n 4 --exact --latency alphabeta:1us,10GB/s allreduce_rate.py
+    simcluster mpirun -n 4 --exact --latency alphabeta:1us,10GB/s examples/mpi4py/allreduce_rate.py
 
-On a real MPI: ``mpiexec -n 4 python allreduce_rate.py``.
+On a real MPI: ``mpiexec -n 4 python examples/mpi4py/allreduce_rate.py``.
 """
 
 import numpy as np

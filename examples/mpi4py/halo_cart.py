@@ -6,7 +6,7 @@ right edges of the grid find ``MPI.PROC_NULL`` there, and their halo keeps its
 initial -1. After one exchange in each dimension every rank prints what its
 halo holds on each side:
 
-    simcluster mpirun -n 6 halo_cart.py
+    simcluster mpirun -n 6 --exact examples/mpi4py/halo_cart.py
 """
 
 import numpy as np

@@ -1,11 +1,15 @@
 """Hello world: every rank says who it is and where it runs.
 
-On simcluster, four virtual ranks in this process (their lines come in rank
-order, since they all print at virtual time 0):
+On simcluster, four virtual ranks in this process:
 
-    simcluster mpirun -n 4 hello.py
+    simcluster mpirun -n 4 --exact examples/mpi4py/hello.py
 
-The same file runs unchanged on a real MPI: ``mpiexec -n 4 python hello.py``.
+Their lines come in rank order, since they all print at virtual time 0.
+``--exact`` charges no measured compute time, so the output is the same on
+every machine; without it, the time each rank's own code takes on this
+machine moves its clock, and the order of the lines can change.
+
+The same file runs unchanged on a real MPI: ``mpiexec -n 4 python examples/mpi4py/hello.py``.
 """
 
 from mpi4py import MPI

@@ -5,7 +5,7 @@ taking one more when they do not divide evenly), every rank computes the
 escape counts of its rows, and rank 0 gathers the image, prints it as ASCII
 art and prints a checksum:
 
-    simcluster mpirun -n 4 mandelbrot.py
+    simcluster mpirun -n 4 --exact examples/mpi4py/mandelbrot.py
 """
 
 import zlib

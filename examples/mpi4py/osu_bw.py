@@ -6,9 +6,9 @@ bytes moved per second of ``MPI.Wtime``, in MB/s, as osu_bw reports it. Under
 ``AlphaBeta`` the sends queue on rank 0's port, so large messages approach
 the link's 10 GB/s (10000 MB/s) and small ones pay ``alpha``:
 
-    simcluster mpirun -n 2 --exact --latency alphabeta:1us,10GB/s osu_bw.py
+    simcluster mpirun -n 2 --exact --latency alphabeta:1us,10GB/s examples/mpi4py/osu_bw.py
 
-On a real MPI: ``mpiexec -n 2 python osu_bw.py``.
+On a real MPI: ``mpiexec -n 2 python examples/mpi4py/osu_bw.py``.
 """
 
 import numpy as np

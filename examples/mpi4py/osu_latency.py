@@ -6,10 +6,10 @@ the OSU micro-benchmarks (osu_latency) report it. On simcluster ``Wtime`` is
 virtual time, so under ``AlphaBeta(alpha, beta)`` every row is exactly
 ``alpha + size * beta``:
 
-    simcluster mpirun -n 2 --exact --latency alphabeta:1us,10GB/s osu_latency.py
+    simcluster mpirun -n 2 --exact --latency alphabeta:1us,10GB/s examples/mpi4py/osu_latency.py
 
 (1.00 us for 0 bytes, 105.86 us for 1 MiB: 1 us plus 1048576 bytes at 10 GB/s.)
-On a real MPI: ``mpiexec -n 2 python osu_latency.py``.
+On a real MPI: ``mpiexec -n 2 python examples/mpi4py/osu_latency.py``.
 """
 
 import numpy as np

@@ -7,9 +7,9 @@ while waiting. Under simcluster each fruitless ``Test`` costs a little virtual
 time (``poll_cost``), so the loop ends when the message arrives, as on a real
 MPI:
 
-    simcluster mpirun -n 2 overlap_test.py
+    simcluster mpirun -n 2 --exact examples/mpi4py/overlap_test.py
 
-On a real MPI: ``mpiexec -n 2 python overlap_test.py``.
+On a real MPI: ``mpiexec -n 2 python examples/mpi4py/overlap_test.py``.
 """
 
 import time

@@ -3,7 +3,7 @@
 Rank 0 broadcasts the number of intervals (``sys.argv[1]``, default 1000000),
 each rank sums its share, and ``reduce`` adds the shares up on rank 0:
 
-    simcluster mpirun -n 4 pi.py 1000000
+    simcluster mpirun -n 4 --exact examples/mpi4py/pi.py 1000000
 """
 
 import math

@@ -3,7 +3,7 @@
 Rank 0 starts the token and gets it back last, holding 0 + 1 + ... + (size - 1).
 Every rank prints what it received and from whom:
 
-    simcluster mpirun -n 4 ring.py
+    simcluster mpirun -n 4 --exact examples/mpi4py/ring.py
 """
 
 from mpi4py import MPI

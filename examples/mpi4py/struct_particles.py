@@ -7,7 +7,7 @@ item size), so whole arrays of particles go into ``Sendrecv`` and
 ``Gather`` as they are. Each rank passes its particles to the right
 neighbour of a ring, then rank 0 gathers everyone's:
 
-    simcluster mpirun -n 3 struct_particles.py
+    simcluster mpirun -n 3 --exact examples/mpi4py/struct_particles.py
 """
 
 import numpy as np

@@ -15,7 +15,9 @@ then ``recv`` from it. What you will see:
    with nothing in flight and raises ``sc.DeadlockError``, which names each
    blocked call, its source line and the wait-for cycle.
 
-The fixes are in 01_head_to_head_fixed.py. Run: python 01_head_to_head_broken.py
+The fixes are in 01_head_to_head_fixed.py. Run it with
+
+    python examples/teaching/01_head_to_head_broken.py
 """
 
 import numpy as np

@@ -14,7 +14,9 @@ What you will see: each fix finishes, and its virtual time under a 1 us +
    Same idea, spelled out; also 81 us. This form lets you do other work
    before the wait (see 02_overlap.py).
 
-Run: python 01_head_to_head_fixed.py
+Run it with
+
+    python examples/teaching/01_head_to_head_fixed.py
 """
 
 import numpy as np

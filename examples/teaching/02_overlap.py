@@ -17,7 +17,9 @@ What you will see:
 The rule: start communication as early as you can, wait for it as late as
 you can, and never touch a send buffer or read a receive buffer in between.
 
-Run: python 02_overlap.py
+Run it with
+
+    python examples/teaching/02_overlap.py
 """
 
 import numpy as np

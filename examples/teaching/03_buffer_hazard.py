@@ -16,7 +16,9 @@ What you will see:
 2. the correct version: wait for the request first (or send a copy), then
    reuse the array. It runs cleanly.
 
-Run: python 03_buffer_hazard.py
+Run it with
+
+    python examples/teaching/03_buffer_hazard.py
 """
 
 import numpy as np

@@ -17,7 +17,9 @@ What you will see:
 ``wait_any`` returns ``(index, value)`` of a completed request; remove that
 request from the list before the next call, or you would get it again.
 
-Run: python 04_wait_any.py
+Run it with
+
+    python examples/teaching/04_wait_any.py
 """
 
 import simcluster as sc

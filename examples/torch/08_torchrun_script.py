@@ -4,7 +4,7 @@ Nothing in it knows about simcluster: it reads the environment torchrun
 sets, calls ``dist.init_process_group("gloo")`` and uses torch.distributed.
 Run it with
 
-    simcluster torchrun --nproc-per-node 4 --latency alphabeta:1us,1GB/s 08_torchrun_script.py
+    simcluster torchrun --nproc-per-node 4 --latency alphabeta:1us,1GB/s examples/torch/08_torchrun_script.py
 
 and every rank runs it as ``__main__`` in one process, with its own
 ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``; the gloo group runs on simcluster's

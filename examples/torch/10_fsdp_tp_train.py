@@ -2,7 +2,7 @@
 
 A script written for torchrun: nothing in it knows about simcluster. Run it with
 
-    simcluster torchrun --nproc-per-node 4 10_fsdp_tp_train.py
+    simcluster torchrun --nproc-per-node 4 examples/torch/10_fsdp_tp_train.py
 
 and its 4 ranks run in one process on simcluster's backend; the same command
 with ``torchrun`` instead runs it on 4 gloo processes. The ranks form a mesh
