@@ -91,7 +91,7 @@ class RunConfig:
     checks: Checks = "strict"
     algorithms: dict[str, str] = field(default_factory=dict)
     timeout: float | None = None
-    compute: float = 0.0  # run(compute="wall:F"): F (0: off)
+    compute: _sync.Compute | None = None  # run(compute="wall" or "replay:FILE"); None: off
     fidelity: Fidelity = "message"
     serializer: Serializer = "msgpack"
     nnodes: int = 1
@@ -204,7 +204,9 @@ def configure(
         raise UsageTypeError(None, f"run(latency={latency!r})", "expected a simcluster.latency "
                              "model such as sc.latency.AlphaBeta(1e-6, 1e-9)")
     try:
-        compute_factor = _sync.parse_compute(compute)
+        measured = _sync.parse_compute(compute)
+        if measured is not None:
+            measured.check(world_size)
     except ValueError as exc:
         raise _usage(exc) from None
     secret, shares = None, ""
@@ -241,11 +243,12 @@ def configure(
         raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
                          "collectives meet inside one process", "use transport='memory', or "
                          "fidelity='message'")
-    if plan is not None and compute_factor:
+    if plan is not None and measured is not None and measured.replay is None:
         raise UsageError(None, f"run(compute={compute!r}, faults=...)", "a fault plan replays exactly "
                          "only when no measured compute time is charged", "leave compute= out (simcluster "
-                         "mpirun: --faults already charges none)")
-    if multiprocess and compute_factor:
+                         "mpirun: --faults already charges none), or replay a record: "
+                         "compute='replay:FILE'")
+    if multiprocess and measured is not None:
         raise UsageError(None, f"run(compute={compute!r}, transport={transport!r})", "compute= is "
                          "measured on the memory transport only", "leave it out, or use "
                          "transport='memory'")
@@ -259,7 +262,7 @@ def configure(
     return RunConfig(
         world_size=world_size, transport=tp, latency=model, args=tuple(args),
         kwargs=dict(kwargs or {}), seed=seed, schedule=schedule, eager_limit=eager_limit,
-        trace=trace, checks=checks, algorithms=forced, timeout=timeout, compute=compute_factor,
+        trace=trace, checks=checks, algorithms=forced, timeout=timeout, compute=measured,
         fidelity=fidelity, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
         name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=secret,

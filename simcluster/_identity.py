@@ -27,6 +27,8 @@ Rule 1: outside the run's ranks (the launcher, simcluster itself, threads a
 rank starts) the functions answer as before: they call the ones they replaced.
 Rule 2: ``uninstall`` puts back exactly what ``install`` found, also when
 the run failed; installs nest (a hosting process keeps its session to the end).
+A process forked while a run goes on (a rank's ``multiprocessing`` worker)
+is a real process: it gets the real functions back at once.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def _unwrap(model: Any) -> Any:
 _originals: dict[tuple[Any, str], Any] = {}  # (module, name) -> what install found there
 _placements: list[int | None] = []  # one per install: ranks per node, or None (the model's nodes)
 _current: Callable[[], Any] | None = None  # engine.sync.current, once installed
+_fork_hooked = False  # _forget is registered to run in forked children
 
 
 def _rank() -> tuple[int, int] | None:
@@ -143,7 +146,9 @@ def _rank() -> tuple[int, int] | None:
 
 
 def _original(module: Any, name: str) -> Any:
-    return _originals[(module, name)]
+    """What ``install`` replaced; once uninstalled (a reference kept from a run), the module's own."""
+    found = _originals.get((module, name))
+    return getattr(module, name) if found is None else found
 
 
 def _getpid() -> int:
@@ -196,7 +201,12 @@ def _uname() -> Any:
 def _platform_uname() -> Any:
     got = _original(_platform, "uname")()
     found = _rank()
-    return got if found is None else got._replace(node=host_name(found[1]))
+    if found is None:
+        return got
+    try:
+        return got._replace(node=host_name(found[1]))
+    except (AttributeError, TypeError):  # an uname_result without namedtuple's _replace
+        return got
 
 
 _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
@@ -213,7 +223,10 @@ def install(ranks_per_node: int | None = None) -> None:
     ``ranks_per_node``: rank ``r`` lives on node ``r // ranks_per_node``;
     None: where the run's latency model puts it.
     """
-    global _current
+    global _current, _fork_hooked
+    if not _fork_hooked and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget)
+        _fork_hooked = True
     if not _placements:
         from .engine import sync as _sync
 
@@ -236,6 +249,16 @@ def uninstall() -> None:
     for (module, name), original in _originals.items():
         setattr(module, name, original)
     _originals.clear()
+    _current = None
+
+
+def _forget() -> None:
+    """In a process forked while a run goes on: it is a real process, with its own pid and host."""
+    global _current
+    for (module, name), original in _originals.items():
+        setattr(module, name, original)
+    _originals.clear()
+    _placements.clear()
     _current = None
 
 

@@ -112,10 +112,12 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", default="memory", help=transport)
     parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
-    parser.add_argument("--compute", default=None, metavar="wall[:F][,threshold=T][,record=FILE]|replay:FILE",
-                        help="charge the wall time a rank's own code runs between calls (x F; "
-                             "bursts under T, default 1us, are not) to its virtual clock; "
-                             "record=FILE writes the charges, replay:FILE charges them again")
+    parser.add_argument("--compute", default=None,
+                        metavar="{wall|cpu}[:F][,threshold=T][,record=FILE]|replay:FILE",
+                        help="charge the time a rank's own code runs between calls (wall: elapsed; "
+                             "cpu: its thread's CPU time, as SMPI) x F to its virtual clock, bursts "
+                             "under T (default 5us) left out; record=FILE writes the charges, "
+                             "replay:FILE charges them again")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
     parser.add_argument("--faults", default=None, metavar="PLAN",
                         help="a fault plan, e.g. 'crash:1@0.5ms', "
@@ -152,7 +154,7 @@ def run_args(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if args.compute is None and not args.exact and args.transport == "memory" and args.faults is None:
-        args.compute = "wall"  # Wtime advances with the work between MPI calls, as under mpiexec
+        args.compute = "cpu"  # Wtime advances with the work between MPI calls, as under mpiexec
     keywords = script_keywords(args, PROG, ("procs", "trace", "compute"))
     if keywords is None:
         return 2
@@ -188,6 +190,9 @@ def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
     for name in optional:
         if getattr(args, name) is not None:
             keywords[name] = getattr(args, name)
+    progress = getattr(args, "progress", None)  # the command line's display on a terminal (cli)
+    if progress is not None:
+        keywords["_progress"] = progress
     return keywords
 
 
@@ -214,6 +219,10 @@ def mpirun(script: str, world_size: int, argv: Sequence[str] = (), *, module: bo
         stderr), a deadlock or a timeout (the report printed), 2 when the
         script or the options are refused.
     """
+    if isinstance(world_size, int) and world_size < 1:  # run()'s own message, before sizing for it
+        print(f"{PROG}: run(world_size={world_size!r}): world_size must be an int >= 1; pass the "
+              "number of virtual ranks", file=sys.stderr)
+        return 2
     spec = script_spec(script, list(argv), module, shared=shared, private=private)
     if isinstance(spec, int):
         return spec
@@ -491,8 +500,14 @@ class RankState:
         return status
 
     def print_exception(self, exc: BaseException) -> None:
-        """Write ``exc``'s traceback as this rank's stderr, from the script's frames inward."""
-        tb = exc.__traceback__
+        """Write ``exc``'s traceback as this rank's stderr, from the script's frames inward.
+
+        An error simcluster wrote for users (an MPI error, a collective mismatch)
+        ends at the user's call, as a compiled MPI's does (``frames.user_traceback``).
+        """
+        from .engine import frames as _frames
+
+        tb = _frames.user_traceback(exc)
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
         for chunk in traceback.format_exception(type(exc), exc, tb):
@@ -610,6 +625,11 @@ class Session:
             error = exc
         finally:
             self.uninstall()
+        if isinstance(error, errors.RankError) and isinstance(error.__cause__, BrokenPipeError):
+            from . import _command
+
+            if _command.reader_gone(self.real[OUT]):  # `| head` exited: cli.main ends quietly
+                raise error.__cause__
         if self.mpi is not None:
             self._gather_records(error)
         if self.records_dir is not None:

@@ -14,10 +14,13 @@ run into one clear exception: ``RankError`` (a rank raised),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import threading
 import time as _time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .engine import gc as _gc
@@ -90,7 +93,8 @@ async def _launch(fn: Callable[..., Any], world_size: int, *,
                   _progress: Callable[[int, int, float], None] | None = None,
                   _stood: _Stood | None = None, **keywords: Any) -> RunResult:
     # _progress (private, for the command line): called as
-    # _progress(finished, world_size, now) about ten times a wall second.
+    # _progress(finished, world_size, now) about ten times a wall second, with the
+    # engine's count of events as a fourth argument when the ranks are in this process.
     config = configure(fn, world_size, **keywords)
     if config.shares:  # an MPI job with processes that host no rank: process 0 hands the outcome on
         from .hosting import mpi_job as _mpi_job
@@ -102,13 +106,14 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
                _progress: Callable[[int, int, float], None] | None,
                stood: _Stood | None = None) -> RunResult:
     wall_start = _time.perf_counter()
+    if stood is not None:  # Ctrl-C before the ranks start: virtual time 0, none finished
+        stood.note(0, config.world_size, 0.0)
     if config.multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
         from .hosting import coordinator as _coordinator
 
         if stood is None:
             return await _coordinator.launch(fn, config, _progress)
-        noted = stood
-        noted.note(0, config.world_size, 0.0)  # until the hosts' first tick
+        noted = stood  # noted above until the hosts' first tick
 
         def progress(finished: int, world_size: int, now: float) -> None:
             noted.note(finished, world_size, now)
@@ -125,10 +130,11 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
             engine = world.engine
             if stood is not None:
                 stood.engine = engine
-            if _progress is None:
-                await engine.run()
-            else:
-                await _with_progress(engine, _progress)
+            with _ctrl_c_reaches_ranks(engine):
+                if _progress is None:
+                    await engine.run()
+                else:
+                    await _with_progress(engine, _progress)
             failure = engine.kernel.failure
             if failure is not None:
                 task, exc = failure
@@ -141,6 +147,8 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
         finally:
             if world is not None:
                 world.engine.close()
+                if config.compute is not None:  # record=FILE: also after a failure, to debug by replay
+                    config.compute.save(config.world_size)
                 if world.engine.kernel.trace is not None and config.faults is not None:
                     config.faults.mark(world.engine.kernel.trace, world.engine.now)
                 if world.engine.kernel.trace is not None and isinstance(trace, (str, os.PathLike)):
@@ -200,24 +208,66 @@ def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
     return result
 
 
-async def _with_progress(engine: Engine, report: Callable[[int, int, float], None]) -> None:
-    """Run the engine while a side task reports progress every 0.1 wall seconds.
+@contextlib.contextmanager
+def _ctrl_c_reaches_ranks(engine: Engine) -> Iterator[None]:
+    """While ``engine`` runs: a Ctrl-C that lands in a rank's own code stops the run there.
 
-    The side task gets a turn whenever the engine lets the asyncio loop
-    breathe (every few thousand events), so the simulator loop itself is
-    untouched and a run without ``_progress`` pays nothing.
+    ``asyncio.run`` answers Ctrl-C by cancelling the run, which takes effect
+    when the engine next lets the event loop turn; a rank that computes
+    without calling simcluster (``while True: pass``) never lets it, so the
+    Ctrl-C would wait for it. Here a Ctrl-C that finds a rank running in this
+    thread raises ``KeyboardInterrupt`` in it, as Python does in a plain
+    program (``run`` reports it in one line); otherwise asyncio's handling
+    stands. A rank on a thread of its own (``engine.sync.ThreadRank``) is left
+    to asyncio's. Nothing changes outside the main thread.
     """
-    async def tick() -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            report(engine.world_size - engine.kernel.unfinished, engine.world_size, engine.now)
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kernel = engine.kernel
 
-    ticker = asyncio.ensure_future(tick())
+    def interrupt(signum: int, frame: Any) -> None:
+        task = kernel.current
+        if task is not None and getattr(task.coro, "thread_ident", None) is None:
+            raise KeyboardInterrupt
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+
+async def _with_progress(engine: Engine, report: Callable[..., None]) -> None:
+    """Run the engine while a thread reports progress every 0.1 wall seconds.
+
+    ``report(finished, world_size, now, events)``: ``events`` is the engine's
+    count of events run so far (brought up to date each time the engine lets
+    the event loop turn, every few thousand events).
+
+    The thread only reads counters the engine keeps anyway, so the simulator
+    loop is untouched, a run without ``_progress`` pays nothing, and the
+    report goes on while a rank computes between calls for long. It stops
+    (joined) before this returns: nothing is reported after the run.
+    """
+    stop = threading.Event()
+    kernel = engine.kernel
+    world_size = engine.world_size
+
+    def tick() -> None:
+        while not stop.wait(0.1):
+            try:
+                report(world_size - kernel.unfinished, world_size, engine.now, kernel._events)
+            except (OSError, ValueError):  # the terminal went away: stop showing
+                return
+
+    thread = threading.Thread(target=tick, name="simcluster-progress", daemon=True)
+    thread.start()
     try:
         await engine.run()
     finally:
-        ticker.cancel()
-        try:
-            await ticker
-        except asyncio.CancelledError:
-            pass
+        stop.set()
+        thread.join()

@@ -248,7 +248,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
              signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
              shared: Sequence[str] = (), private: Sequence[str] = (), **keywords: Any) -> int:
-    """Run ``script`` (a path, or a module name with ``module=True``) on ``nnodes`` nodes of ``nproc_per_node`` ranks.
+    """Run ``script`` (a path, or a module name with ``module=True``) on ``nnodes`` x ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
     variables for that rank (``rank_environment``), its node's host name

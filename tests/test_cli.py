@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -209,6 +211,7 @@ def test_progress_shows_on_a_terminal_and_is_erased(monkeypatch: pytest.MonkeyPa
     script.write_text(RING.format(wait=0.35))
     terminal = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)  # at once, not after a few seconds
     assert cli.main(["run", str(script), "-n", "3"]) == 0
     shown = terminal.getvalue()
     # rank 2 is done at once; rank 0 sleeps in real time, rank 1 waits for it
@@ -217,6 +220,104 @@ def test_progress_shows_on_a_terminal_and_is_erased(monkeypatch: pytest.MonkeyPa
     assert shown.endswith("\r")  # the line is erased before the results print
     assert capsys.readouterr().out.startswith("rank 0: 2\n")
 
+
+
+def test_progress_waits_a_few_seconds_before_it_shows(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path) -> None:
+    script = tmp_path / "slow_ring.py"
+    script.write_text(RING.format(wait=0.35))
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.PROGRESS_AFTER >= 2.0
+    assert cli.main(["run", str(script), "-n", "3"]) == 0
+    assert terminal.getvalue() == ""  # a short run: no line, not even one erased
+    assert capsys.readouterr().out.startswith("rank 0: 2\n")
+
+
+def test_progress_shows_events_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    stream = FakeTerminal()
+    progress = cli._Progress(stream, after=2.0)
+    progress(0, 8, 0.5, 1000)
+    assert stream.getvalue() == ""  # not yet: under 2 s
+    clock[0] += 2.5
+    progress(3, 8, 0.75, 1000 + 5_000_000)  # 5M events in 2.5 s
+    assert stream.getvalue() == "\rsimcluster: 3/8 ranks finished, virtual time 750 ms, 2M events/s"
+    progress.close()
+    assert stream.getvalue().endswith("\r" + " " * 64 + "\r")
+
+
+MPI_RING = """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+for step in range({steps}):
+    comm.Barrier()
+    if step % 2000 == 0:
+        print("step", step, "rank", comm.rank)
+"""
+
+
+def test_mpirun_progress_is_erased_before_each_line_the_ranks_print(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "barriers.py"
+    script.write_text(MPI_RING.format(steps=20000))
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)
+    assert cli.main(["mpirun", "-n", "2", "--exact", str(script)]) == 0
+    shown = terminal.getvalue()
+    assert "\rsimcluster: 0/2 ranks finished, virtual time " in shown
+    assert shown.endswith("\r")  # erased at the end
+    out = capsys.readouterr().out
+    # the ranks' lines are whole: the display erased itself (on stderr) before each was written
+    assert out.splitlines() == [f"step {s} rank {r}" for s in range(0, 20000, 2000) for r in (0, 1)]
+
+
+LONG_MPI_RUN = """
+import time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+deadline = time.monotonic() + 2.8  # longer than PROGRESS_AFTER, on rank 0's clock
+while comm.bcast(time.monotonic() < deadline if comm.rank == 0 else None):
+    comm.Barrier()
+print("done", comm.rank)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+@pytest.mark.parametrize("stderr", ["terminal", "pipe"])
+def test_a_long_mpirun_shows_progress_on_a_terminal_only(stderr: str, tmp_path: Path) -> None:
+    import pty
+
+    (tmp_path / "long.py").write_text(LONG_MPI_RUN)
+    argv = [sys.executable, "-m", "simcluster", "mpirun", "-n", "2", "--exact", "long.py"]
+    if stderr == "pipe":
+        proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done 0\ndone 1\n", "")
+        return
+    main, child = pty.openpty()
+    with subprocess.Popen(argv, cwd=tmp_path, stdin=child, stdout=child, stderr=child) as proc:
+        os.close(child)
+        shown = b""
+        while True:
+            try:
+                got = os.read(main, 65536)
+            except OSError:  # EIO: the child side closed
+                break
+            if not got:
+                break
+            shown += got
+        assert proc.wait(timeout=100) == 0
+    os.close(main)
+    text = shown.decode()
+    assert re.search(r"\rsimcluster: 0/2 ranks finished, virtual time [0-9.]+ (s|ms|us|ns), "
+                     r"[0-9.]+[kMG]? events/s", text), text
+    # erased in place before the ranks' lines: what is left on the screen is the output
+    assert text.rstrip("\r\n").endswith("done 0\r\ndone 1"), text[-300:]
+    assert "\r" + " " * 20 in text
 
 def test_progress_is_quiet_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str],
@@ -313,3 +414,66 @@ def test_run_takes_a_plain_main_and_the_compute_option(capsys: pytest.CaptureFix
     elapsed = out.splitlines()[-1]
     value, unit = elapsed.split()[1:3]
     assert unit == "ms" and float(value) >= 200  # 20 ms of wall time, times 10
+
+
+# ---- the front door: what a user sees when things go wrong ----
+
+PRINTS_FOREVER = {
+    "run": """
+async def main(comm):
+    for i in range(10**6):
+        print(comm.rank, i)
+        await comm.barrier()
+""",
+    "mpirun": """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+for i in range(10**6):
+    print(comm.rank, i)
+    comm.Barrier()
+""",
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["run", "mpirun"])
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_141(
+        command: str, tmp_path: Path) -> None:
+    # `simcluster ... | head`: the pipe's reader exits; the command stops as `cat` does under
+    # SIGPIPE (128 + 13) and prints nothing, not a BrokenPipeError traceback
+    (tmp_path / "chatty.py").write_text(PRINTS_FOREVER[command])
+    with subprocess.Popen([sys.executable, "-m", "simcluster", command, "chatty.py", "-n", "2"],
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            assert proc.stdout.readline() in ("0 0\n", "1 0\n")
+            proc.stdout.close()
+            err = proc.stderr.read()
+            status = proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    assert (status, err) == (141, "")
+
+
+def test_a_syntax_error_in_the_script_prints_as_python_prints_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("async def main(comm):\n    x = (1,\n    return x\n")
+    rc, out, err = run_cli(capsys, "run", "broken.py")
+    python = subprocess.run([sys.executable, "broken.py"], capture_output=True, text=True)
+    assert (rc, out) == (1, "")
+    assert err == python.stderr  # file, line, caret, SyntaxError: no traceback through simcluster
+    assert err.splitlines()[0] == f'  File "{tmp_path / "broken.py"}", line 2'
+    assert err.splitlines()[-1] == "SyntaxError: '(' was never closed"
+
+
+def test_an_error_while_loading_the_script_prints_as_python_prints_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fails.py").write_text("import json\njson.loads('{')\nasync def main(comm):\n    pass\n")
+    rc, out, err = run_cli(capsys, "run", "fails.py")
+    python = subprocess.run([sys.executable, "fails.py"], capture_output=True, text=True)
+    assert (rc, out) == (1, "")
+    assert err == python.stderr  # from the script's line inward: no cli.py, no runpy
+    assert err.splitlines()[1] == f'  File "{tmp_path / "fails.py"}", line 2, in <module>'

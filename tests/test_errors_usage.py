@@ -198,6 +198,35 @@ def test_mpirun_exits_2_for_a_usage_error(capsys: pytest.CaptureFixture[str], tm
     assert err.startswith("simcluster mpirun: run(procs=2): the memory transport hosts every rank")
 
 
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_mpirun_refuses_a_world_size_below_one_with_one_line(
+        n: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = tmp_path / "ok.py"
+    script.write_text("print('never')\n")
+    rc = cli.main(["mpirun", "-n", n, str(script)])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, "")
+    # -1 as -0: the message of run(), no traceback
+    assert err == (f"simcluster mpirun: run(world_size={n}): world_size must be an int >= 1; pass "
+                   "the number of virtual ranks\n")
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_torchrun_refuses_nproc_per_node_below_one_with_one_line(
+        n: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = tmp_path / "ok.py"
+    script.write_text("print('never')\n")
+    rc = cli.main(["torchrun", "--nproc-per-node", n, str(script)])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, "")
+    assert err.startswith(f"simcluster torchrun: --nproc-per-node {n}: give the number of ranks as "
+                          "a positive integer") and err.count("\n") == 1
+
 def test_a_world_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from simcluster import _config

@@ -18,8 +18,10 @@ naming the feature when used.
 
 from __future__ import annotations
 
+import sys as _sys
 from typing import Any
 
+from ..engine import sync as _sync
 from . import _constants, _datatypes, _handles, _unsimulated
 from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
@@ -74,6 +76,25 @@ for _name, _method in _packing.METHODS.items():  # Pack, Unpack, ...: defined be
 for _name, _method in _TOPOLOGY_METHODS.items():  # Create_cart, ...: defined beside Cartcomm
     setattr(Intracomm, _name, _method)
 
+
+def _entry_points() -> list[Any]:
+    """What a user calls: this module, and every class of it with the classes they inherit here.
+
+    Not the exceptions and the ``buffer``/``memory`` arrays (they inherit from
+    outside: their methods are Python's and numpy's).
+    """
+    own = __name__ + "."
+    classes = {klass for value in globals().values() if isinstance(value, type)
+               for klass in value.__mro__ if klass.__module__.startswith(own)}
+    pure = [klass for klass in classes
+            if all(base is object or base.__module__.startswith(own) for base in klass.__mro__)]
+    return [_sys.modules[__name__], *sorted(pure, key=lambda klass: klass.__qualname__)]
+
+
+# measured compute (compute="cpu", mpirun's default): every MPI call stops the rank's clock
+# on entry and starts it on return, so only the user's code between calls is charged
+_sync.measured_calls(*_entry_points())
+
 __all__ = sorted([
     "BOTTOM", "BUFFER_AUTOMATIC", "IN_PLACE", "COMM_NULL", "COMM_SELF", "COMM_WORLD", "Comm",
     "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Datatype", "Aint_add", "Aint_diff", "Alloc_mem", "Attach_buffer",
@@ -105,4 +126,4 @@ def __getattr__(name: str) -> Any:
                          "(mpi4py's MPI has no such name either)")
 
 
-del _name, _feature, _method, annotations
+del _name, _feature, _method, _entry_points, annotations

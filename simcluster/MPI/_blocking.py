@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 class _Ready:
-    """An awaitable that completes at once (charges compute="wall" time without waiting)."""
+    """An awaitable that completes at once (what a poll waits for when it is already there)."""
 
     __slots__ = ()
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import arrays
+from ..engine.coll_check import calls as _calls
 from ._blocking import block
 from ._buffers import Buf, blocked, is_in_place, message, per_rank, vector
 from ._constants import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE
@@ -79,11 +80,16 @@ class Collectives:
     def _run(self, st: CommState, call: str, start: Start, finish: Finish, nonblocking: bool
              ) -> Request | None:
         st.rank_state.reap()
-        if nonblocking:
-            return Request._of(start(True), st.sc.rank, lambda: call,
-                               lambda raw, _status: finish(raw), owner=st.rank_state)
-        finish(block(start(False)))
-        return None
+        sc = st.sc
+        _calls[sc] = (call, st.name)  # a mismatch report names the call as the user wrote it
+        try:
+            if nonblocking:
+                return Request._of(start(True), sc.rank, lambda: call,
+                                   lambda raw, _status: finish(raw), owner=st.rank_state)
+            finish(block(start(False)))
+            return None
+        finally:
+            _calls.pop(sc, None)
 
     def _reduce_op(self, st: CommState, op: object, b: Buf, data: Any, call: str) -> ReduceOp:
         rank = st.sc.rank

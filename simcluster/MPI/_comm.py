@@ -13,7 +13,8 @@ Creating communicators follows MPI: ``Dup``, ``Split``, ``Split_type`` and
 ``split``, ``new_group``: they cost what those cost); ``Create_group`` is
 collective over the group's members only and sends nothing; ranks left out
 get ``COMM_NULL``. ``Split_type(COMM_TYPE_SHARED)`` groups the ranks of one
-simulated node: ``latency.Hierarchical``'s ``ranks_per_node``, else one node.
+simulated node, where the engine places them: a platform's nodes
+(``Platform.node_of``), ``latency.Hierarchical``'s ``ranks_per_node``, else one node.
 
 Rule 1: a handle never caches a rank: ``COMM_WORLD`` on rank 3 is rank 3's.
 Rule 2: ``Abort`` ends the whole run with ``simcluster.errors.Aborted``

@@ -5,8 +5,10 @@ Ranks are initialised before their function runs, so ``Init`` and
 buffered sends to leave. ``Wtime`` is the rank's *virtual* time: it moves only
 with messages and sleeps (``time.sleep`` inside a rank is virtual), unless the
 run charges wall time to ranks with ``compute="wall"``. ``Get_processor_name``
-names the rank's simulated node (``node0``, ``node1``, ... from
-``latency.Hierarchical``'s ``ranks_per_node``; one node otherwise).
+names the rank's simulated node (``node0``, ``node1``, ...: where the engine
+places it, a platform's nodes or ``latency.Hierarchical``'s ``ranks_per_node``;
+one node otherwise), the name ``socket.gethostname()`` gives the rank under
+``simcluster mpirun`` (``simcluster._identity``), as an MPI library gives the host's.
 
 ``rc`` mirrors ``mpi4py.rc``: the settings it takes are accepted (and none
 changes what simcluster does); an unknown one is a ``TypeError``, as in mpi4py.
@@ -17,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _identity
 from ..engine import sync as _sync
 from .._version import __version__ as _version
 from ..request import wait_all
 from . import _interop
-from ._blocking import READY, block
+from ._blocking import block
 from ._buffers import BUFFER_AUTOMATIC
 from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_BUFFER
 from ._errors import error
@@ -87,17 +90,21 @@ def get_vendor() -> tuple[str, tuple[int, int, int]]:
 
 
 def Get_processor_name() -> str:
-    """Return the name of the calling rank's simulated node (``node0``, ``node1``, ...)."""
+    """Return the name of the calling rank's simulated node (``node0``, ``node1``, ...).
+
+    The same as ``socket.gethostname()`` in that rank under a launcher.
+    """
     world = current().world
-    return f"node{node_of(world, world.world_rank)}"
+    return _identity.host_name(node_of(world, world.world_rank))
 
 
 def Wtime() -> float:
     """Return the calling rank's virtual time in seconds."""
     state = current()
     rank = _sync.current()
-    if rank is not None and rank.factor:
-        block(READY)  # compute="wall": charge the wall time spent since the last call first
+    if rank is not None and rank.meter is not None:  # measured compute: charge the work since
+        _sync.stop_clock(rank, "Wtime")  # the last call first (also where Wtime was imported
+        _sync.start_clock(rank)  # before the run wrapped it: simcluster.MPI's _entry_points)
     return state.world.now
 
 

@@ -21,8 +21,9 @@ objects have different lengths.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..engine.coll_check import calls as _calls
 from ..ops import ReduceOp
 from ._blocking import block
 from ._ops import SUM, as_object_op
@@ -30,7 +31,9 @@ from ._pickle import check_transport, dumps, loads
 from ._state import CommState, root as check_root
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
+
+T = TypeVar("T")
 
 
 def _reduce_op(fn: Callable[[Any, Any], Any], commutative: bool, name: str) -> ReduceOp:
@@ -55,11 +58,21 @@ class ObjectCollectives:
         st.rank_state.reap()
         return st
 
+    @staticmethod
+    def _block(st: CommState, call: str, start: Callable[[], Awaitable[T]]) -> T:
+        """``block(start())``, with ``call`` as the words of a mismatch report (``coll_check.calls``)."""
+        sc = st.sc
+        _calls[sc] = (call, st.name)
+        try:
+            return block(start())
+        finally:
+            _calls.pop(sc, None)
+
     def barrier(self) -> None:
         """Wait until every rank of the communicator has called barrier."""
         st = self._st
         st.rank_state.reap()
-        block(st.sc.barrier())
+        self._block(st, "barrier()", st.sc.barrier)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Return ``root``'s object on every rank (a fresh copy everywhere)."""
@@ -68,7 +81,7 @@ class ObjectCollectives:
         sc = st.sc
         r = check_root(st, root, lambda: call)
         payload = (dumps(obj),) if sc.rank == r else None
-        got = block(sc.broadcast(payload, r))
+        got = self._block(st, call, lambda: sc.broadcast(payload, r))
         return loads(got[0])
 
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
@@ -84,20 +97,21 @@ class ObjectCollectives:
                 raise ValueError(f"rank {sc.rank}: {call}: expecting {sc.size} items, got "
                                  f"{len(items)}; pass one object per rank")
             objs = [dumps(o) for o in items]
-        return loads(block(sc.scatter(objs, r)))
+        return loads(self._block(st, call, lambda: sc.scatter(objs, r)))
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Return the list of every rank's object on ``root``, None elsewhere."""
         call = f"gather(root={root!r})"
         st = self._begin(call)
         r = check_root(st, root, lambda: call)
-        got = block(st.sc.gather(dumps(sendobj), r))
+        got = self._block(st, call, lambda: st.sc.gather(dumps(sendobj), r))
         return None if got is None else [loads(x) for x in got]
 
     def allgather(self, sendobj: Any) -> list[Any]:
         """Return the list of every rank's object on every rank."""
         st = self._begin("allgather()")
-        return [loads(x) for x in block(st.sc.all_gather(dumps(sendobj)))]
+        payload = dumps(sendobj)
+        return [loads(x) for x in self._block(st, "allgather()", lambda: st.sc.all_gather(payload))]
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Send item ``i`` to rank ``i``; return the items every rank sent to this one."""
@@ -108,7 +122,8 @@ class ObjectCollectives:
         if len(items) != sc.size:
             raise ValueError(f"rank {sc.rank}: {call}: expecting {sc.size} items, got {len(items)}; "
                              "pass one object per rank")
-        return [loads(x) for x in block(sc.all_to_all([dumps(o) for o in items]))]
+        payloads = [dumps(o) for o in items]
+        return [loads(x) for x in self._block(st, call, lambda: sc.all_to_all(payloads))]
 
     def _op(self, st: CommState, op: Any, call: str) -> ReduceOp:
         fn, commutative, name = as_object_op(op, st.sc.rank, call)
@@ -119,24 +134,28 @@ class ObjectCollectives:
         call = f"reduce(root={root!r})"
         st = self._begin(call)
         r = check_root(st, root, lambda: call)
-        got = block(st.sc.reduce((dumps(sendobj),), r, self._op(st, op, call)))
+        payload, rop = (dumps(sendobj),), self._op(st, op, call)
+        got = self._block(st, call, lambda: st.sc.reduce(payload, r, rop))
         return None if got is None else loads(got[0])
 
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         """Reduce every rank's object with ``op``; return the result on every rank."""
         call = "allreduce()"
         st = self._begin(call)
-        return loads(block(st.sc.all_reduce((dumps(sendobj),), self._op(st, op, call)))[0])
+        payload, rop = (dumps(sendobj),), self._op(st, op, call)
+        return loads(self._block(st, call, lambda: st.sc.all_reduce(payload, rop))[0])
 
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
         """Return the inclusive prefix reduction ``x0 op ... op x(rank)``."""
         call = "scan()"
         st = self._begin(call)
-        return loads(block(st.sc.scan((dumps(sendobj),), self._op(st, op, call)))[0])
+        payload, rop = (dumps(sendobj),), self._op(st, op, call)
+        return loads(self._block(st, call, lambda: st.sc.scan(payload, rop))[0])
 
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
         """Return the exclusive prefix reduction ``x0 op ... op x(rank-1)``; None on rank 0."""
         call = "exscan()"
         st = self._begin(call)
-        got = block(st.sc.exscan((dumps(sendobj),), self._op(st, op, call)))
+        payload, rop = (dumps(sendobj),), self._op(st, op, call)
+        got = self._block(st, call, lambda: st.sc.exscan(payload, rop))
         return None if got is None else loads(got[0])

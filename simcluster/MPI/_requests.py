@@ -58,6 +58,10 @@ class _Deferred:
         return False
 
 
+def _no_call() -> str:
+    return "request"
+
+
 def _noop(value: Any, status: Any) -> Any:
     return value
 
@@ -83,7 +87,7 @@ class Request:
         self._req = None
         self._finish = _noop
         self._rank = -1
-        self._call = lambda: "request"
+        self._call = _no_call
         self._alive = False
         self._owner = None  # the rank's state, for Free() of a pending request
         self._also = ()
@@ -208,16 +212,23 @@ class Request:
         try:
             return block(req)
         except (Exception) as exc:
+            call = self._call
             self._retire()
-            converted = receive_error(exc, self._rank, self._call)
+            converted = receive_error(exc, self._rank, call)
             if converted is None:
                 raise
             raise converted from None
 
     def _retire(self) -> None:
-        """After completion: a plain request becomes REQUEST_NULL."""
+        """After completion: a plain request becomes REQUEST_NULL.
+
+        What it held for its completion and its error messages goes now, inside
+        the call, not when the user's code drops the request (measured compute
+        would charge that to the user's code).
+        """
         self._req = None
         self._alive = False
+        self._finish, self._call, self._also = _noop, _no_call, ()
 
     # ---- the MPI calls ----
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..engine import sync as _sync
-from .. import latency as _latency
+from .. import _identity
 from ..comm import Comm as ScComm
 from ..comm import current_comm
 from ..matching import ANY_SOURCE as SC_ANY_SOURCE
@@ -162,13 +162,13 @@ def outside(what: str) -> RuntimeError:
 
 
 def node_of(comm: ScComm, world_rank: int) -> int:
-    """Return the simulated node of a world rank: ``Hierarchical``'s ``ranks_per_node``, else 0."""
-    model: Any = comm.latency
-    while isinstance(model, _latency.Jitter):
-        model = model.model
-    if isinstance(model, _latency.Hierarchical):
-        return world_rank // model.ranks_per_node
-    return 0
+    """Return the simulated node of a world rank, where the engine places it.
+
+    A platform's node (``Platform.node_of``, as the collectives group ranks),
+    ``Hierarchical``'s ``ranks_per_node``, or the launcher's placement
+    (``simcluster torchrun --nproc-per-node``); 0 for models without nodes.
+    """
+    return _identity.node_of(comm.latency, world_rank)
 
 
 # ---- argument checks: they return simcluster's values ----

@@ -19,12 +19,24 @@ Two variants, chosen by the engine (``call_check``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CollectiveMismatchError
+from . import frames as _frames
 
-__all__ = ["CallCheck", "HostedCallCheck", "Signature", "SignatureRecord", "merge_firsts",
+__all__ = ["CallCheck", "HostedCallCheck", "Signature", "SignatureRecord", "calls", "merge_firsts",
            "mismatch"]
+
+calls: dict[Any, tuple[str, str]] = {}
+"""The collective call each member is entering as a facade's user wrote it, for the words of a
+mismatch: the member's ``Comm`` -> (call, communicator name), e.g. ``("Bcast(root=0)",
+"MPI_COMM_WORLD")``. The MPI facade sets an entry around each of its calls (``MPI._coll``,
+``MPI._objects``); without one a report names simcluster's own call (``broadcast(src=0)``).
+Empty in runs without the facade, so the check pays one truth test for it, on a call's first member."""
+
+Label = tuple[str, str, str]
+"""(call, communicator name, the user's ``file:line``): a first member's call as its user wrote it."""
 
 Signature = tuple[str, str, "str | None", str]
 """What every member of a collective call must agree on: (call, algorithm, payload, op).
@@ -48,6 +60,7 @@ class SignatureRecord(NamedTuple):
     comm_name: str
     procs: list[int] | None  # the processes hosting members (None: every process)
     time: float  # virtual time of the call
+    label: Sequence[str] | None = None  # the call as a facade's user wrote it (``Label``), for reports
 
     @property
     def signature(self) -> Signature:
@@ -62,15 +75,16 @@ class SignatureRecord(NamedTuple):
 class Entered:
     """The first member's side of one call, kept until every member here has entered it."""
 
-    __slots__ = ("sig", "first_rank", "count", "forced", "payload_rank")
+    __slots__ = ("sig", "first_rank", "count", "forced", "payload_rank", "label")
 
     def __init__(self, sig: Signature, first_rank: int, count: int, forced: bool,
-                 payload_rank: int) -> None:
+                 payload_rank: int, label: Label | None = None) -> None:
         self.sig = sig
         self.first_rank = first_rank
         self.count = count  # members hosted here that have entered the call
         self.forced = forced
         self.payload_rank = payload_rank
+        self.label = label  # the first member's call as its user wrote it (a facade's), for reports
 
 
 class CallCheck:
@@ -95,23 +109,24 @@ class CallCheck:
                 del self.entered[seq]
             return
         if first is None:  # the first member (hosted here) to enter call number seq
+            label = _label(comm) if calls else None
             if self.here > 1:
-                self.entered[seq] = Entered(sig, comm.rank, 1, forced, comm.rank)
-            self._first(comm, seq, sig, forced)
+                self.entered[seq] = Entered(sig, comm.rank, 1, forced, comm.rank, label)
+            self._first(comm, seq, sig, forced, label)
             return
         error = mismatch(comm.rank, seq, comm.name, sig, forced, first.sig, first.first_rank,
-                         first.forced, first.payload_rank)
+                         first.forced, first.payload_rank, calls.get(comm), first.label)
         if error is not None:
             raise error
         if first.sig[2] is None and sig[2] is not None:
             # a broadcast placeholder: the first array passed is what later members must match
             first.sig, first.payload_rank = sig, comm.rank
-            self._first(comm, seq, sig, first.forced)
+            self._first(comm, seq, sig, first.forced, _label(comm) if calls else None)
         first.count += 1
         if first.count == self.here:
             del self.entered[seq]
 
-    def _first(self, comm: Any, seq: int, sig: Signature, forced: bool) -> None:
+    def _first(self, comm: Any, seq: int, sig: Signature, forced: bool, label: Label | None) -> None:
         """A first signature was seen here (only other processes need to hear of it)."""
 
 
@@ -127,9 +142,9 @@ class HostedCallCheck(CallCheck):
         self.procs = procs  # the processes hosting members (None: all)
         self.firsts = firsts  # the engine's: first signatures seen here, for the next report
 
-    def _first(self, comm: Any, seq: int, sig: Signature, forced: bool) -> None:
+    def _first(self, comm: Any, seq: int, sig: Signature, forced: bool, label: Label | None) -> None:
         self.firsts.append(SignatureRecord(self.ctx, seq, *sig, comm.rank, comm.world_rank, forced,
-                                           comm.rank, comm.name, self.procs, comm.now))
+                                           comm.rank, comm.name, self.procs, comm.now, label))
 
     def take_first(self, record: SignatureRecord, reported: bool = False) -> None:
         """Note a first signature a member in another process passed, for the members here.
@@ -146,7 +161,7 @@ class HostedCallCheck(CallCheck):
                 first.sig, first.payload_rank = record.signature, record.payload_rank
         elif not reported:
             self.entered[record.seq] = Entered(record.signature, record.rank, 0, record.forced,
-                                               record.payload_rank)
+                                               record.payload_rank, _as_label(record.label))
 
 
 def merge_firsts(records: list[SignatureRecord]
@@ -161,8 +176,10 @@ def merge_firsts(records: list[SignatureRecord]
     merged = records[0]
     errors: list[tuple[int, CollectiveMismatchError]] = []
     for record in records[1:]:
+        label = _as_label(record.label)
         error = mismatch(record.rank, record.seq, record.comm_name, record.signature, record.forced,
-                         merged.signature, merged.rank, merged.forced, merged.payload_rank)
+                         merged.signature, merged.rank, merged.forced, merged.payload_rank,
+                         None if label is None else label[:2], _as_label(merged.label))
         if error is not None:
             errors.append((record.world_rank, error))
         elif merged.payload is None and record.payload is not None:
@@ -171,26 +188,37 @@ def merge_firsts(records: list[SignatureRecord]
 
 
 def mismatch(rank: int, seq: int, name: str, mine: Signature, mine_forced: bool, first: Signature,
-             first_rank: int, first_forced: bool, payload_rank: int) -> CollectiveMismatchError | None:
+             first_rank: int, first_forced: bool, payload_rank: int,
+             mine_named: tuple[str, str] | None = None, first_label: Label | None = None
+             ) -> CollectiveMismatchError | None:
     """Return the error for member ``rank`` whose signature ``mine`` differs from ``first``, or None.
 
     None when they agree: equal, or different only where one member passed a
-    broadcast placeholder (payload None).
+    broadcast placeholder (payload None). ``mine_named`` and ``first_label``
+    are the calls as a facade's user wrote them (``calls``), where known: the
+    report then names those (``Bcast(root=0)``, not ``broadcast(src=0)``) and
+    the first member's line.
     """
     call, algorithm, payload, op = mine
     first_call, first_algorithm, first_payload, first_op = first
+    shown = call if mine_named is None else mine_named[0]  # the call as this rank's user wrote it
     if call != first_call:
-        name_of = call.partition("(")[0]
-        if name_of != first_call.partition("(")[0]:
+        first_shown = first_call
+        if first_label is not None:
+            first_shown = first_label[0] if first_label[2] == "?" else f"{first_label[0]} at {first_label[2]}"
+        if mine_named is not None and mine_named[1]:
+            name = mine_named[1]
+        if call.partition("(")[0] != first_call.partition("(")[0]:
             fix = "every rank must call collectives in the same order"
         else:
-            mine_args, first_args = _call_args(call), _call_args(first_call)
-            differ = [k for k in (*mine_args, *(k for k in first_args if k not in mine_args))
-                      if mine_args.get(k) != first_args.get(k)]
+            differ = _differ(call, first_call)
+            if mine_named is not None and first_label is not None:  # in the words the user wrote
+                differ = _differ(mine_named[0], first_label[0]) or differ
             fix = f"every rank must pass the same {' and '.join(differ) or 'arguments'}"
         return CollectiveMismatchError(
-            rank, call, f"this is collective #{seq} on comm {name!r}, but rank {first_rank} called "
-            f"{first_call}", fix)
+            rank, shown, f"this is collective #{seq} on comm {name!r}, but rank {first_rank} called "
+            f"{first_shown}", fix)
+    call = shown
     if op != first_op:
         return CollectiveMismatchError(
             rank, call, f"rank {first_rank} passed {_op_text(first_op)} but this rank passed "
@@ -206,6 +234,24 @@ def mismatch(rank: int, seq: int, name: str, mine: Signature, mine_forced: bool,
             rank, call, f"rank {first_rank} runs collective #{seq} with algorithm {first_algorithm!r} "
             f"but this rank chose {algorithm!r}", fix)
     return None
+
+
+def _label(comm: Any) -> Label | None:
+    """Member ``comm``'s call as its facade's user wrote it, with their line; None outside a facade."""
+    named = calls.get(comm)
+    return None if named is None else (named[0], named[1], _frames.user_line())
+
+
+def _as_label(label: Sequence[str] | None) -> Label | None:
+    """A label from its wire form (a list), or None."""
+    return None if label is None else (label[0], label[1], label[2])
+
+
+def _differ(call: str, other: str) -> list[str]:
+    """The arguments two calls of one collective pass differently: ``["root"]``."""
+    mine_args, first_args = _call_args(call), _call_args(other)
+    return [k for k in (*mine_args, *(k for k in first_args if k not in mine_args))
+            if mine_args.get(k) != first_args.get(k)]
 
 
 def _call_args(call: str) -> dict[str, str]:

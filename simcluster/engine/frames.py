@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # simcluster/, above engine/
@@ -63,3 +63,33 @@ def user_line() -> str:
     while frame is not None and is_ours(frame.f_code.co_filename):
         frame = frame.f_back
     return "?" if frame is None else _where(frame)
+
+
+def user_traceback(exc: BaseException) -> TracebackType | None:
+    """``exc``'s traceback as its user should see it, for printing.
+
+    It starts at the user's first frame (not in simcluster's engine or
+    launchers, which called the user's code). For errors simcluster wrote for
+    users (``SimclusterError``: a collective mismatch, an MPI error) it also
+    ends at the user's last frame, the call they made, as a compiled MPI's
+    errors do; any other exception keeps its frames inside simcluster, which
+    a bug report needs. A traceback with no user frame is kept whole.
+    """
+    from ..errors import SimclusterError
+
+    full = exc.__traceback__
+    entries: list[TracebackType] = []
+    tb = full
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    users = [i for i, entry in enumerate(entries) if not is_ours(entry.tb_frame.f_code.co_filename)]
+    if not users:
+        return full
+    end = users[-1] + 1 if isinstance(exc, SimclusterError) else len(entries)
+    if end == len(entries):
+        return entries[users[0]]
+    kept: TracebackType | None = None
+    for entry in reversed(entries[users[0]:end]):
+        kept = TracebackType(kept, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return kept

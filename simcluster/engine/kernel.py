@@ -194,7 +194,7 @@ class Kernel:
         self.seed = seed
         self.strict = settings.strict
         self.timeout = settings.timeout
-        self.compute = settings.compute  # run(compute="wall:F"): F, charged by synchronous ranks
+        self.compute = settings.compute  # run(compute=...): how synchronous ranks' own work is charged
         self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
         self._last_fn: tuple[object, bool] = (None, False)  # (fn, is it async): every rank runs the same fn
         self.trace: Trace | None = trace  # run(trace=...)
@@ -439,7 +439,7 @@ class Kernel:
         if not is_async:  # a plain function: a synchronous rank on a stack of its own
             if not self._sync_ranks:
                 self._sync_ranks = True
-                _sync.start_run(self.seed)
+                _sync.start_run(self.seed, self.compute)
             stack = _sync.ThreadRank if getattr(fn, "__simcluster_stack__", "") == "thread" else _sync.SyncRank
             task.coro = stack(fn, (first, *args), kwargs, comm, task.rank,  # type: ignore[assignment]
                               self.compute)
@@ -732,7 +732,7 @@ class Kernel:
         finally:
             if self._sync_ranks:
                 self._sync_ranks = False
-                _sync.end_run()
+                _sync.end_run(self.compute)
 
     def stop(self, task: Task) -> None:
         """Crash-stop ``task``'s rank now (a fault plan's crash): it and its helpers never run again.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..faults import FaultPlan
     from ..latency import LatencyModel
+    from .sync import Compute
 
 __all__ = ["EngineSettings"]
 
@@ -30,7 +31,7 @@ class EngineSettings:
     model: LatencyModel | None = None  # what the ports were bound from
     schedule: Any = "batch"  # "batch", "shuffle", choices to replay, or explore's chooser
     algorithms: dict[str, str] = field(default_factory=dict)  # collective -> algorithm
-    compute: float = 0.0  # compute="wall:F": F (0: off), charged by synchronous ranks
+    compute: Compute | None = None  # compute="wall" / "replay:FILE", charged by synchronous ranks
     poll_cost: float = 1e-6  # virtual seconds a synchronous rank's fruitless poll costs
     fidelity: str = "message"  # or "analytic": collectives resolve in one step
     faults: FaultPlan | None = None  # run(faults=...): crashes (engine.failures), slow ranks

@@ -24,26 +24,44 @@ Per-rank process state, swapped as ranks run:
 - ``time.sleep`` inside a synchronous rank is a virtual sleep of that rank.
 - ``on_switch(enter, leave)`` lets a launcher swap more (``sys.argv``,
   ``sys.modules["__main__"]``) for one rank.
+
+Measured compute (``compute="cpu"`` or ``"wall"``, as SMPI benches the code
+between MPI calls): each rank has a ``Meter``, a clock that runs only while the user's
+own code does. A facade stops it where a call enters simcluster and starts it
+again just before the call returns to the user's code (``stop_clock`` /
+``start_clock``, or the wrappers ``measured_calls`` installs on a facade's
+entry points while a measured run goes on); what ran in between (a burst of
+the user's work, times the factor, when it reaches the threshold) is charged
+at the entry as a virtual sleep. Copies, packing, rank switches and output
+capture happen while the clock is stopped. ``block`` stops it too when called
+straight from the user's code. A run records its charges per rank and call
+(``record=FILE``) and ``replay:FILE`` charges them again instead of measuring.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import random as _random
+import re
 import sys
 import threading
 import time as _time
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
 import greenlet
 
+from ..errors import UsageError
+
 T = TypeVar("T")
 
 FAILING_GRACE = 5.0
 """Wall seconds a rank on an OS thread gets to hand back once another rank failed (``ThreadRank``)."""
 
-_perf = _time.perf_counter
 _real_sleep = _time.sleep
 
 
@@ -62,11 +80,11 @@ class SyncRank:
     coroutine, traceback intact.
     """
 
-    __slots__ = ("_glet", "_hub", "_fn", "_args", "_kwargs", "comm", "closing", "factor",
-                 "resumed", "enter", "leave", "rng", "np_rng", "torch_rng", "rank")
+    __slots__ = ("_glet", "_hub", "_fn", "_args", "_kwargs", "comm", "closing", "meter",
+                 "enter", "leave", "rng", "np_rng", "torch_rng", "rank")
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-                 comm: Any, rank: int, factor: float = 0.0) -> None:
+                 comm: Any, rank: int, compute: Compute | None = None) -> None:
         self._glet = _RankGreenlet(self._main)
         self._glet.rank = self
         self._hub: greenlet.greenlet | None = None
@@ -76,8 +94,8 @@ class SyncRank:
         self.comm = comm  # the rank's world simcluster.Comm (for sleep and compute charges)
         self.rank = rank
         self.closing = False
-        self.factor = factor  # compute="wall:FACTOR": wall seconds between calls x FACTOR
-        self.resumed = 0.0
+        # compute="cpu", "wall" or "replay:FILE": the clock of the rank's own work (None: off)
+        self.meter = None if compute is None else compute.meter(rank)
         self.enter: Callable[[], None] | None = None
         self.leave: Callable[[], None] | None = None
         self.rng: Any = None  # this rank's saved random / numpy / torch states (None: not yet made)
@@ -85,7 +103,9 @@ class SyncRank:
         self.torch_rng: Any = None
 
     def _main(self) -> Any:
-        self.resumed = _perf()
+        meter = self.meter
+        if meter is not None:
+            meter.since = meter.clock()  # the rank's function is the user's code (launchers stop_clock)
         value = self._fn(*self._args, **self._kwargs)
         if _is_awaitable(value):
             close = getattr(value, "close", None)
@@ -95,8 +115,8 @@ class SyncRank:
             raise TypeError(f"rank {self.rank}: {name}(comm) returned an awaitable from a plain "
                             f"function; define it with async def {name}(comm), or call the "
                             "blocking simcluster.MPI methods instead of awaiting")
-        if self.factor:
-            _charge(self)
+        if meter is not None:
+            stop_clock(self, "exit")  # the work after the last call ends the rank later
         return value
 
     def send(self, _value: None) -> Any:
@@ -159,8 +179,8 @@ class ThreadRank(SyncRank):
     __slots__ = ("_thread", "_go", "_back", "_handback", "_finished", "_lost")
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-                 comm: Any, rank: int, factor: float = 0.0) -> None:
-        super().__init__(fn, args, kwargs, comm, rank, factor)
+                 comm: Any, rank: int, compute: Compute | None = None) -> None:
+        super().__init__(fn, args, kwargs, comm, rank, compute)
         self._thread: threading.Thread | None = None
         self._go = threading.Semaphore(0)  # the engine lets the rank run
         self._back = threading.Semaphore(0)  # the rank hands control back
@@ -320,19 +340,14 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     if rank.closing:
         _close(awaitable)
         abandon(rank)
-    if rank.factor:
-        try:
-            _charge(rank)  # may suspend the rank, which may be cancelled there
-        except BaseException:
-            _close(awaitable)
-            raise
+    meter = rank.meter
+    if meter is not None and not meter.depth:  # straight from the user's code: stop its clock
+        return _measured_block(awaitable, rank, meter)
     it = awaitable.__await__()
     try:
         yielded = it.__next__()
         while True:
             rank.suspend(yielded)
-            if rank.factor:
-                rank.resumed = _perf()
             yielded = it.__next__()
     except StopIteration as stop:
         value: T = stop.value
@@ -340,6 +355,22 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     except BaseException:
         _close(it)
         raise
+
+
+def _measured_block(awaitable: Awaitable[T], rank: SyncRank, meter: Meter) -> T:
+    """``block`` called from the user's code in a measured run: charge the burst, then block."""
+    meter.depth = 1
+    try:
+        try:
+            _charge(rank, meter, "block")  # may suspend the rank, which may be cancelled there
+        except BaseException:
+            _close(awaitable)
+            raise
+        return block(awaitable, rank)
+    finally:
+        meter.depth -= 1
+        if not meter.depth:
+            meter.since = meter.clock()
 
 
 STALL_LIMIT = 10_000
@@ -416,18 +447,6 @@ def _close(obj: object) -> None:
         close()
 
 
-def _charge(rank: SyncRank) -> None:
-    """compute="wall": advance the rank's virtual clock by its wall time since it last ran."""
-    spent = (_perf() - rank.resumed) * rank.factor
-    if spent > 0:
-        factor, rank.factor = rank.factor, 0.0  # the sleep itself is not charged
-        try:
-            block(rank.comm.sleep(spent), rank)
-        finally:
-            rank.factor = factor
-            rank.resumed = _perf()
-
-
 def on_switch(enter: Callable[[], None] | None, leave: Callable[[], None] | None) -> None:
     """Call ``enter`` each time the current synchronous rank resumes, ``leave`` each time it stops.
 
@@ -442,21 +461,292 @@ def on_switch(enter: Callable[[], None] | None, leave: Callable[[], None] | None
         enter()
 
 
-def parse_compute(compute: object) -> float:
-    """Return the wall-time factor of ``compute=`` ("wall" or "wall:FACTOR"; None: 0)."""
-    if compute is None:
+# ---- measured compute ----
+
+
+DEFAULT_THRESHOLD = 5e-6
+"""Seconds: a shorter burst of the user's work is not charged (SMPI's ``smpi/cpu-threshold``).
+
+SMPI's default, 1 us, is for C; between two calls, Python spends 0.5-3 us on
+a loop's turn and a call's arguments (docs/mpi.md, "Measured compute")."""
+
+RECORD_FORMAT = "simcluster compute record 1"
+"""The ``format`` field of a record written with ``compute="cpu,record=FILE"``."""
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": _time.perf_counter, "cpu": _time.thread_time}
+"""What a burst is measured with: elapsed time, or the CPU time of the rank's thread (as SMPI)."""
+
+_TIME = re.compile(r"\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>s|ms|us|µs|μs|ns)?\s*")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
+_SPEC = ("compute must be None, 'wall', 'cpu', 'wall:FACTOR' or 'cpu:FACTOR' with FACTOR a "
+         "positive number, optionally followed by ',threshold=T' (bursts shorter than T are not "
+         "charged; default 5us) and ',record=FILE' (write what was charged), or 'replay:FILE' "
+         "(charge what FILE recorded)")
+
+
+class Compute:
+    """A run's ``compute=``: how each synchronous rank's own work is charged to its virtual clock.
+
+    Measured (``wall`` or ``cpu``): a burst is the time from a call's return to
+    the user's code until its next call (elapsed, or the CPU time of the rank's
+    thread), less what reading the clock costs; it is charged times ``factor``
+    when at least ``threshold``. Replayed (``replay:FILE``): the charges a
+    measured run recorded, call by call.
+    """
+
+    def __init__(self, text: str, clock: str = "wall", factor: float = 1.0,
+                 threshold: float = DEFAULT_THRESHOLD, record: str | None = None,
+                 replay: str | None = None, replayed: dict[int, list[list[Any]]] | None = None,
+                 world_size: int | None = None) -> None:
+        self.text = text
+        self.clock = clock
+        self.factor = factor
+        self.threshold = threshold
+        self.record = record  # write the charges here when the run ends
+        self.replay = replay  # the record replayed, whose charges are ``replayed``
+        self.replayed = replayed
+        self.world_size = world_size  # of the replayed record
+        self.charges: dict[int, list[list[Any]]] = {}  # rank -> [[call index, call, seconds], ...]
+        self.floor = -1.0  # what reading the clock costs (measured when the first rank starts)
+
+    def meter(self, rank: int) -> Meter:
+        """Return the clock of rank ``rank`` (made once, when the rank starts)."""
+        if self.replayed is not None:
+            return Meter(self, rank, None, self.replayed.get(rank, []))
+        if self.floor < 0:
+            self.floor = _floor(CLOCKS[self.clock])
+        charges = None
+        if self.record is not None:
+            charges = self.charges[rank] = []
+        return Meter(self, rank, charges, None)
+
+    def check(self, world_size: int) -> None:
+        """Raise ValueError when the replayed record was made with another world size."""
+        if self.world_size is not None and self.world_size != world_size:
+            raise ValueError(f"run(compute={self.text!r}): the record is of {self.world_size} "
+                             f"ranks, this run has {world_size}; replay it with the world size, "
+                             "script, arguments and options it was recorded with")
+
+    def save(self, world_size: int) -> None:
+        """Write the charges to ``record`` (one line per rank), if the run records them."""
+        if self.record is None:
+            return
+        ranks = ",\n  ".join(json.dumps(self.charges.get(r, [])) for r in range(world_size))
+        head = json.dumps({"format": RECORD_FORMAT, "clock": self.clock, "factor": self.factor,
+                           "threshold": self.threshold, "floor": self.floor,
+                           "world_size": world_size})
+        with open(self.record, "w", encoding="utf-8") as f:
+            f.write(f'{head[:-1]}, "ranks": [\n  {ranks}\n]}}\n')
+
+
+def _floor(clock: Callable[[], float]) -> float:
+    """What reading ``clock`` costs: the least of many differences of two reads in a row.
+
+    A burst holds one such read (half of the one that started it, half of the
+    one that ends it): it is taken off, so an empty burst measures about 0.
+    """
+    least = float("inf")
+    for _ in range(200):
+        start = clock()
+        least = min(least, clock() - start)
+    return least
+
+
+class Meter:
+    """One rank's measured compute: its clock, and what it charged or replays."""
+
+    __slots__ = ("compute", "rank", "clock", "factor", "threshold", "floor", "depth", "since",
+                 "calls", "charges", "replay", "at")
+
+    def __init__(self, compute: Compute, rank: int, charges: list[list[Any]] | None,
+                 replay: list[list[Any]] | None) -> None:
+        self.compute = compute
+        self.rank = rank
+        self.clock = CLOCKS[compute.clock]
+        self.factor = compute.factor
+        self.threshold = compute.threshold
+        self.floor = compute.floor
+        self.depth = 0  # calls into simcluster under way (the clock runs at 0 only)
+        self.since = 0.0  # the clock's reading when it last started
+        self.calls = 0  # calls that stopped the clock, the index of each charge
+        self.charges = charges  # recording: [[call index, call, seconds], ...] charged
+        self.replay = replay  # replaying: the recorded charges of this rank
+        self.at = 0  # the next of them
+
+    def replayed(self, index: int, call: str) -> float:
+        """The recorded charge of this rank's call number ``index`` (0.0: none recorded)."""
+        replay, at = self.replay, self.at
+        assert replay is not None
+        if at < len(replay):
+            at_index, at_call, seconds = replay[at]
+            if at_index == index:
+                if at_call != call:
+                    self._diverged(index, call, f"the record has {at_call} there")
+                self.at = at + 1
+                return float(seconds)
+        if call == "exit":
+            self._diverged(index, call, "the record has more calls" if at < len(replay)
+                           else "the record has no exit of this rank there")
         return 0.0
-    if isinstance(compute, str) and (compute == "wall" or compute.startswith("wall:")):
-        text = compute[5:] if compute.startswith("wall:") else "1"
+
+    def _diverged(self, index: int, call: str, problem: str) -> None:
+        raise UsageError(self.rank, f"run(compute={self.compute.text!r})",
+                         f"this run left the record at its call {index}, {call}: {problem}",
+                         "replay a record of the same script, arguments, world size and options "
+                         "(latency, seed)")
+
+
+def _charge(rank: SyncRank, meter: Meter, call: str) -> None:
+    """The burst of the user's work before ``call`` ends now: charge it as a virtual sleep."""
+    stopped = meter.clock()
+    index = meter.calls
+    meter.calls = index + 1
+    if meter.replay is None:
+        spent = stopped - meter.since - meter.floor
+        spent = spent * meter.factor if spent >= meter.threshold else 0.0
+        charges = meter.charges
+        if charges is not None and (spent or call == "exit"):
+            charges.append([index, call, spent])
+    else:
+        spent = meter.replayed(index, call)
+    if spent > 0.0 and not rank.closing:
+        block(rank.comm.sleep(spent), rank)
+
+
+def stop_clock(rank: SyncRank | None, call: str | None) -> None:
+    """The user's code enters simcluster (``call``): stop the rank's clock and charge the burst.
+
+    For facades and launchers; pair each with ``start_clock``. Nested calls only
+    count; ``call=None`` stops the clock without charging (a launcher's own work).
+    May suspend the rank (the charge is a virtual sleep). Nothing to do outside a
+    measured run.
+    """
+    meter = None if rank is None else rank.meter
+    if rank is None or meter is None:
+        return
+    meter.depth += 1
+    if meter.depth == 1 and call is not None:
+        _charge(rank, meter, call)
+
+
+def start_clock(rank: SyncRank | None) -> None:
+    """Back to the user's code: start the rank's clock again (``stop_clock``'s pair)."""
+    meter = None if rank is None else rank.meter
+    if meter is None:
+        return
+    meter.depth -= 1
+    if not meter.depth:
+        meter.since = meter.clock()
+
+
+def parse_compute(compute: object) -> Compute | None:
+    """Return ``compute=`` parsed (None: off), reading the record of ``replay:FILE``.
+
+    Raises:
+        ValueError: not one of the forms in ``_SPEC``, or a record that cannot be read.
+    """
+    if compute is None:
+        return None
+    if not isinstance(compute, str):
+        raise ValueError(f"run(compute={compute!r}): {_SPEC}")
+    if compute.startswith("replay:"):
+        return _load(compute, compute[len("replay:"):])
+    head, *options = compute.split(",")
+    clock, colon, text = head.partition(":")
+    factor = -1.0
+    if clock in CLOCKS:
         try:
-            factor = float(text)
+            factor = float(text) if colon else 1.0
         except ValueError:
-            factor = -1.0
-        if factor > 0 and factor != float("inf"):
-            return factor
-    raise ValueError(f"run(compute={compute!r}): compute must be None, 'wall' or 'wall:FACTOR' "
-                     "with FACTOR a positive number (wall seconds between calls x FACTOR are "
-                     "charged to the rank's virtual clock)")
+            pass
+    if not 0 < factor < float("inf"):
+        raise ValueError(f"run(compute={compute!r}): {_SPEC}")
+    threshold, record = DEFAULT_THRESHOLD, None
+    for option in options:
+        name, _, value = option.partition("=")
+        match = _TIME.fullmatch(value)
+        if name.strip() == "threshold" and match is not None:
+            threshold = float(match["num"]) * _UNITS[match["unit"]]
+        elif name.strip() == "record" and value:
+            record = value
+            if not os.path.isdir(os.path.dirname(record) or "."):
+                raise ValueError(f"run(compute={compute!r}): no folder {os.path.dirname(record)} "
+                                 "to write the record in; create it, or record elsewhere")
+        else:
+            raise ValueError(f"run(compute={compute!r}): {option!r} is not an option: {_SPEC}")
+    return Compute(compute, clock, factor, threshold, record)
+
+
+def _load(text: str, path: str) -> Compute:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"run(compute={text!r}): cannot read {path}: {exc.strerror}; give the "
+                         "file a measured run wrote with compute='wall,record=FILE'") from None
+    except ValueError as exc:
+        raise ValueError(f"run(compute={text!r}): {path} is not JSON ({exc}); give the file a "
+                         "measured run wrote with compute='wall,record=FILE'") from None
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        raise ValueError(f"run(compute={text!r}): {path} is not a record of measured compute "
+                         "(no 'format': '" + RECORD_FORMAT + "'); give the file a measured "
+                         "run wrote with compute='wall,record=FILE'")
+    ranks = data["ranks"]
+    return Compute(text, str(data["clock"]), float(data["factor"]), float(data["threshold"]),
+                   replay=path, replayed=dict(enumerate(ranks)), world_size=len(ranks))
+
+
+_entries: list[tuple[Any, str, Any, Any]] = []
+"""(owner, name, original, measured): the facades' entry points, wrapped by ``measured_calls``."""
+
+
+def measured_calls(*owners: Any) -> None:
+    """Make the public functions of ``owners`` (classes, modules) entry points of measured runs.
+
+    A facade (``simcluster.MPI``, the torch backend) calls this once for what
+    its users call. While a measured run goes on, each such function is
+    replaced by a wrapper that stops the calling rank's clock (charging the
+    burst before the call), runs the call, and starts the clock again just
+    before returning to the user's code; nested calls pass straight through.
+    Outside measured runs the originals are in place: no cost.
+    """
+    added = []
+    for owner in owners:
+        in_class = isinstance(owner, type)
+        for name, value in list(vars(owner).items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, types.FunctionType):
+                wrapped: Any = _entry(value, name)
+            elif in_class and isinstance(value, (classmethod, staticmethod)) and isinstance(
+                    value.__func__, types.FunctionType):
+                wrapped = type(value)(_entry(value.__func__, name))
+            else:
+                continue
+            added.append((owner, name, value, wrapped))
+    _entries.extend(added)
+    if _states.measured:  # registered while a measured run goes on: in place at once
+        for owner, name, _original, wrapped in added:
+            setattr(owner, name, wrapped)
+
+
+def _entry(fn: Callable[..., Any], call: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def measured(*args: Any, **kwargs: Any) -> Any:
+        rank = current()
+        meter = None if rank is None else rank.meter
+        if rank is None or meter is None or meter.depth:
+            return fn(*args, **kwargs)
+        meter.depth = 1
+        try:
+            _charge(rank, meter, call)
+            return fn(*args, **kwargs)
+        finally:
+            meter.depth -= 1
+            if not meter.depth:
+                meter.since = meter.clock()
+
+    return measured
 
 
 # ---- per-rank process state ----
@@ -475,6 +765,7 @@ class _States:
         self.torch: Any = None  # torch.default_generator while swapped
         self.torch_saved: Any = None
         self.patched: list[tuple[Any, str, Any]] = []
+        self.measured = 0  # measured runs going on now: the facades' entry points are wrapped
 
     # random / numpy: swapped in by the first call a rank makes after another rank's
     def py_in(self) -> None:
@@ -585,17 +876,34 @@ def _sleep(seconds: float) -> None:
     if rank is None:
         _real_sleep(seconds)
         return
-    block(rank.comm.sleep(seconds), rank)
+    stop_clock(rank, "time.sleep")
+    try:
+        block(rank.comm.sleep(seconds), rank)
+    finally:
+        start_clock(rank)
 
 
 _states = _States()
 
 
-def start_run(seed: int) -> None:
-    """A run with synchronous ranks begins: install the per-rank state swapping."""
+def start_run(seed: int, compute: Compute | None = None) -> None:
+    """A run with synchronous ranks begins: install the per-rank state swapping.
+
+    A measured run (``compute``) also puts the facades' measured entry points in place.
+    """
     _states.start(seed)
+    if compute is not None:
+        _states.measured += 1
+        if _states.measured == 1:
+            for owner, name, _original, wrapped in _entries:
+                setattr(owner, name, wrapped)
 
 
-def end_run() -> None:
-    """That run ended: restore the process's generators and ``time.sleep``."""
+def end_run(compute: Compute | None = None) -> None:
+    """That run ended: restore the process's generators and ``time.sleep`` (and entry points)."""
     _states.stop()
+    if compute is not None:
+        _states.measured -= 1
+        if not _states.measured:
+            for owner, name, original, _wrapped in _entries:
+                setattr(owner, name, original)

@@ -27,6 +27,7 @@ rank's exception (rebuilt, traceback included) as ``__cause__``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -34,7 +35,7 @@ import secrets
 import signal
 import sys
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 from simcluster.transports import shm as _shm
@@ -142,6 +143,11 @@ class Coordinator:
             first = await asyncio.wait_for(link.first(), tp.connect_timeout)
         except (TransportError, asyncio.TimeoutError, OSError) as exc:
             _log.warning("simcluster: refused a connection from %s: %s", peer, exc)
+            writer.close()
+            return
+        except asyncio.CancelledError:
+            # the run stopped (Ctrl-C) while this process connected; raising would make
+            # asyncio's server log the cancelled handler as "Exception in callback"
             writer.close()
             return
         index = first.src
@@ -571,6 +577,36 @@ def _context() -> Any:
     return ctx
 
 
+@contextlib.contextmanager
+def _ctrl_c_held(ctx: Any) -> Iterator[None]:
+    """Hold SIGINT back while hosting processes start; a Ctrl-C meanwhile arrives after.
+
+    A terminal's Ctrl-C reaches every process of the foreground group. The
+    processes started here (the forkserver, spawned hosts, and the hosts the
+    forkserver forks) inherit the blocked signal: one still importing would
+    otherwise die with a ``KeyboardInterrupt`` traceback (or, in Python's own
+    start-up, ``Fatal Python error``), and the caller waiting for it with an
+    ``EOFError``. A host drops what is pending when it starts ignoring SIGINT
+    (``host.child_main``: the caller decides when hosts stop); the caller gets
+    its Ctrl-C once they are started, and stops the run with its one line.
+    As multiprocessing's resource tracker does when it starts.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: nothing to hold
+        yield
+        return
+    if ctx.get_start_method() != "fork":
+        # first: starting the resource tracker (which spawn and the forkserver do) unblocks
+        # SIGINT again, whatever was blocked before
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 async def _reap(processes: Sequence[Any], grace: float) -> None:
     """Wait up to ``grace`` seconds for ``processes`` to exit, then kill the rest."""
     loop = asyncio.get_running_loop()
@@ -694,14 +730,15 @@ async def _launch_local(config: RunConfig, fn: Any,
     grace = _GRACE
     try:
         address = await coordinator.listen("127.0.0.1", 0)
-        for proc in coordinator.procs:
-            process = ctx.Process(
-                target=H.child_main, name=f"simcluster-{proc.index}", daemon=True,
-                args=(address, secret, proc.index, run_id, coordinator.transport, blob))
-            process.start()
-            proc.process = process
-            proc.pid = process.pid
-            _watch(proc, coordinator)
+        with _ctrl_c_held(ctx):
+            for proc in coordinator.procs:
+                process = ctx.Process(
+                    target=H.child_main, name=f"simcluster-{proc.index}", daemon=True,
+                    args=(address, secret, proc.index, run_id, coordinator.transport, blob))
+                process.start()
+                proc.process = process
+                proc.pid = process.pid
+                _watch(proc, coordinator)
         return await _drive(coordinator)
     except asyncio.CancelledError:  # Ctrl-C under run(): stop the processes now, not in _GRACE
         grace = 0.0

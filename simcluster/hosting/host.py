@@ -477,5 +477,7 @@ def child_main(address: tuple[str, int], secret: bytes, proc: int, run_id: str,
     as a clear error, not a silent exit.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides when we stop
+    if hasattr(signal, "pthread_sigmask"):  # started with SIGINT held (coordinator._ctrl_c_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # what is pending is dropped
     host = Host(transport, proc, secret, run_id)
     asyncio.run(host.serve(address, lambda: _remote.loads(blob)))

@@ -37,6 +37,7 @@ from torch._C._distributed_c10d import (
 )
 
 from simcluster.comm import Comm, Group, groups_of
+from simcluster.engine import sync as _sync
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
@@ -367,6 +368,11 @@ class _Chained(SimclusterWork):
     def is_completed(self) -> bool:
         self._done = self._done or all(w.is_completed() for w in self._works)
         return self._done
+
+
+# measured compute (torchrun --compute wall): each operation stops the rank's clock on entry
+# and starts it on return, so only the user's code between operations is charged
+_sync.measured_calls(ProcessGroupSimcluster, _Chained)
 
 
 def _splits(t: torch.Tensor, sizes: list[int], size: int, who: str, what: str) -> list[int]:

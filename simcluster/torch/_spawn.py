@@ -6,7 +6,8 @@ process stepped by simcluster's engine (``engine.sync.ThreadRank``): one runs at
 time, in virtual time, with the run's latency model, checks and trace. Inside
 a rank, ``dist.init_process_group("simcluster")`` rendezvous in memory
 (``_rendezvous.py``) and each rank has a torch.distributed world of its own
-(``_session.py``).
+(``_session.py``), and a pid and host name of its own, as a process has
+(``simcluster._identity``: ``os.getpid()``, ``socket.gethostname()``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from simcluster import _identity
+from simcluster.engine import sync as _sync
 from simcluster.runner import RunResult, run
 from simcluster.torch._session import Session
 
@@ -87,9 +90,16 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
     _check(fn, args, nprocs, join, daemon, start_method, run_keywords)
     with Session(nprocs) as session:
         def rank_main(_comm_world: object) -> Any:
+            rank = _sync.current()
+            _sync.stop_clock(rank, None)  # measured compute: setting the rank up is not its work
             state = session.start_rank()
+            _sync.start_clock(rank)
             return fn(state.rank, *args)
 
         rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
         rank_main.__qualname__ = rank_main.__name__ = getattr(fn, "__name__", "fn")
-        return run(rank_main, nprocs, **run_keywords)
+        _identity.install()  # each rank's os.getpid() and host name, as a process's
+        try:
+            return run(rank_main, nprocs, **run_keywords)
+        finally:
+            _identity.uninstall()

@@ -141,3 +141,6 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
     def __repr__(self) -> str:
         state = "completed" if self._done else "pending"
         return f"<SimclusterWork {self._op} {state}>"
+
+
+_sync.measured_calls(SimclusterWork)  # wait() and the rest: calls into simcluster (measured compute)

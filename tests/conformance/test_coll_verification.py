@@ -14,6 +14,7 @@ hosting processes import them by name.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -251,8 +252,11 @@ def test_mpi_ops_of_two_functions_raise(transport: str) -> None:
         _run(mpi_ops_of_two_functions, 2, transport)
     error = info.value.__cause__ if isinstance(info.value, sc.RankError) else info.value
     assert isinstance(error, sc.CollectiveMismatchError)
-    assert str(error) == ("rank 1: all_reduce(op=_mpi_max): this is collective #1 on comm 'world', but "
-                          "rank 0 called all_reduce(op=_mpi_sum); every rank must pass the same op")
+    # the calls as the user wrote them, and the first rank's line (rank 0's process, on shm and tcp)
+    line = inspect.getsourcelines(mpi_ops_of_two_functions)[1] + 4  # its Allreduce
+    assert str(error) == ("rank 1: Allreduce(op=_mpi_max): this is collective #1 on comm "
+                          "'MPI_COMM_WORLD', but rank 0 called Allreduce(op=_mpi_sum) at "
+                          f"test_coll_verification.py:{line}; every rank must pass the same op")
 
 
 # ---- call ----

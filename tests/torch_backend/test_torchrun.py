@@ -311,10 +311,8 @@ def test_latency_and_trace_options_reach_the_run(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--nnodes", "2"], "--nnodes 2: simcluster torchrun runs every rank in this one process, on "
-                        "one node; use --nnodes 1 (or leave it out) and --nproc-per-node with the "
-                        "total number of ranks you want (the world size)"),
-    (["--nnodes=1:4"], "--nnodes 1:4: simcluster torchrun runs every rank in this one process"),
+    (["--nnodes", "0"], "--nnodes 0: give the number of nodes as a positive integer (--nnodes 2) "
+                        "or an elastic range MIN:MAX (--nnodes 1:4, which runs 4 nodes"),
     (["--node-rank", "1"], "--node-rank 1: there is one node, node 0; leave --node-rank out"),
     (["--nproc-per-node", "gpu"], "--nproc-per-node gpu: give the number of ranks as a positive "
                                   "integer, e.g. --nproc-per-node 4"),
