@@ -207,15 +207,15 @@ class CodeCache:
                     codes[path] = code
             return code
 
-        loader.get_code = get_code  # type: ignore[method-assign]
+        setattr(loader, "get_code", get_code)  # noqa: B010 - a method replaced for the run
 
     def uninstall(self) -> None:
         if self._original is None:
             return
         loader = importlib.machinery.SourceFileLoader
         if self._own:
-            loader.get_code = self._original  # type: ignore[method-assign]
+            setattr(loader, "get_code", self._original)  # noqa: B010
         else:
-            del loader.get_code  # type: ignore[misc]
+            delattr(loader, "get_code")  # noqa: B010
         self._original = None
         self.codes.clear()
