@@ -5,9 +5,6 @@ virtual time. Start with ``sc.run(main, world_size=4)``.
 """
 
 from . import _command as _command  # before anything slow: Ctrl-C while the command starts is one line
-
-_command.guard()
-
 from . import _build as _build  # first: picks the compiled or the interpreted hot path (SIMCLUSTER_PURE_PYTHON)
 from . import dist as dist
 from . import latency as latency

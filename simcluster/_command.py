@@ -4,12 +4,12 @@ and telling a closed stdout (``simcluster ... | head``) from other broken pipes.
 The console script (``simcluster``) and ``python -m simcluster`` import the
 whole package before ``cli.main`` runs, which takes a noticeable moment;
 a Ctrl-C then would print a ``KeyboardInterrupt`` traceback through
-numpy's or the engine's imports. ``guard`` (called first thing by the
-package's ``__init__``) installs a SIGINT handler that prints
-``simcluster: interrupted`` and exits with 130, only when this process is
-that command and SIGINT still has Python's default handler; ``cli.main``
-hands Ctrl-C back (``release``) once it can report it itself. Library
-users importing simcluster are never affected.
+numpy's or the engine's imports. ``guard`` (run when this module is
+imported, first thing in the package's ``__init__``) installs a SIGINT
+handler that prints ``simcluster: interrupted`` and exits with 130, only
+when this process is that command and SIGINT still has Python's default
+handler; ``cli.main`` hands Ctrl-C back (``release``) once it can report it
+itself. Library users importing simcluster are never affected.
 """
 
 from __future__ import annotations
@@ -83,3 +83,6 @@ def reader_gone(stream: object) -> bool:
         return any(event & select.POLLERR for _fd, event in poller.poll(0))
     except (AttributeError, ValueError, OSError):
         return False
+
+
+guard()  # on import: the package's __init__ imports this module first

@@ -173,7 +173,8 @@ class _Progress:
     seconds have passed since it was made, so a short run prints nothing.
     ``events``, the engine's count of events so far, is known for ranks in
     this process only; the rate shown is the run's average since the first
-    call. ``lock`` serializes drawing with what ``_ClearsProgress`` writes.
+    call, once the count has moved. ``lock`` serializes drawing with what
+    ``_ClearsProgress`` writes.
     """
 
     def __init__(self, stream: TextIO, after: float = 0.0) -> None:
@@ -189,7 +190,7 @@ class _Progress:
         if events is not None:
             if self.first is None:
                 self.first = (wall, events)
-            elif wall > self.first[0]:
+            elif events > self.first[1]:  # the count moves each few thousand events, not at each call
                 rate = (events - self.first[1]) / (wall - self.first[0])
         if wall < self.start:
             return
@@ -259,8 +260,8 @@ def _progress_shown() -> Iterator[_Progress | None]:
         return
     progress = _Progress(sys.stderr, PROGRESS_AFTER)
     saved = sys.stdout, sys.stderr
-    sys.stdout = _ClearsProgress(saved[0], progress)  # type: ignore[assignment]
-    sys.stderr = _ClearsProgress(saved[1], progress)  # type: ignore[assignment]
+    sys.stdout = _ClearsProgress(saved[0], progress)
+    sys.stderr = _ClearsProgress(saved[1], progress)
     try:
         yield progress
     finally:
@@ -373,11 +374,12 @@ def _interrupted(args: argparse.Namespace | None) -> str:
     ranks = getattr(args, "world_size", None)
     if getattr(args, "command", None) == "torchrun":
         try:
-            ranks = int(args.nproc_per_node) * int(args.nnodes)
+            ranks = int(getattr(args, "nproc_per_node", "")) * int(getattr(args, "nnodes", ""))
         except (TypeError, ValueError):
             ranks = None
     if isinstance(ranks, int) and ranks >= 1:  # the ranks had not started: virtual time 0
-        return f"simcluster: interrupted at virtual time {format_seconds(0.0)}, with 0 of {ranks} ranks finished"
+        return (f"simcluster: interrupted at virtual time {format_seconds(0.0)}, with 0 of {ranks} "
+                "ranks finished")
     return "simcluster: interrupted"
 
 

@@ -260,7 +260,7 @@ async def _with_progress(engine: Engine, report: Callable[..., None]) -> None:
     def tick() -> None:
         while not stop.wait(0.1):
             try:
-                report(world_size - kernel.unfinished, world_size, engine.now, kernel._events)
+                report(world_size - kernel.unfinished, world_size, engine.now, kernel.events)
             except (OSError, ValueError):  # the terminal went away: stop showing
                 return
 

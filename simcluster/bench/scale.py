@@ -124,7 +124,7 @@ def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
                         fidelity="analytic" if fidelity == "analytic" else "message")
     wall = time.perf_counter() - start
     peak = _rss_kib("VmHWM")
-    events = _KERNELS[0]._events if _KERNELS else None  # (rank 0 is in this process)
+    events = _KERNELS[0].events if _KERNELS else None  # (rank 0 is in this process)
     return {"wall": wall, "events": events, "messages": result.stats.total_messages,
             "peak_kib": peak, "bytes_per_rank": (peak - before) * 1024 / ranks,
             "elapsed": result.elapsed, "rounds": result.rounds}

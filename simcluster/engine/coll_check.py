@@ -205,7 +205,8 @@ def mismatch(rank: int, seq: int, name: str, mine: Signature, mine_forced: bool,
     if call != first_call:
         first_shown = first_call
         if first_label is not None:
-            first_shown = first_label[0] if first_label[2] == "?" else f"{first_label[0]} at {first_label[2]}"
+            where = first_label[2]
+            first_shown = first_label[0] if where == "?" else f"{first_label[0]} at {where}"
         if mine_named is not None and mine_named[1]:
             name = mine_named[1]
         if call.partition("(")[0] != first_call.partition("(")[0]:

@@ -20,16 +20,25 @@ _PACKAGE_DIRS = tuple(
 )
 
 
+_OURS: dict[str, bool] = {}
+"""``is_ours`` by file name: a code object's file name never changes, and a collective's first
+member under mpi4py's API looks its caller up (``coll_check``)."""
+
+
 def skip(directory: str) -> None:
     """Treat frames under ``directory`` as library code too (simcluster.torch: torch's own)."""
     global _PACKAGE_DIRS
     path = os.path.abspath(directory) + os.sep
     if path not in _PACKAGE_DIRS:
         _PACKAGE_DIRS = (*_PACKAGE_DIRS, path)
+        _OURS.clear()
 
 
 def is_ours(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_PACKAGE_DIRS)
+    ours = _OURS.get(filename)
+    if ours is None:
+        ours = _OURS[filename] = os.path.abspath(filename).startswith(_PACKAGE_DIRS)
+    return ours
 
 
 def _where(frame: FrameType) -> str:

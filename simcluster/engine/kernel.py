@@ -223,7 +223,7 @@ class Kernel:
         self.pollers = 0  # synchronous ranks sleeping off a fruitless poll right now
         self.stalled_polls = 0  # fruitless polls in a row while nothing but polls was pending
         self._unfinished = 0
-        self._events = 0
+        self.events = 0  # events run so far, brought up to date each time the loop breathes
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
         self.layer = Layer()  # the layer above (attach)
         plan = settings.faults  # a Slow fault multiplies a rank's sleeps (its compute) in its window
@@ -634,7 +634,7 @@ class Kernel:
         a turn.
         """
         budget = self._run_events(float("inf"), _BREATHE_EVERY)
-        self._events += _BREATHE_EVERY - budget
+        self.events += _BREATHE_EVERY - budget
 
     async def run(self) -> None:
         """Run every rank to completion, or raise what stopped the run.

@@ -13,12 +13,19 @@ still pending: a C++ wait could not give the baton back to the engine.
 Rule 2: results follow gloo's: in-place tensors are filled in place, output
 lists and tensors are written when the Work completes, inputs are never
 changed (``reduce`` leaves the non-root tensors alone).
+Rule 3: timeouts are gloo's, in virtual time (``_work.py``, Rule 3).
+Rule 4: ``getBackendName`` stays ``"simcluster"`` even for a group the program
+made as gloo (``dist.get_backend`` says ``"gloo"`` there): torch's C++ reads
+a group named gloo as a ``ProcessGroupGloo`` (DistributedDataParallel's logger
+casts it to read gloo's thread count). What a program reads of the name,
+DistributedDataParallel's logging data, says gloo (``_session.py``).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -36,12 +43,23 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
+from torch.distributed.constants import default_pg_timeout
+
 from simcluster.comm import Comm, Group, groups_of
 from simcluster.engine import sync as _sync
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
-from simcluster.torch._work import Finish, SimclusterWork
+from simcluster.torch._work import (
+    GLOO_CLOSED,
+    Expiry,
+    Finish,
+    SimclusterWork,
+    milliseconds,
+    seconds_of,
+    timeout_error,
+    wait_until,
+)
 
 BACKEND = "simcluster"
 
@@ -65,11 +83,15 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     under the run's latency model, and shows in the run's stats and trace.
     """
 
-    def __init__(self, comm: Comm, group_name: str = "") -> None:
+    def __init__(self, comm: Comm, group_name: str = "", timeout: timedelta | None = None) -> None:
         super().__init__(comm.rank, comm.size)
         self._comm = comm
         self._group_name = group_name
         self._group_desc = "undefined"
+        # the group's timeout in seconds where the program named one; under torch's default
+        # an operation that never completes is the deadlock report (_work.py, Rule 3)
+        self._timeout = None if timeout == default_pg_timeout else seconds_of(timeout)
+        self._closed = False  # an operation timed out on this rank: later ones fail, as gloo's
 
     # ---- facts ----
 
@@ -79,7 +101,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         return self._comm
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
-        return BACKEND
+        return BACKEND  # also for a group made as gloo (Rule 4)
 
     # torch keeps a group's name and description on its C++ backend objects, which a
     # process group written in Python has none of; these hold them in Python instead.
@@ -107,8 +129,17 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     # ---- plumbing ----
 
     def _work(self, req: Request[Any] | None, outputs: Sequence[torch.Tensor],
-              finish: Finish | None = None, op: str = "") -> SimclusterWork:
-        return SimclusterWork(req, list(outputs), finish, op)
+              finish: Finish | None = None, op: str = "", seconds: float | None = None
+              ) -> SimclusterWork:
+        seconds = self._timeout if seconds is None else seconds
+        expiry = None
+        if seconds is not None and req is not None:
+            expiry = Expiry(self._comm.now + seconds, seconds, self)
+        return SimclusterWork(req, list(outputs), finish, op, expiry)
+
+    def timed_out(self) -> None:
+        """An operation of this group timed out on this rank: fail the later ones, as gloo does."""
+        self._closed = True
 
     def _op(self, call: str, opts: Any) -> ReduceOp:
         kind = opts.reduceOp.op
@@ -136,6 +167,11 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def allreduce(self, tensors: list[torch.Tensor],
                   opts: AllreduceOptions = AllreduceOptions()) -> SimclusterWork:  # noqa: B008
         op = self._op("all_reduce", opts)
+        if len(tensors) == 1 and tensors[0].layout == torch.sparse_coo:
+            if op is not ReduceOp.SUM:
+                raise RuntimeError("ProcessGroupGloo::allreduce: unsupported reduction operation "
+                                   "(allreduce of sparse tensors only works with ReduceOp.SUM)")
+            return self._sparse_all_reduce(tensors[0])
         if len(tensors) == 1:
             tensor = tensors[0]
             req = self._comm.iall_reduce(tensor, op, algorithm=self._nccl("all_reduce", _nbytes(tensor)))
@@ -160,6 +196,23 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     offset += n
         req = self._comm.iall_reduce(flat, op, algorithm=self._nccl("all_reduce", _nbytes(flat)))
         return self._work(req, tensors, finish, "all_reduce_coalesced")
+
+    def _sparse_all_reduce(self, tensor: torch.Tensor) -> SimclusterWork:
+        """gloo's sparse all_reduce: gather every rank's (indices, values), add them in rank order.
+
+        The tensor becomes the coalesced sum in place, on every rank.
+        """
+        local = tensor.detach().coalesce()
+        req = self._comm.iall_gather((local.indices(), local.values()))
+
+        def finish(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+            size, options = tensor.shape, {"dtype": tensor.dtype, "device": tensor.device}
+            total = torch.sparse_coo_tensor(parts[0][0], parts[0][1], size, **options)
+            for indices, values in parts[1:]:
+                total = total + torch.sparse_coo_tensor(indices, values, size, **options)
+            with torch.no_grad():
+                tensor.copy_(total.coalesce())
+        return self._work(req, [tensor], finish, "all_reduce")
 
     def _nccl(self, collective: str, nbytes: int) -> str | None:
         """What NCCL would run on a platform with GPUs (``_nccl.algorithm``); else None: the default."""
@@ -204,6 +257,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                                         ) -> SimclusterWork:
         works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
         return _chain(works, outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the backend API's name
 
     # ---- broadcast, scatter, gather ----
 
@@ -250,11 +305,44 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
     _allgather_base = all_gather_single  # the older name
 
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: AllgatherOptions = AllgatherOptions()  # noqa: B008
+                            ) -> SimclusterWork:
+        """``all_gather_coalesced``: ``outputs[r][i]`` gets rank r's ``inputs[i]``, in one all_gather."""
+        size = self._comm.size
+        if len(outputs) != size:
+            raise RuntimeError(f"ProcessGroupGloo::allgather_coalesced: invalid output tensor "
+                               f"list at index 0 (expected length {size}, got {len(outputs)})")
+        for r, row in enumerate(outputs):
+            if len(row) != len(inputs):
+                raise RuntimeError(f"ProcessGroupGloo::allgather_coalesced: invalid output tensor "
+                                   f"list at index {r} (expected length {len(inputs)}, got {len(row)})")
+            for i, (target, source) in enumerate(zip(row, inputs)):
+                if target.numel() != source.numel():
+                    raise RuntimeError(f"ProcessGroupGloo::allgather_coalesced: invalid size of "
+                                       f"output tensor at index {i} (expected length "
+                                       f"({source.numel()}), got ({target.numel()}))")
+        flat = torch.cat([t.detach().reshape(-1) for t in inputs]) if inputs else torch.empty(0)
+        req = self._comm.iall_gather(flat, algorithm=self._nccl("all_gather", 0))
+        targets = [t for row in outputs for t in row]
+
+        def finish(values: list[torch.Tensor]) -> None:
+            with torch.no_grad():
+                for row, value in zip(outputs, values):
+                    offset = 0
+                    for target in row:
+                        n = target.numel()
+                        target.copy_(value[offset:offset + n].view(target.shape))
+                        offset += n
+        return self._work(req, targets, finish, "all_gather_coalesced")
+
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: AllgatherOptions = AllgatherOptions()  # noqa: B008
                                     ) -> SimclusterWork:
         works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
         return _chain(works, outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # the backend API's name
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: AllToAllOptions = AllToAllOptions()) -> SimclusterWork:  # noqa: B008
@@ -288,21 +376,36 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     # ---- barrier, point-to-point ----
 
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimclusterWork:  # noqa: B008
-        return self._work(self._comm.ibarrier(), [], op="barrier")
+        return self._work(self._comm.ibarrier(), [], op="barrier", seconds=seconds_of(opts.timeout))
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
-        """``dist.monitored_barrier`` on a group the script made as gloo (``simcluster torchrun``).
+        """gloo's ``monitored_barrier``, its timeout in virtual time (a group made as gloo).
 
-        A barrier: ``timeout`` and ``wait_all_ranks`` change nothing (time is
-        virtual). A rank that never arrives ends the run with the deadlock
-        report, which names the ranks waiting in the barrier and each rank
-        that never entered it, with what it does instead (finished, or waits
-        elsewhere, at the script's line). torch lets
-        ``dist.monitored_barrier`` run only where ``dist.get_backend(group)``
-        is ``"gloo"``.
+        Every rank but 0 sends to rank 0 and waits for its answer; rank 0
+        waits for each of them until ``timeout`` after it entered, then
+        answers. A rank that has not arrived by then fails rank 0 with gloo's
+        "Rank r failed to pass monitoredBarrier in T ms" (every such rank
+        with ``wait_all_ranks``), and the ranks that did arrive with gloo's
+        "successfully reached monitoredBarrier, but received errors". torch
+        lets ``dist.monitored_barrier`` run only where ``dist.get_backend(group)``
+        is ``"gloo"`` (``simcluster torchrun``).
         """
-        self.barrier().wait()
-
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else \
+            float(timeout) if timeout is not None else default_pg_timeout.total_seconds()
+        comm = self._comm
+        side = comm.named(f"torch/{self._group_name}/{comm.world_ranks}/monitored_barrier",
+                          comm.world_ranks, comm.rank)
+        if comm.rank != 0:
+            _sync.block(side.isend(comm.rank, 0, 1))
+            if _sync.block(side.irecv(None, 0, 2)) != "pass":
+                raise RuntimeError(
+                    f"Rank {comm.rank} successfully reached monitoredBarrier, but received errors "
+                    "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
+                    "rank.\n Original exception: \nConnection closed by peer [rank 0]. This is "
+                    "typically caused by a remote worker crashing. Check the logs of the remote "
+                    "worker before reporting an error.")
+            return
+        _monitor(side, comm.size, seconds, wait_all_ranks)
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimclusterWork:  # noqa: N803
         tensor = self._one("send", tensors)
         return self._work(self._comm.isend(tensor, dstRank, tag), tensors, op="send")
@@ -314,6 +417,44 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimclusterWork:
         tensor = self._one("recv", tensors)
         return self._work(self._comm.irecv(tensor, ANY_SOURCE, tag), tensors, op="recv")
+
+
+def _monitor(side: Comm, size: int, seconds: float, wait_all: bool) -> None:
+    """Rank 0 of a monitored barrier, as gloo's ``ProcessGroupGloo::monitoredBarrier`` runs it."""
+    ms = milliseconds(seconds)
+    deadline = side.now + seconds
+    arrivals = {r: side.irecv(None, r, 1) for r in range(1, size)}
+    passed: list[int] = []
+    failed: list[int] = []
+
+    def fail(problem: str) -> None:
+        for r, req in arrivals.items():
+            if r not in passed and req.cancel():  # not arrived: its next barrier starts afresh
+                continue
+            req.test()  # arrived (perhaps not yet looked at): it learns that the barrier failed
+            _sync.block(side.isend("fail", r, 2))
+        raise RuntimeError(problem)
+
+    for r, req in arrivals.items():
+        if not wait_all and side.now >= deadline:
+            done = ", ".join(map(str, passed))
+            processed = (f"Successfully processed ranks: {done}" if passed
+                         else "No ranks successfully processed in monitoredBarrier.")
+            fail(f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms\n Original "
+                 f"exception: \nRank 0 timed out in monitoredBarrier after {ms} ms.\n{processed}")
+        arrived, _ = wait_until(req, deadline)
+        if arrived:
+            passed.append(r)
+        elif not wait_all:
+            fail(f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms\n Original "
+                 f"exception: \n{timeout_error('recv', seconds)}")
+        else:
+            failed.append(r)
+    if failed:
+        fail(f"[Rank 0]: Ranks {', '.join(map(str, failed))} failed to pass monitoredBarrier "
+             f"in {ms} ms")
+    for r in range(1, size):
+        _sync.block(side.isend("pass", r, 2))
 
 
 # ---- finishing helpers ----
@@ -368,6 +509,27 @@ class _Chained(SimclusterWork):
     def is_completed(self) -> bool:
         self._done = self._done or all(w.is_completed() for w in self._works)
         return self._done
+
+
+def _unless_closed(method: Callable[..., SimclusterWork], op: str) -> Callable[..., SimclusterWork]:
+    """``method``, or, once an operation of the group timed out on this rank, gloo's error."""
+    def call(self: ProcessGroupSimcluster, *args: Any, **kwargs: Any) -> SimclusterWork:
+        if self._closed:
+            return SimclusterWork(None, [], None, op, error=RuntimeError(GLOO_CLOSED))
+        return method(self, *args, **kwargs)
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method  # type: ignore[attr-defined]
+    return call
+
+
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
+              "_reduce_scatter_base", "reduce_scatter_single_coalesced",
+              "reduce_scatter_tensor_coalesced", "broadcast", "scatter", "gather", "allgather",
+              "all_gather_single", "_allgather_base", "allgather_coalesced",
+              "all_gather_single_coalesced", "allgather_into_tensor_coalesced", "alltoall",
+              "all_to_all_single", "alltoall_base", "barrier", "send", "recv", "recv_anysource"):
+    setattr(ProcessGroupSimcluster, _name, _unless_closed(getattr(ProcessGroupSimcluster, _name), _name))
 
 
 # measured compute (torchrun --compute wall): each operation stops the rank's clock on entry

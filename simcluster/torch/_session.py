@@ -14,8 +14,9 @@ swapped by ``engine.sync``; the C++ group registry is made per thread
 
 Rule 1: whatever a session changes in the process (the c10d globals, the
 environment, torch's rendezvous handlers, the C++ registry mode,
-``sys.excepthook``) is restored exactly when it ends, also after a failure,
-so gloo and a second spawn work afterwards.
+``sys.excepthook``, DistributedDataParallel's ``_get_ddp_logging_data``) is
+restored exactly when it ends, also after a failure, so gloo and a second
+spawn work afterwards.
 Rule 2: swapping is lazy: a rank's state is loaded when it resumes and the
 previous owner's saved then, so a rank that resumes twice in a row pays nothing;
 the environment is saved and written only where it differs (a rank that set
@@ -162,6 +163,7 @@ class Session:
         self._process_dtensor_ops: dict[Any, Any] | None = None
         self._fresh_ops: dict[Any, Any] | None = None
         self._process_flags = _FRESH_FLAGS
+        self._ddp_logging: Any = None  # DDP's _get_ddp_logging_data, restored at exit
 
     # ---- process-wide ----
 
@@ -180,12 +182,16 @@ class Session:
             self._process_dtensor_ops = self._dispatcher._custom_op_handlers
         self._handlers.install()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
+        ddp = torch.nn.parallel.DistributedDataParallel
+        self._ddp_logging = ddp.__dict__["_get_ddp_logging_data"]
+        ddp._get_ddp_logging_data = _ddp_logging_data(self._ddp_logging)
         return self
 
     def __exit__(self, *exc: object) -> None:
         global _active
         try:
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
+            torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data = self._ddp_logging
             self._handlers.restore()
             dispatcher = self._dispatcher or _dtensor_dispatcher()
             if dispatcher is not None:
@@ -277,6 +283,33 @@ class Session:
         return None if state is None else (state.rank, self.world_size, self.store)
 
 
+def _ddp_logging_data(original: Any) -> Any:
+    """DistributedDataParallel's ``_get_ddp_logging_data``, naming the backend the program named.
+
+    DDP's C++ logger records the group's ``getBackendName()``, which is
+    ``"simcluster"`` also for a group made as gloo (``_process_group.py``,
+    Rule 4); the program reads the name ``dist.get_backend`` gives it, and for
+    gloo the fields gloo's logger adds (its environment variables, "N/A"
+    where unset, and its default of 2 threads).
+    """
+    def logging_data(self: Any) -> Any:
+        data = original(self)
+        if data.get("backend_name") == BACKEND and self.process_group is not None:
+            try:
+                named = str(dist.get_backend(self.process_group))
+            except (ValueError, RuntimeError):  # not this rank's group (or none): leave it
+                return data
+            data["backend_name"] = named
+            if named == "gloo":
+                data["gloo_socket_ifname"] = os.environ.get("GLOO_SOCKET_IFNAME", "N/A")
+                data["gloo_device_transport"] = os.environ.get("GLOO_DEVICE_TRANSPORT", "N/A")
+                data["gloo_num_threads"] = 2
+        return data
+    logging_data.__wrapped__ = original  # type: ignore[attr-defined]
+    logging_data.__doc__ = original.__doc__
+    return logging_data
+
+
 # ---- the backend's creator ----
 
 
@@ -302,9 +335,9 @@ def create(options: Any, _backend_options: Any = None) -> ProcessGroupSimcluster
                              f"this function runs as rank {state.rank} of "
                              f"simcluster.torch.spawn(nprocs={session.world_size}); pass the rank "
                              "spawn gave fn and world_size=nprocs, or leave both out")
-        return ProcessGroupSimcluster(state.comm, str(options.group_id))
+        return ProcessGroupSimcluster(state.comm, str(options.group_id), options.timeout)
     comm = subcomm(state.comm, str(options.group_id), ranks)
-    return ProcessGroupSimcluster(comm, str(options.group_id))
+    return ProcessGroupSimcluster(comm, str(options.group_id), options.timeout)
 
 
 def register() -> None:

@@ -12,6 +12,14 @@ out, and a C++ wait cannot give the baton back to the engine; so
 ``get_future()`` blocks first and hands out a future that is already complete.
 Rule 2: ``finish`` runs exactly once, in the rank that owns the request, the
 first time ``wait()``, ``is_completed()`` (true) or ``get_future()`` sees it done.
+Rule 3: timeouts are virtual, as gloo's are real: an operation of a group made
+with a timeout of its own (``init_process_group(timeout=)``, ``new_group(timeout=)``,
+``barrier(timeout=)``) that has not completed that much virtual time after it
+started raises gloo's timeout error at that virtual time, and its group then
+fails every later operation on this rank, as gloo's closed pairs do; so does
+``wait(timeout)``, with gloo's "Operation timed out!". Under torch's default
+timeout (30 minutes) an operation that can never complete is simcluster's
+deadlock report instead, which names the lines of every rank.
 """
 
 from __future__ import annotations
@@ -26,9 +34,73 @@ from torch.futures import Future
 
 from simcluster.engine import sync as _sync
 from simcluster.errors import ProcessFailedError
-from simcluster.request import Request
+from simcluster.request import Request, wait_any
 
 Finish = Callable[[Any], None]
+
+GLOO_TIMEOUT = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:{line}] "
+                "Timed out waiting {ms}ms for {what} operation to complete")
+"""gloo's error when an operation's timeout passes: a receive (line 78) or a send (129) waits on."""
+GLOO_CLOSED = "Application timeout caused pair closure"
+"""gloo's error for an operation on a group whose earlier operation timed out on this rank."""
+GLOO_WAIT_TIMEOUT = "Operation timed out!"
+"""gloo's error when ``Work.wait(timeout)`` passes before the operation completes."""
+_RECEIVING = frozenset({"barrier", "recv", "monitored_barrier"})
+"""Operations whose timed-out wait is a receive in gloo; the others time out on a send."""
+
+
+def timeout_error(op: str, seconds: float) -> RuntimeError:
+    """gloo's timeout error for ``op`` after ``seconds``."""
+    receiving = op in _RECEIVING
+    return RuntimeError(GLOO_TIMEOUT.format(line=78 if receiving else 129, ms=milliseconds(seconds),
+                                            what="recv" if receiving else "send"))
+
+
+def milliseconds(seconds: float) -> int:
+    """A timeout as gloo prints it: whole milliseconds."""
+    return int(round(seconds * 1000))
+
+
+def seconds_of(timeout: timedelta | None) -> float | None:
+    """A ``timedelta`` timeout in seconds; None for none (None, or torch's 0 "no timeout")."""
+    if timeout is None:
+        return None
+    value = timeout.total_seconds()
+    return value if value > 0 else None
+
+
+class Expiry:
+    """Where an operation's virtual timeout stands: its deadline and what its group does then.
+
+    ``group`` is told (``timed_out()``) when the deadline passes, so it fails
+    what comes next as gloo's closed pairs do.
+    """
+
+    __slots__ = ("deadline", "seconds", "group")
+
+    def __init__(self, deadline: float, seconds: float, group: Any) -> None:
+        self.deadline = deadline
+        self.seconds = seconds
+        self.group = group
+
+
+def wait_until(req: Request[Any], deadline: float) -> tuple[bool, Any]:
+    """Block this rank until ``req`` completes or virtual time reaches ``deadline``.
+
+    Returns (True, value) when ``req`` completed first (at the same instant it
+    wins), (False, None) when the deadline came first, ``req`` still pending.
+    """
+    kernel = req.kernel
+    if not req.done():
+        remaining = deadline - kernel.now
+        if remaining <= 0:
+            return False, None
+        timer = kernel.post_sleep(remaining, "timeout")
+        index, value = _sync.block(wait_any([req, timer]))
+        if index == 1:
+            return False, None
+        return True, value
+    return True, _sync.block(req)
 
 
 def _peer_closed(exc: ProcessFailedError) -> RuntimeError:
@@ -47,14 +119,17 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
     """
 
     def __init__(self, req: Request[Any] | None, outputs: list[torch.Tensor],
-                 finish: Finish | None = None, op: str = "") -> None:
+                 finish: Finish | None = None, op: str = "", expiry: Expiry | None = None,
+                 error: BaseException | None = None) -> None:
         super().__init__()
         self._req = req
         self._outputs = outputs
         self._finish = finish
         self._op = op
-        self._done = req is None
+        self._done = req is None and error is None
         self._source: int = -1
+        self._expiry = expiry if req is not None else None
+        self._error = error  # raised by wait(): the operation failed (a timeout, a closed group)
 
     def __del__(self) -> None:
         # torch's own code drops collective handles it never waits for (DDP under Join drops
@@ -79,10 +154,16 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
             SimclusterError: the operation failed (a mismatch, a truncated
                 receive, ...); the same error ends the run if not caught.
         """
+        if self._error is not None:
+            raise self._error
         req = self._req
         if req is not None:
+            expiry, limit = self._expiry, seconds_of(timeout)
             try:
-                value = _sync.block(req)
+                if expiry is None and limit is None:
+                    value = _sync.block(req)
+                else:
+                    value = self._wait_until(req, expiry, limit)
             except ProcessFailedError as exc:
                 raise _peer_closed(exc) from exc
             if req.status is not None:
@@ -90,8 +171,32 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
             self._complete(value)
         return True
 
+    def _wait_until(self, req: Request[Any], expiry: Expiry | None, limit: float | None) -> Any:
+        """Block until ``req`` completes, or raise gloo's error when a timeout passes first (Rule 3)."""
+        now = req.kernel.now
+        waited = now + limit if limit is not None else None
+        deadline = expiry.deadline if expiry is not None else None
+        if deadline is None or (waited is not None and waited < deadline):
+            assert waited is not None
+            done, value = wait_until(req, waited)
+            if not done:  # the caller stops waiting; the operation goes on (gloo's wait(timeout))
+                raise RuntimeError(GLOO_WAIT_TIMEOUT)
+            return value
+        done, value = wait_until(req, deadline)
+        if not done:  # the operation is given up, as gloo's is: no leak report for it
+            assert expiry is not None
+            req.kernel.untrack(req)
+            self._req = None
+            self._error = timeout_error(self._op, expiry.seconds)
+            if expiry.group is not None:
+                expiry.group.timed_out()
+            raise self._error
+        return value
+
     def is_completed(self) -> bool:
         """Return whether the operation has completed at this rank's virtual time; never blocks."""
+        if self._error is not None:
+            return True
         req = self._req
         if req is not None and req.test():
             if req.status is not None:
@@ -104,8 +209,8 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         return self._done
 
     def is_success(self) -> bool:
-        """Return whether the operation completed (errors raise at ``wait``)."""
-        return self.is_completed()
+        """Return whether the operation completed without an error (errors raise at ``wait``)."""
+        return self.is_completed() and self._error is None
 
     def exception(self) -> None:
         """Return None: a failed operation raises at ``wait()`` instead."""

@@ -14,7 +14,7 @@ they are; only the harness around them differs between the two modes:
   ``init_process_group("gloo")`` on a ``file://`` init method, torch's file
   barrier, the test method, the barrier again; the parent reads the exit codes.
 * ``simcluster``: the same steps, but the ``N`` processes are ``N`` ranks of
-  one ``simcluster.torch.spawn``, the file barrier (which keys each process
+  one ``simcluster.torch.spawn`` (in a process forked for the case), the file barrier (which keys each process
   by ``os.getpid()`` and polls with ``time.sleep``) is a barrier of the run,
   and ``init_process_group("gloo")`` runs on simcluster's backend while
   reporting ``"gloo"``, as under ``simcluster torchrun``. A rank's exit
@@ -160,14 +160,20 @@ class _Identity:
 
 
 def _run_barrier() -> None:
-    """A barrier of every rank of the run (torch's file barrier, without files or pids)."""
+    """A barrier of every rank of the run (torch's file barrier, without files or pids).
+
+    On a communicator of its own: the world's is the default group's, which a
+    case may leave with a barrier of its own pending (a timeout test).
+    """
     from simcluster.engine import sync
     from simcluster.torch import _session
 
     session = _session.active()
     state = session.current() if session is not None else None
     assert state is not None, "called from a rank of the battery's spawn"
-    sync.block(state.comm.ibarrier())
+    comm = state.comm
+    side = comm.named("torch battery: the harness's barrier", comm.world_ranks, comm.rank)
+    sync.block(side.ibarrier())
 
 
 def _verdict(n: int, per_rank: dict[int, tuple[str, str]], run_error: BaseException | None
@@ -240,25 +246,48 @@ def run_simcluster(n: int, cases: list[str], out: _Out) -> None:
         self._barrier()
         dist.destroy_process_group()
 
-    with torchrun._BackendMap(_Identity(), _Identity()):  # type: ignore[arg-type]
-        for case in cases:
-            out.start(case)
-            started = time.perf_counter()
-            common_distributed.initialize_temp_directories()  # TEMP_DIR, as TestDistBackend.setUp
-            with tempfile.NamedTemporaryFile(delete=False) as f:  # MultiProcessTestCase.setUp
-                file_name = f.name
-            per_rank: dict[int, tuple[str, str]] = {}
-            error: BaseException | None = None
-            try:
+    def run_case(case: str) -> tuple[str, str]:
+        method = getattr(TestDistBackendOnSimcluster, case)
+        if getattr(method, "__unittest_skip__", False):  # unittest skips it before any spawn
+            return "skip", getattr(method, "__unittest_skip_why__", "")
+        common_distributed.initialize_temp_directories()  # TEMP_DIR, as TestDistBackend.setUp
+        with tempfile.NamedTemporaryFile(delete=False) as f:  # MultiProcessTestCase.setUp
+            file_name = f.name
+        per_rank: dict[int, tuple[str, str]] = {}
+        error: BaseException | None = None
+        try:
+            with torchrun._BackendMap(_Identity(), _Identity()):  # type: ignore[arg-type]
                 simcluster.torch.spawn(rank_main, args=(case, file_name, per_rank), nprocs=n,
                                        timeout=CASE_WALL)
-            except BaseException as exc:  # noqa: BLE001 - a deadlock, a timeout: the case's outcome
-                error = exc
+        except BaseException as exc:  # noqa: BLE001 - a deadlock, a timeout: the case's outcome
+            error = exc
+        finally:
+            common_distributed.cleanup_temp_dir()
+            os.unlink(file_name)
+        return _verdict(n, per_rank, error)
+
+    for case in cases:
+        out.start(case)
+        started = time.perf_counter()
+        # each case in a process of its own, forked from this one (torch imported once): a case
+        # cannot leave state behind for the next, and a crash (SIGSEGV) ends only its own
+        pid = os.fork()
+        if pid == 0:
+            try:
+                try:
+                    outcome, detail = run_case(case)
+                except BaseException:  # noqa: BLE001 - the harness itself failed: the case fails
+                    outcome, detail = "fail", traceback.format_exc()
+                out.outcome(case, outcome, detail, time.perf_counter() - started)
             finally:
-                common_distributed.cleanup_temp_dir()
-                os.unlink(file_name)
-            outcome, detail = _verdict(n, per_rank, error)
-            out.outcome(case, outcome, detail, time.perf_counter() - started)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFEXITED(status):
+            signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else status
+            out.outcome(case, "crash", f"the case's process ended by signal {signal}",
+                        time.perf_counter() - started)
 
 
 def main(argv: list[str]) -> None:
