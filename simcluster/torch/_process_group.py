@@ -47,6 +47,7 @@ from torch.distributed.constants import default_pg_timeout
 
 from simcluster.comm import Comm, Group, groups_of
 from simcluster.engine import sync as _sync
+from simcluster.errors import RevokedError
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
@@ -55,6 +56,7 @@ from simcluster.torch._work import (
     Expiry,
     Finish,
     SimclusterWork,
+    closed_by,
     milliseconds,
     seconds_of,
     timeout_error,
@@ -138,8 +140,15 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         return SimclusterWork(req, list(outputs), finish, op, expiry)
 
     def timed_out(self) -> None:
-        """An operation of this group timed out on this rank: fail the later ones, as gloo does."""
-        self._closed = True
+        """An operation of this group timed out on this rank: fail the later ones, as gloo does.
+
+        The communicator is revoked: the other members' operations on it fail
+        (gloo's peers find the connection closed), and what the given-up
+        operation left in flight is no leak.
+        """
+        if not self._closed:
+            self._closed = True
+            self._comm.revoke()
 
     def _op(self, call: str, opts: Any) -> ReduceOp:
         kind = opts.reduceOp.op
@@ -206,7 +215,10 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         req = self._comm.iall_gather((local.indices(), local.values()))
 
         def finish(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-            size, options = tensor.shape, {"dtype": tensor.dtype, "device": tensor.device}
+            # explicitly unchecked, as gloo's C++ makes them: the parts are coalesced tensors, and an
+            # implicit choice would warn on the program's behalf
+            size = tensor.shape
+            options = {"dtype": tensor.dtype, "device": tensor.device, "check_invariants": False}
             total = torch.sparse_coo_tensor(parts[0][0], parts[0][1], size, **options)
             for indices, values in parts[1:]:
                 total = total + torch.sparse_coo_tensor(indices, values, size, **options)
@@ -516,7 +528,10 @@ def _unless_closed(method: Callable[..., SimclusterWork], op: str) -> Callable[.
     def call(self: ProcessGroupSimcluster, *args: Any, **kwargs: Any) -> SimclusterWork:
         if self._closed:
             return SimclusterWork(None, [], None, op, error=RuntimeError(GLOO_CLOSED))
-        return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except RevokedError as exc:  # another member's operation on the group timed out
+            return SimclusterWork(None, [], None, op, error=closed_by(exc))
     call.__name__ = call.__qualname__ = method.__name__
     call.__doc__ = method.__doc__
     call.__wrapped__ = method  # type: ignore[attr-defined]

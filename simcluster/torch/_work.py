@@ -16,8 +16,10 @@ Rule 3: timeouts are virtual, as gloo's are real: an operation of a group made
 with a timeout of its own (``init_process_group(timeout=)``, ``new_group(timeout=)``,
 ``barrier(timeout=)``) that has not completed that much virtual time after it
 started raises gloo's timeout error at that virtual time, and its group then
-fails every later operation on this rank, as gloo's closed pairs do; so does
-``wait(timeout)``, with gloo's "Operation timed out!". Under torch's default
+fails every later operation on this rank, as gloo's closed pairs do (and, the
+group's communicator revoked, the other members' operations on it raise gloo's
+"Connection closed by peer"); ``wait(timeout)`` raises gloo's "Operation timed
+out!" and leaves the operation running. Under torch's default
 timeout (30 minutes) an operation that can never complete is simcluster's
 deadlock report instead, which names the lines of every rank.
 """
@@ -33,7 +35,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from simcluster.engine import sync as _sync
-from simcluster.errors import ProcessFailedError
+from simcluster.errors import ProcessFailedError, RevokedError
 from simcluster.request import Request, wait_any
 
 Finish = Callable[[Any], None]
@@ -103,6 +105,14 @@ def wait_until(req: Request[Any], deadline: float) -> tuple[bool, Any]:
     return True, _sync.block(req)
 
 
+def closed_by(exc: RevokedError) -> RuntimeError:
+    """What gloo raises on a group whose operation timed out on another rank: that rank closed it."""
+    return RuntimeError(f"Connection closed by peer [rank {exc.by}]. This is typically caused by a "
+                        "remote worker crashing (simcluster: an operation of this group timed out "
+                        f"there at virtual time {exc.time:.9g} s). Check the logs of the remote "
+                        "worker before reporting an error.")
+
+
 def _peer_closed(exc: ProcessFailedError) -> RuntimeError:
     """What gloo raises when a peer's process dies: a RuntimeError saying the connection closed."""
     ranks = ", ".join(str(r) for r in exc.failed)
@@ -166,6 +176,8 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
                     value = self._wait_until(req, expiry, limit)
             except ProcessFailedError as exc:
                 raise _peer_closed(exc) from exc
+            except RevokedError as exc:
+                raise closed_by(exc) from exc
             if req.status is not None:
                 self._source = req.status.source
             self._complete(value)
@@ -205,6 +217,8 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
                 value = req.result()
             except ProcessFailedError as exc:
                 raise _peer_closed(exc) from exc
+            except RevokedError as exc:
+                raise closed_by(exc) from exc
             self._complete(value)
         return self._done
 

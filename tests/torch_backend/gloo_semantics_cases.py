@@ -50,7 +50,8 @@ def all_gather_coalesced_bad_size(rank: int, size: int) -> Any:
 def _sparse(rank: int, dense_dims: int = 0) -> torch.Tensor:
     indices = torch.tensor([[0, rank + 1, 0]])
     values = torch.arange(1.0, 4.0).reshape([3] + [1] * dense_dims).expand([3] + [2] * dense_dims)
-    return torch.sparse_coo_tensor(indices, values * (rank + 1), [4] + [2] * dense_dims)
+    return torch.sparse_coo_tensor(indices, values * (rank + 1), [4] + [2] * dense_dims,
+                                   check_invariants=True)
 
 
 def sparse_all_reduce(rank: int, size: int) -> Any:

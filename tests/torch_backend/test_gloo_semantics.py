@@ -36,6 +36,11 @@ from simcluster.comm import current_comm  # noqa: E402
 
 SIZE = cases.SIZE
 
+pytestmark = [  # torch's own warnings, on every rank alike
+    pytest.mark.filterwarnings("ignore:`torch.distributed.all_gather_coalesced` will be deprecated"),
+    pytest.mark.filterwarnings("ignore:Work::result API is being deprecated"),
+]
+
 
 class _AsGloo:
     """What ``torchrun._BackendMap`` asks of its sessions: no note, and the spawn's rank state."""

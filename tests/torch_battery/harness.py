@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 RUNNER = HERE / "case_runner.py"
 BASELINE = HERE / "gloo_baseline.json"
 KNOWN = HERE / "known_failures.txt"
@@ -80,7 +81,9 @@ def _read(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
 
 def _run_runner(backend: str, n: int, todo: list[str], out: Path, log: Path) -> int | None:
     """Run the runner on ``todo`` until it exits (its status) or goes silent (None: stopped)."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONFAULTHANDLER="1")
+    # this checkout's simcluster, wherever the runner's folder is and whatever is installed
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONFAULTHANDLER="1", PYTHONPATH=path)
     listed = out.with_suffix(".cases")
     listed.write_text("\n".join(todo) + "\n", encoding="utf-8")
     with open(log, "ab") as sink:
