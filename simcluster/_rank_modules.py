@@ -151,7 +151,9 @@ class ModulePolicy:
             self.by_shared.add(top)
             return
         importer = _importer(sys._getframe(2))
-        if importer is not None and importer != "__main__" and not self.private(importer):
+        # code run outside sys.modules (a script, a runner's exec'd module) is the rank's own
+        if importer is not None and importer in sys.modules and importer != "__main__" \
+                and not self.private(importer):
             self.by_shared.add(top)
 
 

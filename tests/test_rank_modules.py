@@ -226,3 +226,24 @@ def test_each_rank_has_its_own_environment_with_mpiexecs_variables(
 
     assert "MINE" not in os.environ and "PMI_RANK" not in os.environ
     assert os.environ["SHARED_SETTING"] == "launcher"
+
+
+def test_code_run_outside_sys_modules_imports_private_copies(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site: Path) -> None:
+    # a test runner exec's a module into a namespace of its own (never in sys.modules): what that
+    # code imports is still the rank's own, not shared as if a shared package had imported it
+    prog = write(tmp_path, "prog.py", """
+        import types
+        from mpi4py import MPI
+
+        namespace = types.ModuleType("exec_d")
+        exec("import statepkg", namespace.__dict__)
+        comm = MPI.COMM_WORLD
+        comm.Barrier()
+        first = namespace.statepkg.setup()
+        comm.Barrier()
+        print(comm.rank, first)
+    """)
+    rc, out, err = run(capsys, "-n", 2, prog)
+    assert (rc, err) == (0, "")
+    assert sorted(out.splitlines()) == ["0 0", "1 1"]
