@@ -3,9 +3,10 @@
 Each case is ``case(rank, size) -> value`` called on every rank after
 ``init_process_group("gloo")`` (``differential.py``; under simcluster the
 program's "gloo" runs on simcluster's backend, as under ``simcluster
-torchrun``): ``all_gather_coalesced``, sparse ``all_reduce``, the timeouts of
-barriers, collectives, ``Work.wait`` and ``monitored_barrier`` (each on a
-group of its own, since a timed-out gloo group is closed for good), and what
+torchrun``): ``all_gather_coalesced``, sparse ``all_reduce`` (and
+DistributedDataParallel's sparse gradients), the timeouts of barriers,
+collectives, ``Work.wait`` and ``monitored_barrier`` (each on a group of its
+own, since a timed-out gloo group is closed for good), and what
 DistributedDataParallel's logging data says of the backend. An error is a
 value: its message, up to the C++ backtrace gloo appends to some.
 This module imports only torch: gloo's processes import it by name.
@@ -143,6 +144,20 @@ def monitored_barrier_no_time(rank: int, size: int) -> Any:
     return _alone(rank, lambda: group.monitored_barrier(timedelta(seconds=0)))
 
 
+def ddp_sparse_gradients(rank: int, size: int) -> Any:
+    """DistributedDataParallel over a sparse embedding: its gradients are sparse all_reduces."""
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(10, 3, sparse=True)
+    model = torch.nn.parallel.DistributedDataParallel(embedding)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        loss = model(torch.tensor([rank, (rank + step) % 10, 7])).pow(2).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return embedding.weight
+
+
 def ddp_logging_backend(rank: int, size: int) -> Any:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
     data = model._get_ddp_logging_data()
@@ -167,6 +182,7 @@ CASES: dict[str, Callable[[int, int], Any]] = {
     "monitored_barrier_rank_absent": monitored_barrier_rank_absent,
     "monitored_barrier_wait_all": monitored_barrier_wait_all,
     "monitored_barrier_no_time": monitored_barrier_no_time,
+    "ddp_sparse_gradients": ddp_sparse_gradients,
     "ddp_logging_backend": ddp_logging_backend,
     "get_backend": get_backend,
 }

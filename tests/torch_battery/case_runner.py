@@ -36,8 +36,10 @@ this project's own.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -56,8 +58,10 @@ def _environment(n: int) -> None:
     os.environ["WORLD_SIZE"] = str(n)
     # file://: test_barrier_timeout_global runs only there; torch's own CI runs both, this one
     init_dir = tempfile.mkdtemp(prefix="torch-battery-init-")
+    atexit.register(shutil.rmtree, init_dir, True)  # this process's: forked cases leave by os._exit
     os.environ["INIT_METHOD"] = "file://" + os.path.join(init_dir, "shared_init_file")
     os.environ.setdefault("TEMP_DIR", init_dir)  # replaced per case by initialize_temp_directories
+    os.environ.setdefault("PYTORCH_PRINT_REPRO_ON_FAILURE", "0")  # its hint names a file not here
 
 
 class _Out:
