@@ -1,7 +1,7 @@
 """Run cases of torch's own distributed test battery, one after another, one JSON line per case.
 
-    case_runner.py gloo|simcluster N OUT.jsonl CASE [CASE ...]
-    case_runner.py gloo|simcluster N OUT.jsonl @CASES.txt      (one case a line)
+    battery_case.py gloo|simcluster N OUT.jsonl CASE [CASE ...]
+    battery_case.py gloo|simcluster N OUT.jsonl @CASES.txt      (one case a line)
 
 The battery is ``DistributedTest._DistTestBase`` of
 ``torch/testing/_internal/distributed/distributed_test.py``, which ships in
@@ -25,7 +25,7 @@ The battery reads ``BACKEND``, ``WORLD_SIZE`` and ``INIT_METHOD`` when it is
 imported (its skip decorators are evaluated then), so one world size per
 process. Each outcome is appended to ``OUT.jsonl`` as soon as it is known,
 after a line naming the case being started, so a crash of this process (torch's
-profiler, two ranks at once) is put on its case by the caller (``harness.py``),
+profiler, two ranks at once) is put on its case by the caller (``battery.py``),
 who starts this runner again on the cases after it.
 
 The structure of the adapter follows pytorch's
@@ -300,7 +300,7 @@ def main(argv: list[str]) -> None:
         with open(cases[0][1:], encoding="utf-8") as f:  # INFO_ENV holds it, 1024 characters)
             cases = f.read().split()
     if mode not in MODES:
-        raise SystemExit(f"case_runner.py: mode {mode!r}: use one of {', '.join(MODES)}")
+        raise SystemExit(f"battery_case.py: mode {mode!r}: use one of {', '.join(MODES)}")
     _environment(n)
     out = _Out(path)
     if mode == "gloo":

@@ -1,11 +1,11 @@
 """Run torch's own distributed test battery on simcluster (or on gloo), case by case.
 
-    python tests/torch_battery/harness.py [-n 2 3 4] [--backend simcluster|gloo]
+    python tests/torch_battery/battery.py [-n 2 3 4] [--backend simcluster|gloo]
                                           [--case test_x ...] [--json OUT] [--jobs J]
 
 The battery is ``DistributedTest._DistTestBase`` of torch's wheel
 (``torch/testing/_internal/distributed/distributed_test.py``): every test
-method is a case. ``case_runner.py`` runs the cases one after another in a
+method is a case. ``battery_case.py`` runs the cases one after another in a
 process of its own per world size, its test bodies unmodified:
 ``--backend simcluster`` on the ranks of ``simcluster.torch.spawn`` (the
 program asks for gloo), ``--backend gloo`` in torch's own harness with real
@@ -16,7 +16,7 @@ With ``--backend simcluster`` the table printed compares with gloo's passes
 recorded in ``gloo_baseline.json``, and each miss is printed with its reason
 from ``known_failures.txt``. The gloo baseline is written anew with
 
-    nice python tests/torch_battery/harness.py --backend gloo -n 2 3 4 \\
+    nice python tests/torch_battery/battery.py --backend gloo -n 2 3 4 \\
         --json tests/torch_battery/gloo_baseline.json
 
 (each case spawns its processes, each importing torch: about 10 s a case, an
@@ -39,12 +39,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-RUNNER = HERE / "case_runner.py"
+RUNNER = HERE / "battery_case.py"
 BASELINE = HERE / "gloo_baseline.json"
 KNOWN = HERE / "known_failures.txt"
 SILENCE = 600.0
 """Wall seconds a runner may go without finishing a case before it is stopped (torch's own
-harness gives a case 300 s; a simcluster case stops itself after case_runner.CASE_WALL)."""
+harness gives a case 300 s; a simcluster case stops itself after battery_case.CASE_WALL)."""
 
 Results = dict[int, dict[str, dict[str, str]]]  # N -> case -> {"outcome", "detail"}
 
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         record = {"torch": torch.__version__, "backend": args.backend,
-                  "command": "python tests/torch_battery/harness.py " + " ".join(
+                  "command": "python tests/torch_battery/battery.py " + " ".join(
                       sys.argv[1:] if argv is None else argv),
                   "outcomes": {str(n): by_case for n, by_case in outcomes(results).items()}}
         Path(args.json).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n",
