@@ -491,6 +491,9 @@ class _BackendMap:
             # get_backend reads the name from c10d's world map: what the script asked for, so
             # its own gloo branches and torch's gloo checks (monitored_barrier) go as under gloo
             c10d._world.pg_map[pg] = (c10d.Backend(asked), store)
+            if state.created is not None:  # its profiler spans are named as gloo's
+                state.created.named = asked.lower()
+        state.created = None
         return pg, store
 
     @staticmethod

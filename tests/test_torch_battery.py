@@ -13,8 +13,7 @@ Three checks per world size:
   in ``tests/torch_battery/known_failures.txt``;
 * a listed case that passes now fails this test (take it off the list).
 
-``THRESHOLD`` is what holds today, with torch's profiler per process still
-missing (docs/torch.md has the table); issue 40's goal is 95%. The battery
+docs/torch.md has the table. The battery
 needs torch and ``expecttest`` (which torch's test utilities import): without
 either these tests skip, saying which.
 """
@@ -31,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "torch_battery"))
 import battery_case  # noqa: E402 - tests/mpi4py_suite has a "case_runner" module
 import battery as harness  # noqa: E402 - tests/mpi4py_suite has a "harness" module
 
-THRESHOLD = 0.40
-"""The share of gloo's passes that must pass here at every world size (today: 42% to 45%)."""
+THRESHOLD = 0.95
+"""The share of gloo's passes that must pass here at every world size (issue 40's goal)."""
 SIZES = (2, 3, 4)
 
 

@@ -51,6 +51,7 @@ from simcluster.errors import RevokedError
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
+from simcluster.torch import _profiler
 from simcluster.torch._work import (
     GLOO_CLOSED,
     Expiry,
@@ -94,6 +95,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         # an operation that never completes is the deadlock report (_work.py, Rule 3)
         self._timeout = None if timeout == default_pg_timeout else seconds_of(timeout)
         self._closed = False  # an operation timed out on this rank: later ones fail, as gloo's
+        self.named = BACKEND  # the backend the program asked for (torchrun maps gloo here):
+        # the prefix of its operations' profiler spans ("gloo:all_reduce")
 
     # ---- facts ----
 
@@ -523,15 +526,73 @@ class _Chained(SimclusterWork):
         return self._done
 
 
+def _span_inputs(name: str, args: tuple[Any, ...]) -> list[tuple[str, list[Any]]]:
+    """The profiler spans gloo records for the backend call ``name(*args)``: (title, input tensors).
+
+    gloo's titles and inputs, as its own traces show them (tests/torch_backend/
+    profiler_cases.py compares): ``all_gather_into_tensor`` is an ``all_gather``,
+    a reduce-scatter is gloo's all_reduce of each input, a scatter's inputs are
+    the root's list.
+    """
+    title = _SPAN_TITLES.get(name)
+    if title is None:
+        return []
+    if name == "barrier":
+        return [(title, [])]
+    if len(args) < 2:
+        return []
+    first, second = args[0], args[1]
+    if name in ("reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base"):
+        inputs = list(second[0]) if name == "reduce_scatter" else [second]
+        return [(title, [tensor]) for tensor in inputs]
+    if name == "scatter":
+        return [(title, list(second[0]) if second else [])]
+    if name in ("allgather", "allgather_coalesced", "gather", "alltoall"):
+        return [(title, list(second))]
+    if name in ("all_gather_single", "_allgather_base", "all_to_all_single", "alltoall_base"):
+        return [(title, [second])]
+    return [(title, list(first))]
+
+
+_SPAN_TITLES = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce", "reduce": "reduce",
+    "reduce_scatter": "all_reduce", "reduce_scatter_single": "all_reduce",
+    "_reduce_scatter_base": "all_reduce", "broadcast": "broadcast", "scatter": "scatter",
+    "gather": "gather", "allgather": "all_gather", "all_gather_single": "all_gather",
+    "_allgather_base": "all_gather", "allgather_coalesced": "all_gather", "alltoall": "all_to_all",
+    "all_to_all_single": "all_to_all", "alltoall_base": "all_to_all", "barrier": "barrier",
+    "send": "send", "recv": "recv", "recv_anysource": "recvAnySource",
+}
+"""gloo's span title per backend call (``"<backend>:<title>"`` in a profiler's trace)."""
+
+
 def _unless_closed(method: Callable[..., SimclusterWork], op: str) -> Callable[..., SimclusterWork]:
-    """``method``, or, once an operation of the group timed out on this rank, gloo's error."""
+    """``method``, or, once an operation of the group timed out on this rank, gloo's error.
+
+    While this rank profiles, the call also records gloo's span for it,
+    ended when the operation completes (``_profiler``).
+    """
     def call(self: ProcessGroupSimcluster, *args: Any, **kwargs: Any) -> SimclusterWork:
+        spans: list[Any] = []
+        if torch.autograd._profiler_enabled():
+            # gloo runs a reduce-scatter as one all_reduce after another: each span but the
+            # last ends before the next starts (the profiler reads two opened in a row as one)
+            for title, inputs in _span_inputs(op, args):
+                for span in spans:
+                    _profiler.close_span(span)
+                spans = [_profiler.open_span(f"{self.named}:{title}", inputs)]
         if self._closed:
-            return SimclusterWork(None, [], None, op, error=RuntimeError(GLOO_CLOSED))
-        try:
-            return method(self, *args, **kwargs)
-        except RevokedError as exc:  # another member's operation on the group timed out
-            return SimclusterWork(None, [], None, op, error=closed_by(exc))
+            work = SimclusterWork(None, [], None, op, error=RuntimeError(GLOO_CLOSED))
+        else:
+            try:
+                work = method(self, *args, **kwargs)
+            except RevokedError as exc:  # another member's operation on the group timed out
+                work = SimclusterWork(None, [], None, op, error=closed_by(exc))
+        if spans:
+            work.spans.extend(spans)
+            if work._error is not None or work._done:
+                work.end_spans()
+        return work
     call.__name__ = call.__qualname__ = method.__name__
     call.__doc__ = method.__doc__
     call.__wrapped__ = method  # type: ignore[attr-defined]

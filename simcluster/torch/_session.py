@@ -7,7 +7,9 @@ threads of one process that run one at a time (``engine.sync.ThreadRank``), so a
 ``Session`` gives each rank a ``RankState`` of its own and swaps it in
 whenever that rank resumes (``engine.sync.on_switch``): the c10d globals and the
 environment, and DTensor's table of custom op handlers (which
-``loss_parallel()`` fills on entry and empties on exit). Thread-local torch
+``loss_parallel()`` fills on entry and empties on exit). torch's profiler is
+one per process; inside a rank it records through torch's thread-local one
+(``_profiler.py``). Thread-local torch
 state (grad mode, autocast) is per thread already; the default generator is
 swapped by ``engine.sync``; the C++ group registry is made per thread
 (``_set_thread_isolation_mode``).
@@ -45,6 +47,7 @@ from simcluster.comm import Comm
 from simcluster.comm import current_comm
 from simcluster.engine.assembly import current_task
 from simcluster.errors import SimclusterError
+from simcluster.torch._profiler import RankProfilers
 from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
 from simcluster.torch._rendezvous import Handlers, RunStore
 
@@ -122,7 +125,7 @@ def _env_snapshot() -> dict[Any, Any]:
 class RankState:
     """One rank's process state: c10d globals, environment, DTensor op handlers, torch's flags."""
 
-    __slots__ = ("rank", "comm", "c10d", "env", "dtensor_ops", "flags")
+    __slots__ = ("rank", "comm", "c10d", "env", "dtensor_ops", "flags", "created")
 
     def __init__(self, rank: int, comm: Comm, env: dict[str, str]) -> None:
         self.rank = rank
@@ -131,6 +134,7 @@ class RankState:
         self.env = env  # replaced, never changed in place: ranks share the process's until they differ
         self.dtensor_ops: dict[Any, Any] | None = None  # made when the rank first runs with DTensor
         self.flags = _FRESH_FLAGS  # default dtype, deterministic algorithms (enabled, warn only)
+        self.created: ProcessGroupSimcluster | None = None  # the group create() made last
 
     def __repr__(self) -> str:
         return f"<RankState rank={self.rank}>"
@@ -164,6 +168,7 @@ class Session:
         self._fresh_ops: dict[Any, Any] | None = None
         self._process_flags = _FRESH_FLAGS
         self._ddp_logging: Any = None  # DDP's _get_ddp_logging_data, restored at exit
+        self._profilers = RankProfilers()  # torch's profiler, per rank (_profiler.py)
 
     # ---- process-wide ----
 
@@ -185,12 +190,14 @@ class Session:
         ddp = torch.nn.parallel.DistributedDataParallel
         self._ddp_logging = ddp.__dict__["_get_ddp_logging_data"]
         ddp._get_ddp_logging_data = _ddp_logging_data(self._ddp_logging)
+        self._profilers.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
         global _active
         try:
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
+            self._profilers.restore()
             torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data = self._ddp_logging
             self._handlers.restore()
             dispatcher = self._dispatcher or _dtensor_dispatcher()
@@ -335,9 +342,11 @@ def create(options: Any, _backend_options: Any = None) -> ProcessGroupSimcluster
                              f"this function runs as rank {state.rank} of "
                              f"simcluster.torch.spawn(nprocs={session.world_size}); pass the rank "
                              "spawn gave fn and world_size=nprocs, or leave both out")
-        return ProcessGroupSimcluster(state.comm, str(options.group_id), options.timeout)
-    comm = subcomm(state.comm, str(options.group_id), ranks)
-    return ProcessGroupSimcluster(comm, str(options.group_id), options.timeout)
+        comm = state.comm
+    else:
+        comm = subcomm(state.comm, str(options.group_id), ranks)
+    state.created = ProcessGroupSimcluster(comm, str(options.group_id), options.timeout)
+    return state.created
 
 
 def register() -> None:

@@ -37,6 +37,7 @@ from torch.futures import Future
 from simcluster.engine import sync as _sync
 from simcluster.errors import ProcessFailedError, RevokedError
 from simcluster.request import Request, wait_any
+from simcluster.torch import _profiler
 
 Finish = Callable[[Any], None]
 
@@ -140,6 +141,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         self._source: int = -1
         self._expiry = expiry if req is not None else None
         self._error = error  # raised by wait(): the operation failed (a timeout, a closed group)
+        self.spans: list[Any] = []  # the profiler's spans of this operation, ended when it is done
 
     def __del__(self) -> None:
         # torch's own code drops collective handles it never waits for (DDP under Join drops
@@ -156,6 +158,13 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         finish, self._finish = self._finish, None
         if finish is not None:
             finish(value)
+        self.end_spans()
+
+    def end_spans(self) -> None:
+        """End the operation's profiler spans (once it completed or failed)."""
+        spans, self.spans = self.spans, []
+        for span in spans:
+            _profiler.close_span(span)
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block this rank until the operation completes; return True.
@@ -200,6 +209,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
             req.kernel.untrack(req)
             self._req = None
             self._error = timeout_error(self._op, expiry.seconds)
+            self.end_spans()
             if expiry.group is not None:
                 expiry.group.timed_out()
             raise self._error
