@@ -13,7 +13,7 @@ import os
 import runpy
 import sys
 import threading
-import time
+from time import monotonic  # bound now: a rank's time.* reads virtual time
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
@@ -180,12 +180,12 @@ class _Progress:
     def __init__(self, stream: TextIO, after: float = 0.0) -> None:
         self.stream = stream
         self.width = 0
-        self.start = time.monotonic() + after  # no line before then
+        self.start = monotonic() + after  # no line before then
         self.first: tuple[float, int] | None = None  # (wall, events) at the first call
         self.lock = threading.Lock()
 
     def __call__(self, finished: int, world_size: int, now: float, events: int | None = None) -> None:
-        wall = time.monotonic()
+        wall = monotonic()
         rate = None
         if events is not None:
             if self.first is None:

@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import threading
-import time as _time
+from time import perf_counter as _perf_counter  # bound now: a rank's time.* reads virtual time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -105,7 +105,7 @@ async def _launch(fn: Callable[..., Any], world_size: int, *,
 async def _run(fn: Callable[..., Any], config: RunConfig,
                _progress: Callable[[int, int, float], None] | None,
                stood: _Stood | None = None) -> RunResult:
-    wall_start = _time.perf_counter()
+    wall_start = _perf_counter()
     if stood is not None:  # Ctrl-C before the ranks start: virtual time 0, none finished
         stood.note(0, config.world_size, 0.0)
     if config.multiprocess:  # shm and tcp: ranks hosted by several processes (_coordinator)
@@ -159,7 +159,7 @@ async def _run(fn: Callable[..., Any], config: RunConfig,
     stats = Stats(tuple(p2p.msgs_sent), tuple(p2p.bytes_sent), tuple(p2p.msgs_recv), tuple(p2p.bytes_recv))
     failures = p2p.failures
     return RunResult([t.result for t in tasks], [t.time for t in tasks], stats,
-                     _time.perf_counter() - wall_start, engine.kernel.trace, leaks,
+                     _perf_counter() - wall_start, engine.kernel.trace, leaks,
                      crashed=None if failures is None else failures.failed,
                      calls=failures.calls if failures is not None and config.faults is not None
                      and config.faults.count_calls else None)

@@ -31,7 +31,7 @@ import logging
 import os
 import secrets
 import select
-import time
+from time import perf_counter  # bound now: a rank's time.* reads virtual time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -468,12 +468,12 @@ class TcpTransport(Transport):
         marks, poller = self._marks, self._poller
         for fd in list(writing):
             self._write(fd, writing)
-        spin_until = time.perf_counter() + _SPIN
+        spin_until = perf_counter() + _SPIN
         missing = [proc for proc in self._fds if not marks[proc]]
         while writing or missing:
             # a peer is often a few microseconds from its mark: asking again at once beats being
             # woken by the kernel (tens of microseconds) while it is soon; then block, briefly
-            spinning = time.perf_counter() < spin_until
+            spinning = perf_counter() < spin_until
             events = poller.poll(0 if spinning else _POLL_MS)
             if not events:
                 if not spinning:

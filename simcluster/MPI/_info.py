@@ -55,7 +55,7 @@ class Info:
     @classmethod
     def Create_env(cls, args: Any = None) -> Info:
         """Return an info object describing how the run was started (MPI-4's ``Info_create_env``)."""
-        return cls.Create(_environment(args))
+        return _environment_info(cls, args)
 
     def _dict(self, call: str) -> dict[str, str]:
         if self._items is None:
@@ -234,8 +234,16 @@ def _environment(args: Any = None) -> dict[str, str]:
     return env
 
 
+def _environment_info(cls: type[Info], args: Any = None) -> Info:
+    """An info object of ``_environment(args)``, whatever its length: the values are the run's,
+    not the user's (a command line may exceed ``MAX_INFO_VAL``; ``Get`` returns it whole)."""
+    info = cls.Create()
+    info._dict("Create_env").update(_environment(args))
+    return info
+
+
 INFO_NULL = Info()
-INFO_ENV = Info.Create(_environment())
+INFO_ENV = _environment_info(Info)
 
 
 def Get_hw_resource_info() -> Info:

@@ -39,7 +39,7 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
+from time import perf_counter  # bound now: a rank's time.* reads virtual time
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,14 +108,14 @@ def _timed_loop(rank: int, world: int, calls: int, rounds: int) -> dict[str, Any
     per_call = []
     for _ in range(rounds + 1):  # the first round warms up
         dist.barrier()
-        start = time.perf_counter()
+        start = perf_counter()
         for _ in range(calls):
             fill(mine)
             all_reduce(tensor)
             last = item()
             if last != expected:
                 wrong += 1
-        per_call.append((time.perf_counter() - start) / calls)
+        per_call.append((perf_counter() - start) / calls)
     total = torch.tensor([float(wrong)])
     dist.all_reduce(total)
     return {"per_call": per_call[1:], "wrong": int(total.item()), "last": last,
@@ -200,9 +200,9 @@ def _scale_simcluster(ranks: int) -> dict[str, Any]:
     import simcluster.torch as sctorch
 
     before = _rss_kib()
-    start = time.perf_counter()
+    start = perf_counter()
     result = sctorch.spawn(_scale_rank, nprocs=ranks)
-    wall = time.perf_counter() - start
+    wall = perf_counter() - start
     return {"wall": wall, "peak_kib": _rss_kib("VmHWM"), "before_kib": before,
             "correct": all(v == ranks for v in result), "virtual": result.elapsed}
 
@@ -229,7 +229,7 @@ def _scale_threaded(ranks: int) -> dict[str, Any]:
             multi_threaded_pg.ProcessLocalGroup.exception_handle(exc)
 
     before = _rss_kib()
-    start = time.perf_counter()
+    start = perf_counter()
     # as torch's MultiThreadedTestCase does: a per-thread C++ group registry and c10d world
     torch._C._distributed_c10d._set_thread_isolation_mode(True)
     multi_threaded_pg._install_threaded_pg()
@@ -243,7 +243,7 @@ def _scale_threaded(ranks: int) -> dict[str, Any]:
     finally:
         multi_threaded_pg._uninstall_threaded_pg()
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
-    wall = time.perf_counter() - start
+    wall = perf_counter() - start
     return {"wall": wall, "peak_kib": _rss_kib("VmHWM"), "before_kib": before,
             "correct": not errors and all(v == ranks for v in values), "errors": errors[:3]}
 
@@ -272,7 +272,7 @@ def train_job(dp: int, tp: int, budget: float = TRAIN_BUDGET) -> dict[str, Any] 
 def _child_job(module_argv: list[str], budget: float) -> dict[str, Any] | str:
     """Run ``python -m MODULE ARGS`` for at most ``budget`` s; its last stdout line's JSON, or why not."""
     cmd = [sys.executable, "-m", *module_argv]
-    start = time.perf_counter()
+    start = perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=budget)
@@ -280,7 +280,7 @@ def _child_job(module_argv: list[str], budget: float) -> dict[str, Any] | str:
         proc.kill()
         proc.communicate()
         return f"did not finish in {budget:g} s"
-    process = time.perf_counter() - start
+    process = perf_counter() - start
     if proc.returncode:
         last = err.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         return f"failed ({last[0]})"

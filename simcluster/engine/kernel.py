@@ -53,7 +53,7 @@ import asyncio
 import heapq
 import inspect
 import random
-import time as _time
+from time import monotonic as _monotonic  # bound now: a rank's time.* reads virtual time
 import types
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -199,6 +199,9 @@ class Kernel:
         self._last_fn: tuple[object, bool] = (None, False)  # (fn, is it async): every rank runs the same fn
         self.trace: Trace | None = trace  # run(trace=...)
         self.now = 0.0
+        # the real clocks now: inside a synchronous rank, time.time() and the others read
+        # these plus ``now`` (engine.sync.Epoch); the differences stay virtual and deterministic
+        self.epoch: _sync.Epoch = _sync.epoch()
         # the event queue: what is due now, and later times' events by time (a calendar;
         # a heap of single events costs log(events) tuple comparisons per event at scale)
         self._ready: list[Event] = []  # the batch running now
@@ -649,7 +652,7 @@ class Kernel:
         if self.timeout is None:
             await self._simulate(None)
             return
-        deadline = _time.monotonic() + self.timeout
+        deadline = _monotonic() + self.timeout
         watchdog = _watchdog.Watchdog(self, deadline)  # for a rank that never yields
         try:
             await self._simulate(deadline)
@@ -673,12 +676,12 @@ class Kernel:
                 if isinstance(self._failure[1], _watchdog.Overtime):
                     raise self._failure[1]  # the timeout interrupted a rank: _run reports it
                 return
-            if deadline is not None and _time.monotonic() > deadline:
+            if deadline is not None and _monotonic() > deadline:
                 raise RunTimeoutError(None, "run", self.reports.timeout_report(), "")
             if self._foreign and not (self._ready or self._due):
                 loop = asyncio.get_running_loop()
                 self._wake_future = loop.create_future()
-                remaining = None if deadline is None else max(0.0, deadline - _time.monotonic())
+                remaining = None if deadline is None else max(0.0, deadline - _monotonic())
                 try:
                     await asyncio.wait_for(asyncio.shield(self._wake_future), remaining)
                 except asyncio.TimeoutError:

@@ -21,7 +21,15 @@ Per-rank process state, swapped as ranks run:
   outside synchronous ranks keeps the process's own state.
 - torch's default generator (where torch is loaded): swapped at every switch
   between ranks (it is cheap, and torch's C++ draws from it directly).
-- ``time.sleep`` inside a synchronous rank is a virtual sleep of that rank.
+- ``time.sleep`` inside a synchronous rank is a virtual sleep of that rank,
+  and the clocks ``time.time``, ``time.monotonic`` and ``time.perf_counter``
+  (and their ``_ns`` forms) read the rank's virtual time: each is its real
+  reading when the run started (``Epoch``, the kernel's ``epoch``) plus
+  the virtual seconds since, so ``MPI.Wtime``, ``time.sleep`` and every
+  clock agree. Only the epoch is wall time (a run's dates are of the day
+  it ran); the differences are virtual and deterministic. Other threads,
+  and the engine's own, keep the real clocks: simcluster's own modules bind
+  ``time``'s functions at import, so nothing of theirs reads a rank's clock.
 - ``on_switch(enter, leave)`` lets a launcher swap more (``sys.argv``,
   ``sys.modules["__main__"]``) for one rank.
 
@@ -34,7 +42,8 @@ entry points while a measured run goes on); what ran in between (a burst of
 the user's work, times the factor, when it reaches the threshold) is charged
 at the entry as a virtual sleep. Copies, packing, rank switches and output
 capture happen while the clock is stopped. ``block`` stops it too when called
-straight from the user's code. A run records its charges per rank and call
+straight from the user's code, and reading one of ``time``'s clocks charges
+the burst so far (``_reading``). A run records its charges per rank and call
 (``record=FILE``) and ``replay:FILE`` charges them again instead of measuring.
 """
 
@@ -51,7 +60,7 @@ import time as _time
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import greenlet
 
@@ -63,6 +72,8 @@ FAILING_GRACE = 5.0
 """Wall seconds a rank on an OS thread gets to hand back once another rank failed (``ThreadRank``)."""
 
 _real_sleep = _time.sleep
+_real_time_ns, _real_monotonic_ns, _real_perf_counter_ns = (
+    _time.time_ns, _time.monotonic_ns, _time.perf_counter_ns)
 
 
 class _RankGreenlet(greenlet.greenlet):  # type: ignore[misc]
@@ -830,6 +841,10 @@ class _States:
         self.patched.append((_time, "sleep", _time.sleep))
         # deliberate patch: time.sleep also takes int-like (__index__) seconds; ranks pass numbers
         _time.sleep = _sleep  # type: ignore[assignment]
+        for name in VIRTUAL_CLOCKS:
+            real = getattr(_time, name)
+            self.patched.append((_time, name, real))
+            setattr(_time, name, _virtual_clock(name, real))
 
     def stop(self) -> None:
         self.users -= 1
@@ -883,6 +898,76 @@ def _sleep(seconds: float) -> None:
         start_clock(rank)
 
 
+class Epoch(NamedTuple):
+    """The real clocks' readings when a run began (the kernel's ``epoch``).
+
+    Inside a synchronous rank, each clock of ``time`` reads its own field (the
+    names are theirs) plus the rank's virtual time.
+    """
+
+    time: float
+    monotonic: float
+    perf_counter: float
+    time_ns: int
+    monotonic_ns: int
+    perf_counter_ns: int
+
+
+VIRTUAL_CLOCKS = ("time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns")
+"""The functions of ``time`` that read a rank's virtual clock inside it: ``Epoch``'s fields, in order."""
+
+
+def epoch() -> Epoch:
+    """Return the real clocks' readings now: where a run's virtual clocks start."""
+    wall, mono, perf = _real_time_ns(), _real_monotonic_ns(), _real_perf_counter_ns()
+    return Epoch(wall / 1e9, mono / 1e9, perf / 1e9, wall, mono, perf)
+
+
+def _virtual_clock(name: str, real: Callable[[], Any]) -> Callable[[], Any]:
+    """``time.<name>`` while synchronous ranks run: the epoch plus virtual time inside a rank, else ``real``."""
+    at = VIRTUAL_CLOCKS.index(name)
+    call = f"time.{name}"
+
+    def clock() -> float:
+        rank = current()
+        if rank is None:
+            return real()  # type: ignore[no-any-return]
+        kernel = _reading(rank, call)
+        return kernel.epoch[at] + kernel.now  # type: ignore[no-any-return]
+
+    def clock_ns() -> int:
+        rank = current()
+        if rank is None:
+            return real()  # type: ignore[no-any-return]
+        kernel = _reading(rank, call)
+        return kernel.epoch[at] + round(kernel.now * 1e9)  # type: ignore[no-any-return]
+
+    read: Any = clock_ns if name.endswith("_ns") else clock
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = real.__doc__
+    read.__wrapped__ = real
+    return read  # type: ignore[no-any-return]
+
+
+def _reading(rank: SyncRank, call: str) -> Any:
+    """The rank reads a clock: charge its measured work up to now first; return its kernel.
+
+    Under measured compute a read ends a burst as a call does, except that a
+    burst shorter than the threshold goes on rather than being dropped: a loop
+    that polls a clock (``while perf_counter() < end``) must see time pass.
+    Such a read still takes a call's index, since a replay charges every read.
+    Without a meter, or within a simcluster call, it costs two attribute reads.
+    """
+    meter = rank.meter
+    if meter is not None and not meter.depth:
+        if meter.replay is None and meter.clock() - meter.since - meter.floor < meter.threshold:
+            meter.calls += 1
+        else:
+            stop_clock(rank, call)
+            start_clock(rank)
+    return rank.comm.kernel
+
+
 _states = _States()
 
 
@@ -900,7 +985,7 @@ def start_run(seed: int, compute: Compute | None = None) -> None:
 
 
 def end_run(compute: Compute | None = None) -> None:
-    """That run ended: restore the process's generators and ``time.sleep`` (and entry points)."""
+    """That run ended: restore the process's generators and ``time``'s functions (and entry points)."""
     _states.stop()
     if compute is not None:
         _states.measured -= 1

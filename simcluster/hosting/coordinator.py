@@ -34,7 +34,7 @@ import pickle
 import secrets
 import signal
 import sys
-import time as _time
+from time import monotonic as _monotonic, perf_counter as _perf_counter  # bound now: a rank's time.* reads virtual time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -109,7 +109,7 @@ class Coordinator:
         self.procs = [_Proc(p, *config.block(p)) for p in range(config.nprocs)]
         self.queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self.server: asyncio.AbstractServer | None = None
-        self.started = _time.monotonic()
+        self.started = _monotonic()
         self.deadline = None if timeout is None else self.started + timeout
         self.now = 0.0
         self.finished = False
@@ -203,7 +203,7 @@ class Coordinator:
     def _remaining(self, deadline: float | None) -> float | None:
         if deadline is None:
             return None
-        return max(0.0, deadline - _time.monotonic())
+        return max(0.0, deadline - _monotonic())
 
     async def gather(self, kind: type[M], waiting: set[int], deadline: float | None,
                      what: str) -> dict[int, M]:
@@ -288,13 +288,13 @@ class Coordinator:
         exc = _remote.decode_exception(error.exc, proc.name())
         if error.transport and isinstance(exc, TransportError):
             # a broken link is most often a peer that died: wait for its own notice
-            end = _time.monotonic() + _LOST_WAIT
+            end = _monotonic() + _LOST_WAIT
             while True:
                 others = [p for p in self.procs if p is not proc and not p.errored]
                 done = [p for p in others if p.dead.is_set()]
                 if done:
                     return self._lost(done[0], None)
-                left = end - _time.monotonic()
+                left = end - _monotonic()
                 if not others or left <= 0:
                     break
                 waits = [asyncio.ensure_future(p.dead.wait()) for p in others]
@@ -304,7 +304,7 @@ class Coordinator:
         return exc
 
     async def _timed_out(self, what: str, waiting: set[int]) -> SimclusterError:
-        if self.deadline is None or _time.monotonic() < self.deadline:  # connect deadline
+        if self.deadline is None or _monotonic() < self.deadline:  # connect deadline
             names = ", ".join(self.procs[i].name() for i in sorted(waiting))
             return TransportError(None, "run", f"{names} did not {what} within "
                                   f"{self.transport.connect_timeout:g}s",
@@ -315,11 +315,11 @@ class Coordinator:
         for p in live:
             self.send(p, C.Timeout())
         answers: dict[int, list[str]] = {}
-        end = _time.monotonic() + 1.0
+        end = _monotonic() + 1.0
         pending = {p.index for p in live}
         while pending:
             try:
-                index, item = await asyncio.wait_for(self.queue.get(), max(0.0, end - _time.monotonic()))
+                index, item = await asyncio.wait_for(self.queue.get(), max(0.0, end - _monotonic()))
             except asyncio.TimeoutError:
                 break
             if isinstance(item, Envelope) and item.tag == C.LINES:
@@ -343,7 +343,7 @@ class Coordinator:
     async def connect(self) -> None:
         """Wait for every process's HELLO, hand out the peer table, wait for READY."""
         tp = self.transport
-        deadline = _time.monotonic() + tp.connect_timeout
+        deadline = _monotonic() + tp.connect_timeout
         hello = await self.gather(C.Hello, {p.index for p in self.procs}, deadline, "connect")
         table: list[tuple[str, int]] = []
         for index, message in sorted(hello.items()):
@@ -360,7 +360,7 @@ class Coordinator:
                     "start every node with the same script, world size and options")
         for proc in self.procs:
             self.send(proc, C.Start(table))
-        deadline = _time.monotonic() + tp.connect_timeout
+        deadline = _monotonic() + tp.connect_timeout
         await self.gather(C.Ready, {p.index for p in self.procs}, deadline, "connect to its peers")
         for proc in self.procs:
             self.send(proc, C.Go())
@@ -427,11 +427,11 @@ class Coordinator:
         before the result would report a failure that never happened.
         """
         waiting = {p.index for p in self.procs if p.link is not None and not p.dead.is_set()}
-        end = _time.monotonic() + timeout
+        end = _monotonic() + timeout
         while waiting:
             try:
                 index, item = await asyncio.wait_for(self.queue.get(),
-                                                     max(0.0, end - _time.monotonic()))
+                                                     max(0.0, end - _monotonic()))
             except asyncio.TimeoutError:
                 names = ", ".join(self.procs[i].name() for i in sorted(waiting))
                 _log.warning("simcluster: %s did not acknowledge the run's result within %gs; "
@@ -698,12 +698,12 @@ async def launch(fn: Callable[..., Any], config: RunConfig,
     second.
     """
     _refuse_while_bootstrapping()
-    wall_start = _time.perf_counter()
+    wall_start = _perf_counter()
     if config.nnodes > 1:
         final = await _launch_node(config, fn, progress)
     else:
         final = await _launch_local(config, fn, progress)
-    result = build_result(final, config.world_size, _time.perf_counter() - wall_start)
+    result = build_result(final, config.world_size, _perf_counter() - wall_start)
     if result.trace is not None and config.faults is not None:
         config.faults.mark(result.trace, result.elapsed)
     if result.trace is not None and isinstance(config.trace, (str, os.PathLike)):
