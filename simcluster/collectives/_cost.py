@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import arrays
 from ..latency import Hierarchical, Jitter, LatencyModel
+from . import _gloo
 from ._chunks import ceil_log2
 from ._reduction import nbytes_of
 
@@ -207,6 +208,31 @@ def reduce_rabenseifner(p: int, args: Args, nbytes: list[int], gamma: bool) -> l
     return stages
 
 
+def _gloo_blocks(objs: Sequence[Any], p: int, bounds: Any) -> tuple[list[int], float]:
+    """gloo's blocks of ``objs`` end to end (``_gloo``: ``bounds`` is its all_reduce or reduce
+    layout) and the bytes of the largest."""
+    size = sum(arrays.size(obj) for obj in objs)
+    itemsize = sum(arrays.nbytes(obj) for obj in objs) // size if size else 1
+    blocks = _gloo.blocks(objs[0], size, p, bounds)
+    return blocks, float(max(b - a for a, b in zip(blocks, blocks[1:])) * itemsize)
+
+
+def _gloo_all_reduce(p: int, objs: Sequence[Any], gamma: bool) -> list[Stage]:
+    """gloo's ring all_reduce of ``objs`` end to end: ``2(p-1)`` steps of its largest block."""
+    piece = _gloo_blocks(objs, p, _gloo.all_reduce_bounds)[1]
+    return [(p - 1, 1, piece, piece if gamma else 0.0), (p - 1, 1, piece, 0.0)]
+
+
+def reduce_gloo_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    obj, op, root = args[0]
+    if not _gloo.applies(obj, op):
+        return reduce_binomial(p, args, nbytes, gamma)
+    blocks, piece = _gloo_blocks([obj], p, _gloo.reduce_bounds)
+    sent = sum(1 for k in range(p) if k != root and blocks[k + 1] > blocks[k])
+    gather: list[Stage] = [(1, sent, piece, 0.0)] if sent else []
+    return [(p - 1, 1, piece, piece if gamma else 0.0), *gather]
+
+
 def reduce_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
     n, r = _operands(args, nbytes, gamma)
     return [(1, p - 1, n, 0.0), (p - 1, 0, 0.0, r)]
@@ -237,6 +263,13 @@ def all_reduce_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[
     piece, rpiece = (n / p, r / p) if _splits(obj, op, p) else (n, r)
     tail: list[Stage] = [] if op.commutative else [(1, 0, 0.0, rpiece)]
     return [(p - 1, 1, piece, rpiece), *tail, (p - 1, 1, piece, 0.0)]
+
+
+def all_reduce_gloo_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    obj, op = args[0]
+    if not _gloo.applies(obj, op):
+        return all_reduce_ring(p, args, nbytes, gamma)
+    return _gloo_all_reduce(p, [obj], gamma)
 
 
 def all_reduce_reduce_broadcast(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
@@ -271,6 +304,20 @@ def reduce_scatter_ring(p: int, args: Args, nbytes: list[int], gamma: bool) -> l
     n, r = _lists(args, nbytes, gamma)
     tail: list[Stage] = [] if args[0][1].commutative else [(1, 0, 0.0, r / p)]
     return [(p - 1, 1, n / p, r / p), *tail]
+
+
+def reduce_scatter_gloo_items(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    objs, op = args[0]
+    if not all(_gloo.applies(item, op) for item in objs):
+        return reduce_scatter_ring(p, args, nbytes, gamma)
+    return [stage for item in objs for stage in _gloo_all_reduce(p, [item], gamma)]
+
+
+def reduce_scatter_gloo_whole(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:
+    objs, op = args[0]
+    if not all(_gloo.applies(item, op) for item in objs):
+        return reduce_scatter_ring(p, args, nbytes, gamma)
+    return _gloo_all_reduce(p, objs, gamma)
 
 
 def reduce_scatter_linear(p: int, args: Args, nbytes: list[int], gamma: bool) -> list[Stage]:

@@ -341,6 +341,34 @@ async def ring_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
     return tail if head is None else await combine_flat(c, op, head, tail)
 
 
+# ---- gloo's ring (its layout and order: ``_gloo``) ----
+
+
+async def gloo_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int], op: ReduceOp) -> None:
+    """gloo's reduce-scatter: leave block ``c.rank`` of ``flat`` reduced over every rank.
+
+    At step ``s`` rank ``r`` sends block ``r+1+s`` left (to ``r-1``) and
+    receives block ``r+2+s`` from the right, adding its own operand in front:
+    ``(p-1) * (alpha + n/p*beta)`` for equal blocks. ``flat`` (our own copy)
+    is updated in place, each block after the send that read it.
+    """
+    p, r = c.size, c.rank
+    left, right = (r - 1) % p, (r + 1) % p
+    for step in range(p - 1):
+        k = (r + 2 + step) % p
+        got = await c.sendrecv(segment(flat, bounds, (r + 1 + step) % p), left, right)
+        flat[bounds[k]:bounds[k + 1]] = await combine_flat(c, op, segment(flat, bounds, k), got)
+
+
+async def gloo_all_gather(c: CollContext, flat: Flat, bounds: Sequence[int]) -> None:
+    """gloo's all_gather of the reduced blocks: step ``s`` sends block ``r+s`` left, gets ``r+1+s``."""
+    p, r = c.size, c.rank
+    left, right = (r - 1) % p, (r + 1) % p
+    for step in range(p - 1):
+        k = (r + 1 + step) % p
+        flat[bounds[k]:bounds[k + 1]] = await c.sendrecv(segment(flat, bounds, (r + step) % p), left, right)
+
+
 async def send_all(c: CollContext, items: Sequence[tuple[Any, int]]) -> None:
     """Send each ``(obj, dst)`` at once and wait for them all."""
     await wait_all([c.isend(obj, dst) for obj, dst in items])

@@ -15,6 +15,9 @@ adds one step before and one after, each ``alpha + n*beta``):
   ``2*log2(p)*(alpha + n*beta)`` on ``p = 2**k``.
 - ``linear``: every rank sends to rank 0, which reduces in rank order and
   sends the result to each rank: ``2*(alpha + (p-1)*n*beta)``.
+- ``gloo_ring``: gloo's ring, its blocks and its order of additions
+  (``_gloo``), so float sums equal gloo's bit for bit:
+  ``2*(p-1)*(alpha + n/p*beta)`` for equal blocks.
 
 Every algorithm keeps rank order, so non-commutative ops are correct with any
 of them; ``ring`` and ``rabenseifner`` split arrays into ``p`` (``pof2``)
@@ -34,11 +37,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _cost, analytic
+from . import _cost, _gloo, analytic
 from . import broadcast as _broadcast
 from . import reduce as _reduce
 from ._chunks import split_bounds
 from ._reduction import (
+    gloo_all_gather,
+    gloo_reduce_scatter,
     Fold,
     apply,
     charge,
@@ -134,6 +139,23 @@ async def ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
         k = (r - step - 1) % p
         flat[bounds[k]:bounds[k + 1]] = got
     return finish(op, unflatten(flat, obj), p, obj)
+
+
+async def gloo_ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
+    """gloo's ring (``gloo::allreduce``, as torch's gloo backend runs it on CPU tensors).
+
+    A reduce-scatter of gloo's blocks round the ring to the left, each rank
+    adding its operand in front, then the same ring passes the finished
+    blocks on (``_gloo``): ``2*(p-1)*(alpha + n/p*beta)`` for equal blocks.
+    Arrays under commutative elementwise ops; anything else runs ``ring``.
+    """
+    if not _gloo.applies(obj, op):
+        return await ring(c, obj, op)
+    flat = flatten(obj, op)
+    bounds = _gloo.blocks(flat, length(flat), c.size, _gloo.all_reduce_bounds)
+    await gloo_reduce_scatter(c, flat, bounds, op)
+    await gloo_all_gather(c, flat, bounds)
+    return finish(op, unflatten(flat, obj), c.size, obj)
 
 
 async def reduce_broadcast(c: CollContext, obj: Any, op: ReduceOp) -> Any:
@@ -248,6 +270,8 @@ ALGORITHMS: Final = declare(
               analytic.all_reduce(analytic.BINOMIAL, from_rank_0=True)),
     Algorithm("all_reduce", "linear", linear, _cost.all_reduce_linear,
               analytic.all_reduce(analytic.LEFT, from_rank_0=True)),
+    Algorithm("all_reduce", "gloo_ring", gloo_ring, _cost.all_reduce_gloo_ring,
+              analytic.all_reduce(analytic.GLOO_RING), wraps=True),
     Algorithm("all_reduce", "smp", smp, _cost.all_reduce_recursive_doubling,
               analytic.all_reduce(analytic.BALANCED), shaped=True),
     Algorithm("all_reduce", "nccl_ring", nccl_ring, _cost.all_reduce_ring, analytic.all_reduce(analytic.RING),

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import numpy as np
 
 from .. import arrays
-from . import _cost
+from . import _cost, _gloo
 from ._chunks import fresh, split_bounds
-from ._reduction import flatten, nbytes_of
+from ._reduction import flatten, nbytes_of, unflatten
 
 if TYPE_CHECKING:
     from ..comm import CollContext
@@ -538,6 +538,45 @@ class _Ring(Order):
         return [piece[0] for piece in pieces]
 
 
+class _Gloo(Order):
+    """gloo's ring (``_gloo``): blocks laid out as gloo lays them, each folded from the rank before it
+    round to its own; payloads gloo's order does not apply to combine in ``fallback``'s order.
+
+    ``whole``: a reduce_scatter that reduces every rank's list as one concatenated array (torch's
+    ``reduce_scatter_tensor`` on gloo) rather than item by item (its list ``reduce_scatter``).
+    """
+
+    __slots__ = ("bounds", "fallback", "whole")
+
+    def __init__(self, bounds: Callable[[int, int, int], list[int]], fallback: Order,
+                 whole: bool = False) -> None:
+        super().__init__(fallback.tree)
+        self.bounds, self.fallback, self.whole = bounds, fallback, whole
+
+    def _fold(self, objs: list[Any], op: ReduceOp) -> Any:
+        flats = [flatten(obj, op) for obj in objs]
+        bounds = _gloo.blocks(flats[0], arrays.size(flats[0]), len(objs), self.bounds)
+        return _gloo.fold_blocks(flats, bounds, op)
+
+    def value(self, objs: list[Any], op: ReduceOp, root: int) -> Any:
+        if not _gloo.applies(objs[0], op):
+            return self.fallback.value(objs, op, root)
+        return unflatten(self._fold(objs, op), objs[0])
+
+    def items(self, lists: list[list[Any]], op: ReduceOp) -> list[Any]:
+        if not all(_gloo.applies(item, op) for item in lists[0]):
+            return self.fallback.items(lists, op)
+        if not self.whole:
+            return [self.value([row[j] for row in lists], op, 0) for j in range(len(lists))]
+        flat = self._fold([arrays.concat([flatten(item, op) for item in row]) for row in lists], op)
+        out, offset = [], 0
+        for item in lists[0]:
+            n = arrays.size(item)
+            out.append(unflatten(flat[offset:offset + n], item))
+            offset += n
+        return out
+
+
 BALANCED: Final[Order] = Order(_balanced)
 """Recursive doubling and halving, Rabenseifner."""
 BINOMIAL: Final[Order] = Order(_binomial)
@@ -546,6 +585,12 @@ LEFT: Final[Order] = Order(_left)
 """Linear and pairwise: in rank order, one operand at a time."""
 RING: Final[Order] = _Ring()
 """The ring reduce-scatter."""
+GLOO_RING: Final[Order] = _Gloo(_gloo.all_reduce_bounds, RING)
+"""gloo's all_reduce ring; the ring where it does not apply; item by item in a reduce_scatter."""
+GLOO_WHOLE: Final[Order] = _Gloo(_gloo.all_reduce_bounds, RING, whole=True)
+"""gloo's all_reduce ring over a reduce_scatter's whole list."""
+GLOO_REDUCE: Final[Order] = _Gloo(_gloo.reduce_bounds, BINOMIAL)
+"""gloo's reduce; a binomial tree where it does not apply."""
 
 
 # ---- prefixes (scan, exscan) ----

@@ -21,6 +21,13 @@ Algorithms (``p`` ranks, ``n`` bytes, AlphaBeta costs with ``gamma = 0``):
   crosses the network. For commutative ops; ``binomial`` otherwise, and
   where the members share no node.
 
+- ``gloo_ring``: gloo's reduce (``_gloo``): the ring reduce-scatter of
+  gloo's blocks, each rank adding its operand in front, then every rank
+  sends its block to the root: ``(p-1)*(alpha + n/p*beta) + alpha +
+  (p-1)*n/p*beta`` for equal blocks, float sums equal to gloo's bit for bit.
+  For arrays under commutative elementwise ops; anything else runs
+  ``binomial``.
+
 The first three keep rank order, so non-commutative ops are correct with any of them.
 
 Default rule (MPICH's ``MPIR_Reduce_intra_auto``): ``rabenseifner`` for
@@ -34,9 +41,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _cost, analytic
+from . import _cost, _gloo, analytic
 from ._chunks import absolute, binomial_children, binomial_parent, relative, split_bounds
 from ._reduction import (
+    gloo_reduce_scatter,
     Fold,
     combine,
     doubling_gather,
@@ -111,6 +119,28 @@ async def linear(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
     return finish(op, value, c.size, obj) if c.rank == root else None
 
 
+async def gloo_ring(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
+    """gloo's reduce (``gloo::reduce``): a ring reduce-scatter of gloo's blocks, then each block to the root.
+
+    Costs ``(p-1)*(alpha + n/p*beta)`` for the ring and ``alpha + (p-1)*n/p*beta``
+    for the blocks into the root's port.
+    """
+    if not _gloo.applies(obj, op):
+        return await binomial(c, obj, op, root)
+    p, r = c.size, c.rank
+    flat = flatten(obj, op)
+    bounds = _gloo.blocks(flat, length(flat), p, _gloo.reduce_bounds)
+    await gloo_reduce_scatter(c, flat, bounds, op)
+    if r != root:
+        if bounds[r + 1] > bounds[r]:  # an empty block is not sent (gloo's sendLength > 0)
+            await c.send(flat[bounds[r]:bounds[r + 1]], root)
+        return None
+    reqs = [(src, c.irecv(src)) for src in range(p) if src != root and bounds[src + 1] > bounds[src]]
+    for src, req in reqs:
+        flat[bounds[src]:bounds[src + 1]] = await req
+    return finish(op, unflatten(flat, obj), p, obj)
+
+
 async def smp(c: CollContext, obj: Any, op: ReduceOp, root: int) -> Any:
     """Within each node a binomial reduce to its first rank; among those, the reduce the default
     picks, to the root's node; then to the root, unless it leads its node (MPICH's SMP-aware reduce).
@@ -147,6 +177,7 @@ ALGORITHMS: Final = declare(
     Algorithm("reduce", "rabenseifner", rabenseifner, _cost.reduce_rabenseifner,
               analytic.reduce(analytic.BALANCED), wraps=True),
     Algorithm("reduce", "linear", linear, _cost.reduce_linear, analytic.reduce(analytic.LEFT)),
+    Algorithm("reduce", "gloo_ring", gloo_ring, _cost.reduce_gloo_ring, analytic.reduce(analytic.GLOO_REDUCE)),
     Algorithm("reduce", "smp", smp, _cost.reduce_binomial, analytic.reduce(analytic.BINOMIAL), shaped=True),
 )
 """Reduce algorithms by name."""

@@ -18,7 +18,16 @@ AlphaBeta costs with ``gamma = 0``):
   rank order and sends item ``j`` to rank ``j``:
   ``alpha + (p-1)*n*beta + alpha + (p-1)/p * n*beta``.
 
-Items are reduced whole (an array item is never split), so every algorithm
+- ``gloo_items``: torch's list ``reduce_scatter`` on gloo: every item
+  all_reduced by gloo's ring (``all_reduce``'s ``gloo_ring``), one after
+  another, each rank keeping its own: ``p * 2*(p-1)*(alpha + n/p**2*beta)``.
+- ``gloo_whole``: torch's ``reduce_scatter_tensor`` on gloo: the list
+  concatenated and all_reduced by gloo's ring, each rank keeping its item:
+  ``2*(p-1)*(alpha + n/p*beta)``.
+
+Both add floats in gloo's order, bit for bit; for lists of arrays under
+commutative elementwise ops (anything else runs ``ring``). The other
+algorithms reduce items whole (an array item is never split), so every algorithm
 works on any payload, and every algorithm keeps rank order, so non-commutative
 ops are correct with any of them.
 
@@ -32,17 +41,23 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _cost, analytic
+from .. import arrays
+from . import _cost, _gloo, analytic
 from ._reduction import (
+    gloo_all_gather,
+    gloo_reduce_scatter,
     Fold,
     finish,
+    flatten,
     fold_in,
     fold_values,
     halving,
     linear_fold,
+    length,
     ring_reduce_scatter,
     segment,
     send_all,
+    unflatten,
 )
 from ._registry import Algorithm, declare
 
@@ -105,6 +120,44 @@ async def ring(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
     return finish(op, mine[0], c.size, objs[c.rank])
 
 
+async def _gloo_all_reduce(c: CollContext, flat: Any, op: ReduceOp) -> None:
+    """gloo's ring all_reduce of our own flat copy, in place (``_gloo``)."""
+    bounds = _gloo.blocks(flat, length(flat), c.size, _gloo.all_reduce_bounds)
+    await gloo_reduce_scatter(c, flat, bounds, op)
+    await gloo_all_gather(c, flat, bounds)
+
+
+async def gloo_items(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """All_reduce every item by gloo's ring, one after another; keep item ``rank`` (torch's gloo).
+
+    Costs ``p`` all_reduces of one item: ``p * 2*(p-1)*(alpha + n/p**2*beta)``.
+    """
+    if not all(_gloo.applies(item, op) for item in objs):
+        return await ring(c, objs, op)
+    mine = None
+    for j, item in enumerate(objs):
+        flat = flatten(item, op)
+        await _gloo_all_reduce(c, flat, op)
+        if j == c.rank:
+            mine = unflatten(flat, item)
+    return finish(op, mine, c.size, objs[c.rank])
+
+
+async def gloo_whole(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """All_reduce the concatenated list by gloo's ring; keep item ``rank`` (torch's gloo
+    ``reduce_scatter_tensor``).
+
+    Costs ``2*(p-1)*(alpha + n/p*beta)``.
+    """
+    if not all(_gloo.applies(item, op) for item in objs):
+        return await ring(c, objs, op)
+    flat = arrays.concat([flatten(item, op) for item in objs])
+    await _gloo_all_reduce(c, flat, op)
+    start = sum(arrays.size(item) for item in objs[:c.rank])
+    mine = objs[c.rank]
+    return finish(op, unflatten(flat[start:start + arrays.size(mine)], mine), c.size, mine)
+
+
 async def linear(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
     """Reduce the whole lists at rank 0 in rank order, then send item ``j`` to rank ``j``.
 
@@ -126,6 +179,10 @@ ALGORITHMS: Final = declare(
               analytic.reduce_scatter(analytic.LEFT)),
     Algorithm("reduce_scatter", "ring", ring, _cost.reduce_scatter_ring,
               analytic.reduce_scatter(analytic.RING)),
+    Algorithm("reduce_scatter", "gloo_items", gloo_items, _cost.reduce_scatter_gloo_items,
+              analytic.reduce_scatter(analytic.GLOO_RING)),
+    Algorithm("reduce_scatter", "gloo_whole", gloo_whole, _cost.reduce_scatter_gloo_whole,
+              analytic.reduce_scatter(analytic.GLOO_WHOLE)),
     Algorithm("reduce_scatter", "linear", linear, _cost.reduce_scatter_linear,
               analytic.reduce_scatter(analytic.LEFT)),
 )

@@ -186,7 +186,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             return self._sparse_all_reduce(tensors[0])
         if len(tensors) == 1:
             tensor = tensors[0]
-            req = self._comm.iall_reduce(tensor, op, algorithm=self._nccl("all_reduce", _nbytes(tensor)))
+            req = self._comm.iall_reduce(tensor, op, algorithm=self._gloo("all_reduce", _nbytes(tensor)))
             return self._work(req, tensors, op="all_reduce")
         return self._coalesced_all_reduce(tensors, op)
 
@@ -206,7 +206,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     n = t.numel()
                     t.copy_(flat[offset:offset + n].view(t.shape))
                     offset += n
-        req = self._comm.iall_reduce(flat, op, algorithm=self._nccl("all_reduce", _nbytes(flat)))
+        req = self._comm.iall_reduce(flat, op, algorithm=self._gloo("all_reduce", _nbytes(flat)))
         return self._work(req, tensors, finish, "all_reduce_coalesced")
 
     def _sparse_all_reduce(self, tensor: torch.Tensor) -> SimclusterWork:
@@ -237,10 +237,20 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
         return _nccl.algorithm(self._comm, collective, nbytes)
 
+    def _gloo(self, collective: str, nbytes: int, gloo: str = "gloo_ring") -> str | None:
+        """A reduction's algorithm: NCCL's on a platform with GPUs (``_nccl``), else gloo's, whose
+        order of additions gives gloo's floats bit for bit (``collectives._gloo``)."""
+        if getattr(self._comm.latency, "gpus", False):  # NCCL's reduce: the default
+            return None if collective == "reduce" else self._nccl(collective, nbytes)
+        from simcluster.collectives import _gloo
+
+        return _gloo.algorithm(self._comm, collective, gloo)
+
     def reduce(self, tensors: list[torch.Tensor],
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("reduce", tensors)
-        req = self._comm.ireduce(tensor, opts.rootRank, self._op("reduce", opts))
+        req = self._comm.ireduce(tensor, opts.rootRank, self._op("reduce", opts),
+                                 algorithm=self._gloo("reduce", _nbytes(tensor)))
         return self._work(req, tensors, op="reduce")
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
@@ -248,7 +258,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                        ) -> SimclusterWork:
         output = self._one("reduce_scatter", outputs)
         req = self._comm.ireduce_scatter(list(inputs[0]), self._op("reduce_scatter", opts),
-                                         algorithm=self._nccl("reduce_scatter", 0))
+                                         algorithm=self._gloo("reduce_scatter", 0, "gloo_items"))
         return self._work(req, outputs, _copy_to(output), "reduce_scatter")
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -261,7 +271,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                              f"{output.numel()}; size input as {size} outputs")
         parts = list(input.detach().reshape(-1).chunk(size))
         req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts),
-                                         algorithm=self._nccl("reduce_scatter", 0))
+                                         algorithm=self._gloo("reduce_scatter", 0, "gloo_whole"))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
     _reduce_scatter_base = reduce_scatter_single  # the older name

@@ -56,7 +56,8 @@ def test_small_tensors_take_the_tree_and_large_ones_the_rings_with_the_values_of
     assert [values[4] for values in result] == [[32.0 * r, 32.0 * r + 16] for r in range(16)]
 
 
-def test_platforms_without_gpus_keep_the_defaults() -> None:
+def test_platforms_without_gpus_run_gloos_reductions_and_the_defaults() -> None:
     result = sctorch.spawn(training_step, nprocs=8, latency=ethernet_cluster(2, 4), trace=True)
-    assert algorithms_run(result) == ["smp"]
+    assert algorithms_run(result) == ["gloo_ring"]  # CPU tensors: gloo's order (test_gloo_bits.py)
+    assert algorithms_run(result, "reduce_scatter") == ["gloo_items"]
     assert algorithms_run(result, "all_gather") != ["ring"]
