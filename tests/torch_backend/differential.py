@@ -97,6 +97,46 @@ def _simcluster_rank(rank: int, module_name: str, size: int) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
+class _AsGloo:
+    """What ``torchrun._BackendMap`` asks of its sessions: no note, and the spawn's rank state."""
+
+    def note(self, line: str) -> None:
+        pass
+
+    def current(self) -> Any:
+        from simcluster.torch import _session
+
+        session = _session.active()
+        return None if session is None else session.current()
+
+
+def spawn_as_gloo(fn: Any, args: tuple[Any, ...], nprocs: int, **keywords: Any) -> Any:
+    """``simcluster.torch.spawn`` where the program's ``init_process_group("gloo")`` is simcluster's.
+
+    As under ``simcluster torchrun``: the group reports ``"gloo"`` and its
+    profiler spans are named as gloo's.
+    """
+    import simcluster.torch as sctorch
+    from simcluster import torchrun
+
+    with torchrun._BackendMap(_AsGloo(), _AsGloo()):  # type: ignore[arg-type]
+        return sctorch.spawn(fn, args=args, nprocs=nprocs, **keywords)
+
+
+def _as_gloo_rank(rank: int, module_name: str, size: int) -> dict[str, Any]:
+    module = importlib.import_module(module_name)
+    dist.init_process_group("gloo", rank=rank, world_size=size, timeout=timedelta(seconds=120))
+    try:
+        return run_cases(module, rank, size)
+    finally:
+        dist.destroy_process_group()
+
+
+def gloo_named_values(module_name: str, size: int, **run_keywords: Any) -> list[dict[str, Any]]:
+    """Every case's values on ``size`` simcluster ranks whose program asks for gloo (``spawn_as_gloo``)."""
+    return list(spawn_as_gloo(_as_gloo_rank, (module_name, size), size, **run_keywords))
+
+
 def simcluster_values(module_name: str, size: int, **run_keywords: Any) -> list[dict[str, Any]]:
     """Every case's values on each of ``size`` simcluster ranks (``simcluster.torch.spawn``)."""
     import simcluster.torch as sctorch

@@ -36,30 +36,8 @@ pytestmark = [  # torch's own warnings, on every rank alike
 ]
 
 
-class _AsGloo:
-    """What ``torchrun._BackendMap`` asks of its sessions (as in test_gloo_semantics.py)."""
-
-    def note(self, line: str) -> None:
-        pass
-
-    def current(self) -> Any:
-        from simcluster.torch import _session
-
-        session = _session.active()
-        return None if session is None else session.current()
-
-
-def _rank(rank: int, size: int) -> dict[str, Any]:
-    dist.init_process_group("gloo", rank=rank, world_size=size)
-    try:
-        return differential.run_cases(cases, rank, size)
-    finally:
-        dist.destroy_process_group()
-
-
 def _simcluster_values(size: int, **keywords: Any) -> list[dict[str, Any]]:
-    with torchrun._BackendMap(_AsGloo(), _AsGloo()):  # type: ignore[arg-type]
-        return list(sctorch.spawn(_rank, args=(size,), nprocs=size, **keywords))
+    return differential.gloo_named_values("gloo_bits_cases", size, **keywords)
 
 
 def _differing(got: Any, want: Any, path: str = "") -> list[str]:
@@ -118,7 +96,7 @@ def _picked(result: sc.RunResult) -> dict[str, list[str]]:
 
 
 def test_the_backend_picks_the_algorithms_of_gloo_on_cpu_and_the_choice_of_the_run_wins() -> None:
-    with torchrun._BackendMap(_AsGloo(), _AsGloo()):  # type: ignore[arg-type]
+    with torchrun._BackendMap(differential._AsGloo(), differential._AsGloo()):  # type: ignore[arg-type]
         picked = _picked(sctorch.spawn(_algorithms, args=(2,), nprocs=2, trace=True))
         forced = _picked(sctorch.spawn(_algorithms, args=(2,), nprocs=2, trace=True,
                                        algorithms={"all_reduce": "ring", "reduce": "binomial",

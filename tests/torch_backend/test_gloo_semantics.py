@@ -31,7 +31,6 @@ import gloo_semantics_cases as cases  # noqa: E402
 
 import simcluster as sc  # noqa: E402
 import simcluster.torch as sctorch  # noqa: E402
-from simcluster import torchrun  # noqa: E402
 from simcluster.comm import current_comm  # noqa: E402
 
 SIZE = cases.SIZE
@@ -42,31 +41,7 @@ pytestmark = [  # torch's own warnings, on every rank alike
 ]
 
 
-class _AsGloo:
-    """What ``torchrun._BackendMap`` asks of its sessions: no note, and the spawn's rank state."""
-
-    def note(self, line: str) -> None:
-        pass
-
-    def current(self) -> Any:
-        from simcluster.torch import _session
-
-        session = _session.active()
-        return None if session is None else session.current()
-
-
-def spawn_as_gloo(fn: Any, args: tuple[Any, ...], nprocs: int, **keywords: Any) -> Any:
-    """``simcluster.torch.spawn`` where the program's ``init_process_group("gloo")`` is simcluster's."""
-    with torchrun._BackendMap(_AsGloo(), _AsGloo()):  # type: ignore[arg-type]
-        return sctorch.spawn(fn, args=args, nprocs=nprocs, **keywords)
-
-
-def _rank(rank: int, size: int) -> dict[str, Any]:
-    dist.init_process_group("gloo", rank=rank, world_size=size, timeout=timedelta(seconds=120))
-    try:
-        return differential.run_cases(cases, rank, size)
-    finally:
-        dist.destroy_process_group()
+spawn_as_gloo = differential.spawn_as_gloo
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +51,7 @@ def gloo_values() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def simcluster_values() -> list[dict[str, Any]]:
-    return list(spawn_as_gloo(_rank, (SIZE,), SIZE))
+    return differential.gloo_named_values("gloo_semantics_cases", SIZE)
 
 
 @pytest.mark.timeout(180)

@@ -24,19 +24,10 @@ if not dist.is_gloo_available():  # pragma: no cover
 
 import differential  # noqa: E402
 import profiler_cases as cases  # noqa: E402
-from test_gloo_semantics import spawn_as_gloo  # noqa: E402
 
 SIZE = cases.SIZE
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's deprecations, as in gloo's
-
-
-def _rank(rank: int, size: int) -> dict[str, Any]:
-    dist.init_process_group("gloo", rank=rank, world_size=size)
-    try:
-        return differential.run_cases(cases, rank, size)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +37,7 @@ def gloo_values() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def simcluster_values() -> list[dict[str, Any]]:
-    return list(spawn_as_gloo(_rank, (SIZE,), SIZE))
+    return differential.gloo_named_values("profiler_cases", SIZE)
 
 
 @pytest.mark.parametrize("case", list(cases.CASES))
@@ -64,7 +55,7 @@ def test_a_rank_trace_holds_its_own_spans_only(simcluster_values: list[dict[str,
 
 
 def test_the_profiler_outside_ranks_is_torchs_own_after_a_spawn() -> None:
-    spawn_as_gloo(_rank, (SIZE,), SIZE)
+    differential.gloo_named_values("profiler_cases", SIZE)
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         torch.ones(2) + 1
     assert "aten::add" in {e.name for e in prof.function_events}
