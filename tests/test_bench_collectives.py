@@ -12,7 +12,7 @@ def test_the_tables_have_every_collective_and_each_builds_targets(capsys: pytest
                                ring_ranks=8)
     out = capsys.readouterr().out
     assert [row[0] for row in figures["rows"]] == ["all_reduce", "broadcast", "all_gather"]
-    assert set(figures["algorithms"]) == {"linear", "rabenseifner", "recursive_doubling", "reduce_broadcast",
+    assert set(figures["algorithms"]) == {"gloo_ring", "linear", "rabenseifner", "recursive_doubling", "reduce_broadcast",
                                           "ring"}
     assert list(figures["targets"]) == list(BUILDS)
     for build, got in figures["targets"].items():

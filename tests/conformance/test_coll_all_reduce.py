@@ -208,8 +208,8 @@ def test_repeated_calls_keep_their_op_algorithm_and_checks(transport: str) -> No
 
 
 def test_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
-    message = ("all_reduce(algorithm='rng'): unknown algorithm; valid: linear, nccl_ring, nccl_tree, "
-               "rabenseifner, recursive_doubling, reduce_broadcast, ring, smp")
+    message = ("all_reduce(algorithm='rng'): unknown algorithm; valid: gloo_ring, linear, nccl_ring, "
+               "nccl_tree, rabenseifner, recursive_doubling, reduce_broadcast, ring, smp")
 
     async def main(comm: sc.Comm) -> None:
         with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
