@@ -14,7 +14,13 @@ status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
 - ``import mpi4py`` / ``from mpi4py import MPI`` give ``simcluster.MPI`` for
   the run (``sys.modules`` entries and a meta-path finder installed for the
   run and removed after), whether or not the real mpi4py is installed;
-  nothing of the real one is imported. ``mpi4py.util`` (``pkl5``, ``dtlib``,
+  nothing of the real one is imported. ``mpi4py.__file__`` is
+  ``simcluster/_mpi4py/__init__.py``, whose folder holds ``mpi4py.run``,
+  ``mpi4py.__main__`` and ``mpi4py.typing`` (``-m mpi4py script.py`` runs
+  mpi4py's command line on each rank), and ``mpi4py.rc`` is ``MPI.rc``. As
+  with ``mpiexec``, SCRIPT may be ``python`` followed by python's own form
+  (``python script.py``, ``python -m mpi4py script.py``, ``python -c CMD``).
+  ``mpi4py.util`` (``pkl5``, ``dtlib``,
   ``sync``) is ``simcluster.MPI.util``; other submodules fail saying why.
 - Output: ``sys.stdout`` and ``sys.stderr`` are replaced for the run by
   streams that file each completed line under (virtual time, rank, order of
@@ -49,6 +55,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -73,11 +80,14 @@ _MISSING: Final = {
     "futures": "use MPI.COMM_WORLD's methods, or simcluster.run for task parallelism",
     "util.pool": "it needs a pool of worker processes; use the ranks themselves "
                  "(comm.scatter/comm.gather), or simcluster.run for task parallelism",
-    "run": "use simcluster mpirun -m MODULE",
     "bench": "see examples/mpi4py/ for benchmark programs",
 }
 
 Record = tuple[float, int, int, int, str]  # (time, rank, seq, stream, text)
+_PACKAGE_INIT: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mpi4py",
+                                    "__init__.py")
+"""``mpi4py.__file__`` during a run; its folder holds ``mpi4py``'s pure-Python modules below."""
+_PACKAGE_MODULES: Final = ("run", "__main__", "typing", "_mpiabi")
 
 
 # ---- command line ----
@@ -156,7 +166,7 @@ def run_args(args: argparse.Namespace) -> int:
     if args.compute is None and not args.exact and args.transport == "memory" and args.faults is None:
         args.compute = "cpu"  # Wtime advances with the work between MPI calls, as under mpiexec
     keywords = script_keywords(args, PROG, ("procs", "trace", "compute"))
-    if keywords is None:
+    if keywords is None or not _python_form(args):
         return 2
     keywords["transport"] = args.transport
     if args.transport != "memory":
@@ -165,6 +175,37 @@ def run_args(args: argparse.Namespace) -> int:
     return mpirun(args.script, args.world_size, args.args, module=args.as_module,
                   prepend_rank=args.prepend_rank, summary=args.summary, shared=args.shared,
                   private=args.private, **keywords)
+
+
+def _is_python(script: str) -> bool:
+    """Whether SCRIPT names a Python interpreter (``mpiexec -n 2 python x.py``), not a script."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(script)) or os.path.isfile(script) \
+            and not os.access(script, os.X_OK):
+        return False
+    return script == sys.executable or shutil.which(script) is not None
+
+
+def _python_form(args: argparse.Namespace) -> bool:
+    """Turn ``python [-u ...] SCRIPT|-m MOD|-c CMD ARGS`` into mpirun's SCRIPT (mpiexec's form).
+
+    Returns False (after saying why) when no program follows the interpreter.
+    """
+    if args.as_module or not _is_python(args.script):
+        return True
+    rest = list(args.args)
+    while rest and rest[0] in ("-u", "-B", "-E", "-s", "-S", "-O", "-OO", "-q", "-b", "-bb"):
+        del rest[0]  # options that change nothing a simulated rank does
+    if not rest or rest[0] in ("-m", "-c") and len(rest) < 2:
+        print(f"{PROG}: {' '.join([args.script, *args.args])}: no program to run; pass "
+              "python SCRIPT, python -m MODULE or python -c CMD", file=sys.stderr)
+        return False
+    if rest[0] == "-m":
+        args.script, args.args, args.as_module = rest[1], rest[2:], True
+    elif rest[0] in ("-c", "-"):  # mpi4py's runner takes the same form, as the rank's __main__
+        args.script, args.args, args.as_module = "mpi4py", rest, True
+    else:
+        args.script, args.args = rest[0], rest[1:]
+    return True
 
 
 def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
@@ -841,6 +882,7 @@ class Session:
     def install(self) -> None:
         """Swap in the run's mpi4py, streams and import path (Rule 2: ``uninstall`` undoes it)."""
         from . import MPI
+        from .MPI import _rc
 
         self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin)
         root = self.root_logger
@@ -852,6 +894,7 @@ class Session:
         package = _mpi4py_package(MPI)
         sys.modules["mpi4py"] = package
         sys.modules["mpi4py.MPI"] = MPI
+        sys.modules["mpi4py.rc"] = package.rc  # as mpi4py registers it
         sys.modules.update(_mpi4py_util())
         package.util = sys.modules["mpi4py.util"]  # type: ignore[attr-defined]
         finder = _Finder()
@@ -865,14 +908,18 @@ class Session:
         if self.envs is not None:
             self.envs.install()
         self.seen = len(sys.modules)
-        self.undo = [saved_modules, finder, out, err, sys.path[0]]
+        self.undo = [saved_modules, finder, out, err, sys.path[0], dict(vars(_rc.rc))]
         Session._sessions[self.spec["id"]] = self
         _identity.install(self.ranks_per_node)  # each rank's os.getpid() and host name
 
     def uninstall(self) -> None:
         if not self.undo:
             return
-        saved_modules, finder, out, err, path0 = self.undo
+        from .MPI import _rc
+
+        saved_modules, finder, out, err, path0, saved_rc = self.undo
+        vars(_rc.rc).clear()  # the script's mpi4py.rc settings were its process's, not ours
+        vars(_rc.rc).update(saved_rc)
         self.undo = []
         _identity.uninstall()
         self.policy.uninstall()
@@ -969,8 +1016,16 @@ class _Bytes(io.RawIOBase):
 
 def _mpi4py_package(mpi: types.ModuleType) -> types.ModuleType:
     package = types.ModuleType("mpi4py", "mpi4py's API on simcluster (set up by simcluster mpirun).")
-    package.__path__ = []  # a package: submodule imports reach _Finder, which explains
-    package.__version__ = "4.1.0"  # type: ignore[attr-defined]  # the mpi4py API simcluster.MPI follows
+    # a package in a real folder (simcluster/_mpi4py): mpi4py.run and mpi4py.__main__ load from it;
+    # other submodule imports reach _Finder, which explains
+    package.__file__ = _PACKAGE_INIT
+    package.__path__ = [os.path.dirname(_PACKAGE_INIT)]
+    package.__spec__ = importlib.machinery.ModuleSpec("mpi4py", None, origin=_PACKAGE_INIT,
+                                                      is_package=True)
+    package.__spec__.submodule_search_locations = list(package.__path__)
+    package.__spec__.has_location = True
+    package.__all__ = ["MPI"]  # type: ignore[attr-defined]
+    package.__version__ = "4.1.2"  # type: ignore[attr-defined]  # the mpi4py API simcluster.MPI follows
     package.rc = mpi.rc  # type: ignore[attr-defined]
     package.Rc = type(mpi.rc)  # type: ignore[attr-defined]
     from .MPI import _toplevel
@@ -999,6 +1054,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         if not fullname.startswith("mpi4py."):
             return None
         parts = fullname.split(".")
+        if len(parts) == 2 and parts[1] in _PACKAGE_MODULES:
+            return None  # beside _PACKAGE_INIT: the path finder loads it from mpi4py.__path__
         why = _MISSING.get(".".join(parts[1:3])) or _MISSING.get(parts[1]) or (
             "simcluster's mpi4py has MPI and util (pkl5, dtlib, sync) only")
         raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} ({why})",

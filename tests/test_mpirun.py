@@ -91,6 +91,35 @@ def test_every_rank_runs_the_script_as_main_with_its_own_globals_and_argv(
         f"rank {r} of 3: ['--flag', 'x y', 'mine{r}'] calls=2 main=True file=True" for r in range(3)]
 
 
+@pytest.mark.parametrize("launch", [["-m", "mpi4py"], ["python", "-m", "mpi4py"],
+                                    [sys.executable, "-u", "-m", "mpi4py"]])
+def test_python_m_mpi4py_runs_the_script_on_every_rank_with_rc_options(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: list[str]) -> None:
+    prog = script(tmp_path, """
+        import sys
+        import mpi4py
+        from mpi4py import MPI
+        print(MPI.COMM_WORLD.rank, sys.argv, __name__, mpi4py.rc.thread_level, MPI.Query_thread())
+    """)
+    rc, out, err = mpirun(capsys, "-n", 2, *launch, "-rc", "thread_level=funneled", prog, "x")
+    assert (rc, err) == (0, "")
+    assert out.splitlines() == [f"{r} ['{prog}', 'x'] __main__ funneled 1" for r in (0, 1)]
+
+
+def test_python_c_runs_the_command_on_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = mpirun(capsys, "-n", 2, "python", "-c",
+                          "import sys; from mpi4py import MPI; print(MPI.COMM_WORLD.rank, sys.argv)",
+                          "y")
+    assert (rc, err, out.splitlines()) == (0, "", ["0 ['-c', 'y']", "1 ['-c', 'y']"])
+
+
+def test_python_without_a_program_says_what_to_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = mpirun(capsys, "-n", 2, "python", "-u")
+    assert (rc, out) == (2, "")
+    assert err == ("simcluster mpirun: python -u: no program to run; pass python SCRIPT, "
+                   "python -m MODULE or python -c CMD\n")
+
+
 def test_mpi4py_imports_give_simcluster_mpi_and_leave_nothing_behind(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     before = {name: mod for name, mod in sys.modules.items() if name.startswith("mpi4py")}
@@ -115,13 +144,16 @@ def test_mpi4py_imports_give_simcluster_mpi_and_leave_nothing_behind(
     rc, out, err = mpirun(capsys, "-n", 1, prog)
     assert (rc, err) == (0, "")
     assert out.splitlines() == [
-        "True True None",
+        f"True True {Path(cli.__file__).parent / '_mpi4py' / '__init__.py'}",
         "mpi4py.rc: unexpected argument 'initialise'; valid: initialize, threads, thread_level, "
         "finalize, fast_reduce, recv_mprobe, irecv_bufsz, errors",
         "No module named 'mpi4py.futures' under simcluster mpirun (use MPI.COMM_WORLD's "
         "methods, or simcluster.run for task parallelism)",
     ]
     assert {n: m for n, m in sys.modules.items() if n.startswith("mpi4py")} == before
+    from simcluster import MPI
+
+    assert (MPI.rc.initialize, MPI.rc.thread_level, MPI.rc.finalize) == (True, "multiple", None)
 
 
 def test_process_state_is_restored_after_a_run_and_after_a_failure(

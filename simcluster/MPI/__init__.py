@@ -12,8 +12,9 @@ values): communicators and groups, point-to-point and collectives for Python
 objects (lowercase, pickled) and for buffers (uppercase, with mpi4py's buffer
 specifications), process topologies and neighbourhood collectives, datatypes,
 requests, statuses, operations and the environment. mpi4py's names for
-one-sided windows, MPI-IO, spawning and intercommunicators exist and raise ``NotImplementedError``
-naming the feature when used.
+spawning exist and raise ``NotImplementedError`` naming the feature when
+used. One-sided windows (``Win``) are ``_win``'s (memory transport). Intercommunicators are ``_intercomm``'s; MPI-IO
+(``File``) is ``_file``'s.
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ from typing import Any
 
 from ..engine import sync as _sync
 from . import _constants, _datatypes, _handles, _unsimulated
-from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
+from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
+from ._intercomm import Create_intercomm as _create_intercomm
+from ._intercomm import Intercomm
 from ._datatypes import Datatype
 from ._env import (
     Aint_add, Aint_diff, Attach_buffer, Compute_dims, Detach_buffer, Finalize,
+    Get_abi_fortran_info, Get_abi_info, Get_abi_version,
     Flush_buffer, Get_library_version, Get_processor_name, Get_version, Iflush_buffer,
     Init, Init_thread, Is_finalized, Is_initialized, Is_thread_main, Pcontrol, Query_thread, Wtick,
     Wtime, get_vendor, rc,
 )
+from ._file import FILE_NULL, File
+from ._fileview import Register_datarep
 from ._errhandler import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
 from ._errors import (
     Add_error_class, Add_error_code, Add_error_string, Exception, Get_error_class,
@@ -50,6 +56,8 @@ from ._packing import Get_address
 from ._pickle import Pickle, pickle
 from ._grequest import Grequest
 from ._requests import REQUEST_NULL, Prequest, Request
+from ._session import SESSION_NULL, Session
+from ._win import WIN_NULL, Win
 from ._status import Status
 from ._topo import INTRACOMM_METHODS as _TOPOLOGY_METHODS
 from ._topo import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
@@ -64,13 +72,16 @@ globals().update(_CONSTANTS)
 globals().update(_DATATYPES)
 globals().update(_UNSIMULATED)
 globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
+_sizeof, _addressof, _handleof = _handles.sizeof, _handles.addressof, _handles.handleof
 
 _handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
-                  "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message},
+                  "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message,
+                  "Session": Session, "Win": Win},
                  globals())
 
 for _name, _feature in _unsimulated.COMM_METHODS.items():
     setattr(Comm, _name, _unsimulated.method(_name, _feature))
+Intracomm.Create_intercomm = _create_intercomm  # type: ignore[attr-defined]
 for _name, _method in _packing.METHODS.items():  # Pack, Unpack, ...: defined beside packing
     setattr(Datatype, _name, _method)
 for _name, _method in _TOPOLOGY_METHODS.items():  # Create_cart, ...: defined beside Cartcomm
@@ -97,7 +108,7 @@ _sync.measured_calls(*_entry_points())
 
 __all__ = sorted([
     "BOTTOM", "BUFFER_AUTOMATIC", "IN_PLACE", "COMM_NULL", "COMM_SELF", "COMM_WORLD", "Comm",
-    "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Datatype", "Aint_add", "Aint_diff", "Alloc_mem", "Attach_buffer",
+    "Intracomm", "Intercomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Datatype", "Aint_add", "Aint_diff", "Alloc_mem", "Attach_buffer",
     "Compute_dims", "Detach_buffer", "Finalize", "Flush_buffer", "Free_mem",
     "Get_library_version", "Get_processor_name", "Get_version", "Iflush_buffer", "Init",
     "Init_thread", "Is_finalized", "Is_initialized", "Is_thread_main", "Pcontrol",
@@ -108,7 +119,8 @@ __all__ = sorted([
     "ERRORS_ARE_FATAL", "ERRORS_RETURN", "INFO_ENV", "INFO_NULL", "Errhandler", "Info",
     "MESSAGE_NO_PROC", "MESSAGE_NULL", "Message", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP", "OP_NULL", "PROD", "REPLACE", "SUM", "Op",
-    "Get_address", "buffer", "memory", "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
+    "Get_address", "buffer", "memory", "File", "FILE_NULL", "Register_datarep", "SESSION_NULL", "Session", "BottomType", "BufferAutomaticType", "InPlaceType",
+    "Get_abi_fortran_info", "Get_abi_info", "Get_abi_version", "WIN_NULL", "Win", "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
     *_CONSTANTS, *_DATATYPES, *_UNSIMULATED, "2INT",
 ])
 

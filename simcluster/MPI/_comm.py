@@ -6,7 +6,7 @@ and ``MPI.COMM_SELF`` hold no state of their own: they resolve at each use to
 the calling rank's communicator, so code written for ``from mpi4py import
 MPI`` (``comm = MPI.COMM_WORLD`` at module level) runs unchanged on every
 rank. ``MPI.Intracomm(comm)`` and subclasses wrap any of them, as mpi4py
-allows. Every communicator here is an intracommunicator.
+allows. Intercommunicators (``MPI.Intercomm``) are ``_intercomm``'s.
 
 Creating communicators follows MPI: ``Dup``, ``Split``, ``Split_type`` and
 ``Create`` are collective over the communicator (simcluster's ``dup``,
@@ -35,6 +35,7 @@ from ._constants import (
     WTIME_IS_GLOBAL, ANY_SOURCE, ERR_ARG, ERR_COMM, ERR_GROUP,
 )
 from ._attributes import AttributeCache
+from . import _errhandler
 from ._errhandler import ERRORS_RETURN, Errhandler
 from ._errors import error, last_used_code
 from ._group import Group
@@ -143,8 +144,11 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
     # ---- facts ----
 
     def Get_size(self) -> int:
-        """Return the number of ranks in the communicator."""
-        return self._st.sc.size
+        """Return the number of ranks in the communicator (an intercommunicator's local group)."""
+        sc = self._st.sc
+        if isinstance(sc, ScComm):
+            return sc.size
+        return len(sc.world_ranks)  # an intercommunicator's Bridge: its local group's
 
     def Get_rank(self) -> int:
         """Return this rank's number in the communicator."""
@@ -166,23 +170,23 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         a, b = self._st, comm._st
         if a is b:
             return IDENT
+        if isinstance(a.sc, ScComm) != isinstance(b.sc, ScComm):  # an intercomm and an intracomm
+            return UNEQUAL
         ra, rb = a.sc.world_ranks, b.sc.world_ranks
         if ra == rb:
             return CONGRUENT
         return SIMILAR if sorted(ra) == sorted(rb) else UNEQUAL
 
     def Is_inter(self) -> bool:
-        """Return False: every communicator here is an intracommunicator."""
-        self._st
-        return False
+        """Return whether this is an intercommunicator (``MPI.Intercomm``)."""
+        return not isinstance(self._st.sc, ScComm)  # an intercomm's state holds a Bridge
 
     def Is_intra(self) -> bool:
-        """Return True: every communicator here is an intracommunicator."""
-        self._st
-        return True
+        """Return whether this is an intracommunicator."""
+        return isinstance(self._st.sc, ScComm)
 
-    is_inter = property(Is_inter, doc="False: intercommunicators are not simulated.")
-    is_intra = property(Is_intra, doc="True.")
+    is_inter = property(Is_inter, doc="Whether this is an intercommunicator.")
+    is_intra = property(Is_intra, doc="Whether this is an intracommunicator.")
 
     def Get_topology(self) -> int:
         """Return ``CART``, ``GRAPH`` or ``DIST_GRAPH`` for a topology communicator, else ``UNDEFINED``."""
@@ -438,9 +442,8 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
     @classmethod
     def Get_parent(cls) -> Comm:
         """Not simulated: the parent intercommunicator of a spawned process."""
-        raise NotImplementedError("MPI.Comm.Get_parent: dynamic processes (spawn) and "
-                                  "intercommunicators are not simulated by simcluster; no rank "
-                                  "has a parent")
+        raise NotImplementedError("MPI.Comm.Get_parent: dynamic processes (spawn) are not "
+                                  "simulated by simcluster; no rank has a parent")
 
     # ---- attributes, info, error handlers ----
 
@@ -480,7 +483,7 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
     def Get_errhandler(self) -> Errhandler:
         """Return (a new handle on) the communicator's error handler; ``ERRORS_RETURN`` by default."""
         current = self._st.errhandler
-        return Errhandler(ERRORS_RETURN if current is None else current)
+        return Errhandler(_errhandler.default() if current is None else current)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
         """Set the error handler that ``Call_errhandler`` runs (new communicators inherit it)."""
@@ -495,7 +498,7 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         """Run the error handler for ``errorcode``: ``ERRORS_RETURN`` returns, ``ERRORS_ARE_FATAL``
         and ``ERRORS_ABORT`` end the run with the code, a user handler is called as ``fn(comm, code)``."""
         current = self._st.errhandler
-        (ERRORS_RETURN if current is None else current)._invoke(self, int(errorcode))
+        (_errhandler.default() if current is None else current)._invoke(self, int(errorcode))
 
     @classmethod
     def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
@@ -577,12 +580,15 @@ def _rank_or_none() -> int | None:
 
 
 class Intracomm(Comm):
-    """An intracommunicator: every communicator here (mpi4py's ``MPI.Intracomm``)."""
+    """An intracommunicator (mpi4py's ``MPI.Intracomm``)."""
 
     __slots__ = ()
 
     def __new__(cls, comm: Comm | None = None) -> Intracomm:
         self = super().__new__(cls, comm)
+        ref = self._ref
+        if isinstance(ref, CommState) and not isinstance(ref.sc, ScComm):  # an intercomm's Bridge
+            raise TypeError(f"MPI.{cls.__name__}({comm!r}): expected an intracommunicator")
         assert isinstance(self, Intracomm)
         return self
 

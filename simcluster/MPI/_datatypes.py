@@ -77,7 +77,7 @@ class Datatype(TypeAttributes):
     """An MPI datatype: sizes and bounds, derived-type constructors, ``Commit``/``Free``, packing."""
 
     __slots__ = ("_id", "_name", "_np", "_layout", "_base", "_combiner", "_decoded", "_contents",
-                 "_committed", "_freed", "_predefined", "_named", "_pos")
+                 "_committed", "_freed", "_predefined", "_named", "_pos", "__weakref__")
 
     _id: int
     _name: str
@@ -158,7 +158,7 @@ class Datatype(TypeAttributes):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # XX: mpi4py's are unhashable; tables here key by datatype
         return self._id
 
     def __bool__(self) -> bool:
@@ -177,7 +177,7 @@ class Datatype(TypeAttributes):
             if self._combiner in _F90 or key is None or _by_name[key] is not self:
                 if self._combiner in _F90:
                     return (_rebuild, (self._combiner, None, self._decoded[1], True))
-                return (Datatype, (_by_name[key] if key else DATATYPE_NULL,))
+                return (type(self), (_by_name[key] if key else DATATYPE_NULL,))
             return (_predefined, (key,))
         old, params = self._decoded
         return (_rebuild, (self._combiner, old, params, self._committed))
@@ -326,8 +326,15 @@ class Datatype(TypeAttributes):
             self._forget_attrs()
 
     def free(self) -> None:
-        """``Free`` where it applies; nothing for predefined, null or freed types (mpi4py's safe free)."""
-        if self and not self._predefined:
+        """``Free`` where it applies; nothing for predefined, null or freed types (mpi4py's safe free).
+
+        A copy of a predefined type (``Datatype(MPI.INT)``) becomes ``DATATYPE_NULL``, as mpi4py
+        sets its handle to null; the predefined constant itself stays as it is.
+        """
+        if self and self._predefined:
+            if not any(self is const for const in _by_name.values()):
+                self._freed = True
+        elif self:
             self.Free()
 
     def Dup(self) -> Datatype:

@@ -10,12 +10,14 @@ places it, a platform's nodes or ``latency.Hierarchical``'s ``ranks_per_node``;
 one node otherwise), the name ``socket.gethostname()`` gives the rank under
 ``simcluster mpirun`` (``simcluster._identity``), as an MPI library gives the host's.
 
-``rc`` mirrors ``mpi4py.rc``: the settings it takes are accepted (and none
-changes what simcluster does); an unknown one is a ``TypeError``, as in mpi4py.
+``rc`` is ``mpi4py.rc`` (``_rc``): ``initialize``, ``threads``/``thread_level``
+and ``errors`` set ``Is_initialized``, ``Query_thread`` and the default error
+handler as they do in mpi4py; an unknown option is a ``TypeError``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,23 +28,30 @@ from ..request import wait_all
 from . import _interop
 from ._blocking import block
 from ._buffers import BUFFER_AUTOMATIC
-from ._constants import SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION, ERR_BUFFER
+from ._constants import ERR_BUFFER, SUBVERSION, THREAD_MULTIPLE, THREAD_SINGLE, VERSION
 from ._errors import error
+from ._info import Info
+from ._rc import LEVELS as _LEVELS
+from ._rc import rc as rc
+from ._rc import rc_option
 from ._requests import Request, immediate
 from ._state import current, node_of
 
 
 def Init() -> None:
-    """Initialise MPI (ranks already are: this records the call)."""
-    current().initialized = True
+    """Initialise MPI (ranks already are: this records the call, at ``THREAD_SINGLE``)."""
+    state = current()
+    state.initialized = True
+    if state.thread_level is None:
+        state.thread_level = THREAD_SINGLE
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
-    """Initialise with a thread level; return the level provided (the one asked for)."""
+    """Initialise with a thread level; return the level provided (the one asked for, as MPICH)."""
     state = current()
     state.initialized = True
-    state.thread_level = required
-    return required
+    state.thread_level = int(required)
+    return state.thread_level
 
 
 def Finalize() -> None:
@@ -52,8 +61,9 @@ def Finalize() -> None:
 
 
 def Is_initialized() -> bool:
-    """Return True inside a rank."""
-    return current().initialized
+    """Return True inside a rank, unless ``mpi4py.rc.initialize`` was False and ``Init`` not called."""
+    state = current()
+    return bool(rc_option("initialize")) if state.initialized is None else state.initialized
 
 
 def Is_finalized() -> bool:
@@ -62,13 +72,17 @@ def Is_finalized() -> bool:
 
 
 def Query_thread() -> int:
-    """Return the thread level (``THREAD_SINGLE`` unless ``Init_thread`` asked for another)."""
-    return current().thread_level
+    """Return the thread level: ``Init_thread``'s, else ``mpi4py.rc``'s (``THREAD_MULTIPLE`` by default,
+    ``THREAD_SINGLE`` with ``rc.threads = False``), as mpi4py initialises MPI at import."""
+    level = current().thread_level
+    if level is None:
+        level = _LEVELS[rc_option("thread_level")] if rc_option("threads") else THREAD_SINGLE
+    return level
 
 
 def Is_thread_main() -> bool:
-    """Return True: a rank runs on one stack."""
-    return True
+    """Return whether the caller is a rank's own stack (not a thread it started)."""
+    return _sync.current() is not None or threading.current_thread() is threading.main_thread()
 
 
 def Get_version() -> tuple[int, int]:
@@ -80,6 +94,29 @@ def Get_library_version() -> str:
     """Return a description of the library: simcluster's simulated MPI."""
     return (f"simcluster {_version}: mpi4py's API on simulated ranks (virtual time, discrete-event "
             "engine); MPI 4.1 semantics")
+
+
+def Get_abi_version() -> tuple[int, int]:
+    """Return the MPI ABI version: ``(-1, -1)``, as MPICH built with its own ABI answers (MPI-5)."""
+    return (-1, -1)
+
+
+def Get_abi_info() -> Info:
+    """Return the ABI's sizes as MPICH on x86-64 gives them: ``mpi_aint_size`` and friends, 8."""
+    return Info.Create({"mpi_aint_size": "8", "mpi_count_size": "8", "mpi_offset_size": "8"})
+
+
+_FORTRAN_SIZES = {"mpi_logical_size": "4", "mpi_integer_size": "4", "mpi_real_size": "4",
+                  "mpi_double_precision_size": "8"}
+_FORTRAN_KINDS = ("logical1", "logical2", "logical4", "logical8", "logical16", "integer1",
+                  "integer2", "integer4", "integer8", "integer16", "real2", "real4", "real8",
+                  "real16", "complex4", "complex8", "complex16", "complex32", "double_complex")
+
+
+def Get_abi_fortran_info() -> Info:
+    """Return the Fortran ABI's sizes and supported kinds, MPICH's keys and values (MPI-5)."""
+    return Info.Create({**_FORTRAN_SIZES,
+                        **{f"mpi_{kind}_supported": "true" for kind in _FORTRAN_KINDS}})
 
 
 def get_vendor() -> tuple[str, tuple[int, int, int]]:
@@ -186,34 +223,4 @@ def _aint(value: int) -> int:
     return (int(value) + 2**63) % 2**64 - 2**63
 
 
-# ---- mpi4py.rc ----
-
-
-class Rc:
-    """mpi4py's runtime settings (``mpi4py.rc``): accepted, and none changes the simulation."""
-
-    _DEFAULTS: dict[str, Any] = {"initialize": True, "threads": True, "thread_level": "multiple",
-                                 "finalize": None, "fast_reduce": True, "recv_mprobe": True,
-                                 "irecv_bufsz": 32768, "errors": "exception"}
-
-    def __init__(self, **kwargs: Any) -> None:
-        for name, value in self._DEFAULTS.items():
-            object.__setattr__(self, name, value)
-        self(**kwargs)
-
-    def __call__(self, **kwargs: Any) -> None:
-        for name, value in kwargs.items():
-            setattr(self, name, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in self._DEFAULTS:
-            raise TypeError(f"mpi4py.rc: unexpected argument {name!r}; valid: "
-                            f"{', '.join(self._DEFAULTS)}")
-        object.__setattr__(self, name, value)
-
-    def __repr__(self) -> str:
-        return "<mpi4py.rc>"
-
-
-rc = Rc()
 assert THREAD_SINGLE == 0

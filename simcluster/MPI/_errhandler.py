@@ -28,6 +28,7 @@ from typing import Any
 from ._constants import ERR_ERRHANDLER
 from ._errors import error
 from ._limits import UserSlots, _Holder
+from ._rc import rc_option
 
 _ids = itertools.count(16)
 
@@ -126,6 +127,16 @@ class Errhandler:
                 return (type(self), (const,))
         raise ValueError(f"cannot pickle {self!r}: a user error handler belongs to the rank that "
                          "made it; call Create_errhandler() on every rank")
+
+
+def default() -> Errhandler:
+    """The handler a communicator has until ``Set_errhandler``: ``mpi4py.rc.errors``'s
+    (``ERRORS_RETURN`` for ``"exception"``, mpi4py's default; MPI's ``ERRORS_ARE_FATAL`` for
+    ``"default"`` and ``"fatal"``; ``ERRORS_ABORT`` for ``"abort"``)."""
+    errors = rc_option("errors")
+    if errors == "abort":
+        return ERRORS_ABORT
+    return ERRORS_RETURN if errors == "exception" else ERRORS_ARE_FATAL
 
 
 ERRHANDLER_NULL = Errhandler._make("MPI_ERRHANDLER_NULL")

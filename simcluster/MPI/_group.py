@@ -184,9 +184,9 @@ class Group:
 
     @classmethod
     def Create_from_session_pset(cls, session: Any, pset_name: str) -> Group:
-        """Not simulated: MPI sessions."""
-        raise NotImplementedError("MPI.Group.Create_from_session_pset(): MPI sessions are not "
-                                  "simulated by simcluster; use Comm.Get_group()")
+        """Return the group of process set ``pset_name`` of ``session`` (``Session.Create_group``)."""
+        group: Group = session.Create_group(pset_name)
+        return group if cls is Group else cls(group)
 
 
 def _compare(a: Sequence[int], b: Sequence[int]) -> int:

@@ -26,7 +26,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ._constants import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_INFO, ERR_OP, ERR_REQUEST, ERR_TYPE
+from ._constants import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_INFO, ERR_OP, ERR_REQUEST, ERR_SESSION,
+                         ERR_TYPE, ERR_WIN)
 from ._errors import error
 
 PREDEFINED: dict[str, dict[str, int]] = {
@@ -83,6 +84,12 @@ PREDEFINED: dict[str, dict[str, int]] = {
     },
     "Request": {
         "REQUEST_NULL": 0x2c000000
+    },
+    "Session": {
+        "SESSION_NULL": 0x38000000
+    },
+    "Win": {
+        "WIN_NULL": 0x20000000
     },
 }
 """MPICH 4's handles of mpi4py's predefined objects, by class and name (as 32-bit values)."""
@@ -250,6 +257,10 @@ def install(classes: dict[str, type], names: dict[str, Any]) -> None:
             if cls is Comm and stored:
                 cls = _topology_class(Intracomm(stored))
             return cls(stored)
+        if cls is Comm:
+            from ._intercomm import Intercomm, is_inter
+            if is_inter(stored):
+                return Intercomm._on(stored)
         comm = (Intracomm if cls is Comm else cls)._on(stored)  # type: ignore[attr-defined]
         return _topology_class(comm)(comm) if cls is Comm else comm
 
@@ -274,7 +285,49 @@ def install(classes: dict[str, type], names: dict[str, Any]) -> None:
                        else "INFO_NULL"), ERR_INFO),
         "Request": (_Kind("Request", 0x2C000000, request_key), ERR_REQUEST),
         "Message": (_Kind("Message", 0x2C000000, message_key), ERR_REQUEST),
+        "Session": (_Kind("Session", 0x38000000, lambda s: s._st or "SESSION_NULL"), ERR_SESSION),
+        "Win": (_Kind("Win", 0x20000000, lambda w: w._live() or "WIN_NULL",
+                      lambda cls, stored: getattr(cls, "_from_state")(stored)), ERR_WIN),
     }
     for name, (kind, code) in kinds.items():
         for attr, value in _methods(kind, code).items():
             setattr(classes[name], attr, value)
+
+
+# ---- mpi4py's low-level helpers: _sizeof, _addressof, _handleof ----
+
+_HANDLE_CLASSES = ("Status", "Datatype", "Request", "Message", "Op", "Group", "Info",
+                   "Errhandler", "Session", "Comm", "Win", "File")
+
+
+def _handle_class(obj: Any, call: str, types_too: bool) -> type:
+    names = _package[0]
+    classes = tuple(c for c in (names.get(n) for n in _HANDLE_CLASSES) if isinstance(c, type))
+    if types_too and isinstance(obj, type) and issubclass(obj, classes):
+        return obj
+    if isinstance(obj, classes):
+        return type(obj)
+    raise TypeError(f"MPI.{call}({obj!r}): expecting an MPI {'type or ' if types_too else ''}"
+                    "instance")
+
+
+def sizeof(arg: Any) -> int:
+    """Return the bytes of the C object behind ``arg`` (an MPI object or class), as MPICH's:
+    20 for a ``Status`` (five C ints), 4 for a handle (MPICH's handles are C ints)."""
+    cls = _handle_class(arg, "_sizeof", True)
+    return 20 if issubclass(cls, _package[0]["Status"]) else 4
+
+
+def addressof(arg: Any) -> int:
+    """Return where ``arg``'s handle lives: the address of the Python object holding it."""
+    _handle_class(arg, "_addressof", False)
+    return id(arg)
+
+
+def handleof(arg: Any) -> int:
+    """Return ``arg``'s handle (``arg.handle``); for a ``Status``, the address of its fields."""
+    cls = _handle_class(arg, "_handleof", False)
+    if issubclass(cls, _package[0]["Status"]):
+        return id(arg)
+    value: int = arg.handle
+    return value

@@ -149,6 +149,9 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
     def __len__(self) -> int:
         return self.nbytes
 
+    def __bool__(self) -> bool:  # mpi4py's buffer is a sequence: true when it holds bytes
+        return self.nbytes > 0
+
     def __getitem__(self, index: Any) -> Any:
         host = self._host("indexing")
         key = _key(index, self.nbytes)

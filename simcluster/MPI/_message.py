@@ -29,7 +29,7 @@ from ._status import Status
 class Message:
     """A message taken out of matching by a matched probe; receive it with ``Recv``/``recv``."""
 
-    __slots__ = ("_req", "_rank", "_call", "_null")
+    __slots__ = ("_req", "_rank", "_call", "_null", "__weakref__")
 
     _req: _sc.Request[Any] | None
     _rank: int
@@ -37,6 +37,9 @@ class Message:
     _null: bool
 
     def __new__(cls, message: Message | None = None) -> Message:
+        if message is not None and not isinstance(message, Message):
+            raise TypeError(f"MPI.Message({message!r}): expected an MPI.Message, got "
+                            f"{type(message).__name__}")
         self = object.__new__(cls)
         self._req = None if message is None else message._req
         self._rank = -1 if message is None else message._rank
@@ -64,7 +67,7 @@ class Message:
             return NotImplemented
         return not self == other
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self is MESSAGE_NULL:
@@ -158,8 +161,10 @@ class Message:
     iprobe = Iprobe
 
     def free(self) -> None:
-        """Drop the handle."""
+        """Drop the handle: it becomes ``MESSAGE_NULL`` (``MESSAGE_NO_PROC`` itself stays)."""
         self._req = None
+        if self is not MESSAGE_NO_PROC:
+            self._null = False
 
 
 def _load(data: Any) -> Any:

@@ -33,9 +33,27 @@ class Pickle:
                  threshold: int | None = None) -> None:
         self._dumps = _pickle.dumps if dumps is None else dumps
         self._loads = _pickle.loads if loads is None else loads
-        self.PROTOCOL: int | None = _pickle.HIGHEST_PROTOCOL if protocol is None and dumps is None \
+        self._protocol: int | None = _pickle.HIGHEST_PROTOCOL if protocol is None and dumps is None \
             else protocol
-        self.THRESHOLD = 262144 if threshold is None else threshold
+        self._threshold = 262144 if threshold is None else threshold
+
+    @property
+    def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
+        """The pickle protocol ``dumps`` uses (None: the ``dumps`` function's default)."""
+        return self._protocol
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, value: int | None) -> None:  # noqa: N802
+        self._protocol = value
+
+    @property
+    def THRESHOLD(self) -> int:  # noqa: N802
+        """The size in bytes from which mpi4py would send pickled buffers out of band."""
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, value: int) -> None:  # noqa: N802
+        self._threshold = value
 
     def dumps(self, obj: Any) -> bytes:
         """Return ``obj`` as bytes."""

@@ -123,7 +123,7 @@ class Request:
             return NotImplemented
         return not self == other
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self is REQUEST_NULL:
@@ -277,19 +277,30 @@ class Request:
 
     def Cancel(self) -> None:
         """Ask to cancel the operation (a receive not yet matched); complete it with Wait or Test."""
+        self._check_not_null("Cancel()")
         req = self._req
         if isinstance(req, ScRequest):
             req.cancel()
 
+    def _check_not_null(self, call: str) -> None:
+        if not self._alive:
+            raise error(ERR_REQUEST, None, f"Request.{call}", "the request is REQUEST_NULL",
+                        "call it on a request that is still active, or use free(), which "
+                        "skips null requests")
+
     def Free(self) -> None:
         """Drop the handle; a pending operation still completes (its messages still arrive)."""
+        self._check_not_null("Free()")
         if self._owner is not None:
             for r in self._ops():
                 self._owner.adopt(r)
         self._req = None
         self._alive = False
 
-    free = Free
+    def free(self) -> None:
+        """``Free`` the request when it is not null (never raises for REQUEST_NULL)."""
+        if self._alive:
+            self.Free()
 
     def wait(self, status: Status | None = None) -> Any:
         """Wait for the operation and return its object (the received object; None for sends)."""

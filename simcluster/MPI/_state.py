@@ -32,7 +32,7 @@ from ..comm import current_comm
 from ..matching import ANY_SOURCE as SC_ANY_SOURCE
 from ..matching import ANY_TAG as SC_ANY_TAG
 from ..request import Request as ScRequest
-from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, THREAD_SINGLE, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_REVOKED, ERR_TAG
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_REVOKED, ERR_TAG
 from ._errors import error
 
 TAG_MAX: Final = 2**31 - 1
@@ -55,9 +55,9 @@ class RankState:
         self.bsend: Any = None  # the buffer given to Attach_buffer
         self.bsend_used = 0  # bytes of it held by buffered sends in flight
         self.pending: list[tuple[ScRequest[Any], int]] = []  # (request, bytes): Bsend, Free
-        self.initialized = True
+        self.initialized: bool | None = None  # None: as mpi4py.rc.initialize says (_env)
         self.finalized = False
-        self.thread_level = THREAD_SINGLE
+        self.thread_level: int | None = None  # None: as mpi4py.rc.threads/thread_level say
 
     def adopt(self, req: ScRequest[Any], nbytes: int = 0) -> None:
         """Keep a request the user let go of (Bsend, Request.Free) until it completes.

@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from ._constants import ANY_SOURCE, ANY_TAG, ERR_COUNT, PROC_NULL, SUCCESS, UNDEFINED
+from ._constants import ANY_SOURCE, ANY_TAG, ERR_COUNT, ERR_TYPE, PROC_NULL, SUCCESS, UNDEFINED
 from ._datatypes import BYTE, Datatype
 from ._errors import error
 
@@ -44,7 +44,7 @@ def _signed(v: int) -> int:
 class Status:
     """Source, tag, error, byte count and cancellation of a completed operation."""
 
-    __slots__ = ("_mem",)
+    __slots__ = ("_mem", "__weakref__")
 
     _mem: array[int]
 
@@ -99,7 +99,7 @@ class Status:
                 f"{'' if self.error == SUCCESS else f' error={self.error}'}>")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Status, (), self.__getstate__())
+        return (type(self), (), self.__getstate__())
 
     def __getstate__(self) -> dict[str, int]:
         return {"source": self.source, "tag": self.tag, "error": self.error, "count": self._nbytes,
@@ -183,6 +183,7 @@ class Status:
 
     def Get_count(self, datatype: Datatype = BYTE) -> int:
         """Return the number of ``datatype`` items the message holds (``UNDEFINED`` if not whole)."""
+        _check_type(datatype, "Get_count")
         size = datatype.Get_size()
         nbytes = self._nbytes
         if size == 0:
@@ -191,6 +192,7 @@ class Status:
 
     def Get_elements(self, datatype: Datatype) -> int:
         """Return the number of basic elements of ``datatype``'s base type the message holds."""
+        _check_type(datatype, "Get_elements")
         size = datatype._base.Get_size()
         if size == 0:
             return 0
@@ -202,6 +204,7 @@ class Status:
         Raises:
             MPI.Exception: ``ERR_COUNT`` for a negative count.
         """
+        _check_type(datatype, "Set_elements")
         if isinstance(count, bool) or not hasattr(count, "__index__"):
             raise TypeError(f"Status.Set_elements(count={count!r}): an integer is required")
         n = count.__index__()
@@ -235,3 +238,9 @@ class Status:
         for i in range(len(status._mem)):
             status._mem[i] = _cint(arg[i], "f2py()")
         return status
+
+
+def _check_type(datatype: Any, call: str) -> None:
+    if isinstance(datatype, Datatype) and not datatype:
+        raise error(ERR_TYPE, None, f"Status.{call}(DATATYPE_NULL)", "DATATYPE_NULL is no datatype",
+                    "pass the datatype the message was sent with, e.g. MPI.BYTE")

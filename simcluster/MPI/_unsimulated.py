@@ -17,20 +17,18 @@ SPAWN = "dynamic processes (spawn, ports, name publishing)"
 INTERCOMM = "intercommunicators"
 SESSIONS = "MPI sessions"
 
-CLASSES: dict[str, str] = {
-    "Win": WINDOWS, "File": IO, "Intercomm": INTERCOMM, "Session": SESSIONS,
-}
+CLASSES: dict[str, str] = {}
 """mpi4py classes that stand for an unsimulated feature."""
 
-HANDLES: dict[str, str] = {"WIN_NULL": WINDOWS, "FILE_NULL": IO, "SESSION_NULL": SESSIONS}
+HANDLES: dict[str, str] = {}
 
 FUNCTIONS: dict[str, str] = {
     "Open_port": SPAWN, "Close_port": SPAWN, "Publish_name": SPAWN, "Unpublish_name": SPAWN,
-    "Lookup_name": SPAWN, "Register_datarep": IO,
+    "Lookup_name": SPAWN,
 }
 
 COMM_METHODS: dict[str, str] = {
-    "Create_intercomm": INTERCOMM, "Spawn": SPAWN, "Spawn_multiple": SPAWN, "Accept": SPAWN,
+    "Spawn": SPAWN, "Spawn_multiple": SPAWN, "Accept": SPAWN,
     "Connect": SPAWN, "Join": SPAWN,
 }
 """Methods of mpi4py's ``Intracomm`` (and ``Comm``) that need an unsimulated feature."""
@@ -141,8 +139,7 @@ def _null_class(name: str, feature: str, null_name: str) -> type[NullHandle]:
     return cls  # type: ignore[return-value]
 
 
-NULL_HANDLE_CLASSES: dict[str, tuple[str, str]] = {
-    "Win": (WINDOWS, "WIN_NULL"), "File": (IO, "FILE_NULL"), "Session": (SESSIONS, "SESSION_NULL")}
+NULL_HANDLE_CLASSES: dict[str, tuple[str, str]] = {}
 """Unsimulated classes whose null handle mpi4py code compares against, by name."""
 
 _CLASSES = {name: _null_class(name, feature, null) for name, (feature, null) in
@@ -161,19 +158,10 @@ def names() -> dict[str, Any]:
 
 
 NOT_PROVIDED: dict[str, str] = {
-    "Get_abi_info": "MPI 5.0's ABI queries describe a compiled MPI library, and there is none",
-    "Get_abi_version": "MPI 5.0's ABI queries describe a compiled MPI library, and there is none",
-    "Get_abi_fortran_info": "MPI 5.0's ABI queries describe a compiled MPI library, and there is none",
     "Get_address": "memory addresses of buffers are not simulated",
-    "BottomType": "the class of MPI.BOTTOM is not provided; use MPI.BOTTOM itself",
-    "InPlaceType": "the class of MPI.IN_PLACE is not provided; use MPI.IN_PLACE itself",
-    "BufferAutomaticType": "the class of MPI.BUFFER_AUTOMATIC is not provided; use the constant",
-    "_addressof": "C-level handles and addresses do not exist in the simulation",
-    "_handleof": "C-level handles do not exist in the simulation",
-    "_sizeof": "C-level handles do not exist in the simulation",
     "_comm_lock": "an internal helper of mpi4py.util, which is not provided",
     "_comm_lock_table": "an internal helper of mpi4py.util, which is not provided",
-    "_commctx_inter": "an internal helper of mpi4py.util (intercommunicators are not simulated)",
+    "_commctx_inter": "an internal helper of mpi4py.util, which is not provided",
     "_commctx_intra": "an internal helper of mpi4py.util, which is not provided",
     "_datatype_create": "an internal helper of mpi4py.util.dtlib, which is not provided",
     "_datatype_decode": "an internal helper of mpi4py.util.dtlib, which is not provided",

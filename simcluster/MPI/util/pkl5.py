@@ -33,7 +33,8 @@ from typing import Any
 from ... import MPI as _package
 from .._comm import Comm as _Comm
 from .._comm import Intracomm as _Intracomm
-from .._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from .._intercomm import Intercomm as _Intercomm
+from .._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, ROOT
 from .._pickle import Pickle
 from .._status import Status
 
@@ -521,11 +522,39 @@ class Intracomm(Comm, _Intracomm):
     __slots__ = ()
 
 
-class Intercomm(Comm):
-    """Intercommunicators are not simulated: making one raises NotImplementedError."""
+class Intercomm(Comm, _Intercomm):
+    """An intercommunicator with the pkl5 methods: roots and counts as ``MPI.Intercomm``'s."""
 
     __slots__ = ()
 
     def __new__(cls, comm: MPI.Comm | None = None) -> Intercomm:
-        raise NotImplementedError("mpi4py.util.pkl5.Intercomm: intercommunicators are not simulated "
-                                  "by simcluster; use pkl5.Intracomm")
+        self = _Intercomm.__new__(cls, comm)
+        assert isinstance(self, Intercomm)
+        return self
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Return the root's object on the other group (None in the root's group)."""
+        got = _Intercomm.bcast(self, _payload(obj) if root == MPI.ROOT else None, root)
+        return None if got is None else _unload(got)
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """Return the other group's objects on the root (a list by remote rank), None elsewhere."""
+        got = _Intercomm.gather(self, _payload(sendobj), root)
+        return None if got is None else [_unload(p) for p in got]
+
+    def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
+        """Return item ``rank`` of the root's sequence on the other group (None in the root's)."""
+        payloads = None
+        if root == MPI.ROOT:
+            payloads = [_payload(o) for o in _items(sendobj, self.Get_remote_size(), "scatter()", self)]
+        got = _Intercomm.scatter(self, payloads, root)
+        return None if got is None else _unload(got)
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """Return the remote group's objects, by remote rank."""
+        return [_unload(p) for p in _Intercomm.allgather(self, _payload(sendobj))]
+
+    def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        """Send item ``i`` to remote rank ``i``; return what every remote rank sent to this one."""
+        items = _items(sendobj, self.Get_remote_size(), "alltoall()", self)
+        return [_unload(p) for p in _Intercomm.alltoall(self, [_payload(o) for o in items])]
