@@ -1,14 +1,21 @@
 """mpi4py's own test suite, unmodified, as the conformance oracle of ``simcluster.MPI``.
 
-Runs every in-scope module of mpi4py 4.1.2's suite (``tests/mpi4py_suite/scope.py``)
+Runs every module of mpi4py 4.1.2's suite (each ``test_*.py`` of its folder)
 under ``simcluster mpirun -n N`` and compares case by case with what real MPICH
 passes (``tests/mpi4py_suite/mpich_baseline.json``, recorded by the same harness
-under ``mpiexec``). Two checks per world size:
+under ``mpiexec``). Per world size:
 
-* at least 95% of the in-scope cases MPICH passes pass here;
 * every case MPICH passes and simcluster does not is listed, with its reason, in
-  ``tests/mpi4py_suite/known_failures.txt``; a case that passed and starts failing
-  fails this test, and so does a listed case that now passes (take it off the list).
+  ``tests/mpi4py_suite/known_failures.txt``: a case that passed and starts failing
+  fails this test, and so does a listed case that now passes (regenerate the list
+  with ``harness.py SUITE --write-known``, which keeps the reasons already given);
+* each module of ``scope.HELD`` (those in scope before issue 41: point-to-point,
+  collectives, communicators, datatypes, errors, ...) passes at least 95% of the
+  cases MPICH passes in it, or, where it is below that today, the share
+  ``HELD_BELOW`` records for it (a floor that only rises);
+* the table of every module is printed with issue 41's bar, every module at 95%
+  of MPICH and the whole suite at 97%, as the goal; it is not asserted while
+  one-sided windows, MPI-IO, intercommunicators and spawning are being built.
 
 The suite is not part of this project: pass its ``test/`` folder with
 ``--mpi4py-suite PATH`` (CI does); without it these tests are skipped.
@@ -27,7 +34,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "mpi4py_suite"))
 import harness  # noqa: E402
 import scope  # noqa: E402
 
-TARGET = 0.95
+MODULE_BAR = 0.95  # each held module, asserted; every module, the goal
+SUITE_BAR = 0.97  # the whole suite, the goal
+
+# Held modules below MODULE_BAR today: module -> their share at N = 1..3 on 29 November
+# 2026, rounded down, which they must keep. Raise a floor when a module gains; drop it at 95%.
+HELD_BELOW: dict[str, float] = {
+    "test_cco_nb_vec": 0.93, "test_cco_pr_vec": 0.93, "test_cco_vec": 0.93,  # MPI.BOTTOM
+    "test_cco_ngh_buf": 0.75,  # MPI.BOTTOM with absolute addresses
+    "test_objmodel": 0.76,  # C-level handles, hashable handles, Status as a handle
+    "test_msgspec": 0.93,  # DLPack types, numpy counts, BOTTOM
+    "test_op": 0.90,  # Reduce_local's count check
+    "test_toplevel": 0.85,  # mpi4py.get_include
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,26 +59,35 @@ def suite(request: pytest.FixtureRequest) -> str:
     return str(Path(path).resolve())
 
 
-@pytest.mark.timeout(1200)  # about 40 modules in processes of their own: minutes, not seconds
+def held_short(table: harness.Table, n: int) -> list[str]:
+    """The held modules under their bar at size ``n``, as 'module: passed/of'."""
+    short = []
+    for module in scope.HELD:
+        ok, of = table.get(module, {}).get(n, (0, 0))
+        if ok < HELD_BELOW.get(module, MODULE_BAR) * of:
+            short.append(f"{module}: {ok}/{of}")
+    return short
+
+
+@pytest.mark.timeout(1800)  # about 65 modules in processes of their own: minutes, not seconds
 @pytest.mark.parametrize("n", [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_simcluster_passes_what_mpich_passes(suite: str, n: int) -> None:
-    ours = harness.run("simcluster", [n], suite, scope.MODULES, jobs=2, log=False)
+    ours = harness.run("simcluster", [n], suite, scope.modules(suite), jobs=2, log=False)
     table, misses = harness.compare(ours, harness.load_baseline())
-    ok = sum(table[m][n][0] for m in table)
-    of = sum(table[m][n][1] for m in table)
     known = harness.load_known()
     unlisted = [f"{module} {case}: {outcome}" for module, _n, case, outcome in misses
-                if (module, n, case) not in known and (module, None, case) not in known]
+                if not harness.listed(known, module, n, case)]
     missed = {(module, case) for module, _n, case, _o in misses}
     stale = [f"{module} {case}" for (module, kn, case) in known
              if kn in (n, None) and (module, case) not in missed
              and ours.get(module, {}).get(n, {}).get(case) == "pass"]
-    print(harness.report(table))
+    print(harness.report(table, MODULE_BAR, SUITE_BAR))
     assert not unlisted, (f"-n {n}: cases MPICH passes that fail here and are not in "
                           f"known_failures.txt:\n" + "\n".join(unlisted))
     assert not stale, (f"-n {n}: listed as failing but passing now; take them off "
-                       f"known_failures.txt:\n" + "\n".join(stale))
-    assert ok >= TARGET * of, f"-n {n}: {ok} of the {of} cases MPICH passes pass here, under {TARGET:.0%}"
+                       f"known_failures.txt (harness.py --write-known):\n" + "\n".join(stale))
+    short = held_short(table, n)
+    assert not short, f"-n {n}: held modules under {MODULE_BAR:.0%} of MPICH (or their floor): {short}"
 
 
 @pytest.mark.timeout(300)
@@ -73,12 +101,35 @@ def test_ulfm_passes_across_hosting_processes(suite: str, transport: str) -> Non
 
 
 def test_the_scope_names_modules_the_suite_has(suite: str) -> None:
-    missing = [m for m in scope.MODULES if not (Path(suite) / f"{m}.py").is_file()]
-    assert not missing
+    named = [*scope.HELD, *scope.UNRUNNABLE, *scope.TIMEOUTS, *scope.SLOWEST]
+    assert not [m for m in named if m not in scope.modules(suite)]
 
 
 def test_a_case_that_fails_on_any_rank_fails() -> None:
     assert harness.combine([{"A.t": "pass"}, {"A.t": "fail"}]) == {"A.t": "fail"}
     assert harness.combine([{"A.t": "pass"}, {}]) == {"A.t": "not run"}
     assert harness.combine([{"A.t": "pass"}, {"A.t": "skip"}]) == {"A.t": "skip"}
-    assert harness.combine([{"A.t": "pass", "AWin.t": "fail"}]) == {"A.t": "pass"}  # out of scope
+    assert harness.combine([{"A.t": "pass", "AWin.t": "fail"}]) == {"A.t": "pass", "AWin.t": "fail"}
+
+
+def test_the_known_list_keeps_reasons_and_explains_new_misses(tmp_path: Path) -> None:
+    path = tmp_path / "known.txt"
+    path.write_text("# header\ntest_a  *  T.old  a reason a person wrote\n", encoding="utf-8")
+    misses = [("test_a", n, "T.old", "fail") for n in (1, 2)]
+    misses += [("test_win", 1, "TestWinSelf.testPut", "error"),
+               ("test_b", 2, "T.new", "error"), ("test_c", 1, "T.gone", "not run")]
+    misses += [("test_a", 3, "T.old", "fail")]
+    errors = {("test_b", 2, "T.new"): "KeyError: 'x'", ("test_c", 1, "(import)"): "not run: timed out"}
+    ran = [(m, n) for m in ("test_a", "test_b", "test_c", "test_win") for n in (1, 2, 3)]
+    assert harness.write_known(misses, errors, ran, harness.load_known(path), path) == (3, 3)
+    assert path.read_text(encoding="utf-8").splitlines() == [
+        "# header",
+        "test_a  *  T.old  a reason a person wrote",
+        "test_b  2  T.new  unexplained: KeyError: 'x'",
+        "test_c  1  T.gone  unexplained: not run: timed out",
+        f"test_win  1  TestWinSelf.testPut  {scope.reason('test_win', 'TestWinSelf.testPut')}",
+    ]
+    # a run of test_b alone at N = 2 where T.new passes now: test_b's line goes, the rest stay
+    assert harness.write_known([], {}, [("test_b", 2)], harness.load_known(path), path) == (0, 0)
+    assert "T.new" not in path.read_text(encoding="utf-8")
+    assert "T.gone" in path.read_text(encoding="utf-8")

@@ -7,7 +7,8 @@ Run once per rank, by ``simcluster mpirun -n N`` or by the real ``mpiexec -n N p
 The module's code is executed in a namespace of this rank's own (as a script's
 ``__main__`` would be), its ``unittest`` cases are run in order, and each outcome
 is appended to ``OUT_DIR/MODULE.rank<R>.jsonl`` as soon as it is known, so a run
-that stops part-way still leaves the outcomes of the cases it finished.
+that stops part-way still leaves the outcomes of the cases it finished. A module
+that does not import leaves one line for the pseudo-case ``(import)`` with its error.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ import types
 import unittest
 
 
+IMPORT = "(import)"  # the pseudo-case that records a module that does not import
+
+
 class _Recorder(unittest.TestResult):
-    """Writes one JSON line per finished case: {"case", "outcome", "detail", "wall"}."""
+    """Writes one JSON line per finished case: {"case", "outcome", "detail", "error", "wall"}.
+
+    ``error`` is the first line of a failure's exception (``Type: message``), empty otherwise.
+    """
 
     def __init__(self, out: str) -> None:
         super().__init__()
@@ -32,11 +39,19 @@ class _Recorder(unittest.TestResult):
     def close(self) -> None:
         self._out.close()
 
-    def _write(self, test: unittest.TestCase, outcome: str, detail: str = "") -> None:
+    def _write(self, test: unittest.TestCase, outcome: str, detail: str = "",
+               err: object = None) -> None:
         test = getattr(test, "test_case", test)  # a subtest counts for its case
         name = test.id().split(".", 1)[-1]  # Class.method: the module's name is the file's
-        line = {"case": name, "outcome": outcome, "detail": detail[-2000:],
+        line = {"case": name, "outcome": outcome, "detail": detail[-2000:], "error": _first_line(err),
                 "wall": round(time.perf_counter() - self._started, 4)}
+        self._out.write(json.dumps(line) + "\n")
+        self._out.flush()
+
+    def record_import_error(self, err: object) -> None:
+        detail = "".join(traceback.format_exception(*err))  # type: ignore[misc]
+        line = {"case": IMPORT, "outcome": "error", "error": _first_line(err),
+                "detail": detail[-2000:], "wall": 0.0}
         self._out.write(json.dumps(line) + "\n")
         self._out.flush()
 
@@ -48,10 +63,10 @@ class _Recorder(unittest.TestResult):
         self._write(test, "pass")
 
     def addFailure(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
-        self._write(test, "fail", "".join(traceback.format_exception(*err)))  # type: ignore[misc]
+        self._write(test, "fail", "".join(traceback.format_exception(*err)), err)  # type: ignore[misc]
 
     def addError(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
-        self._write(test, "error", "".join(traceback.format_exception(*err)))  # type: ignore[misc]
+        self._write(test, "error", "".join(traceback.format_exception(*err)), err)  # type: ignore[misc]
 
     def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
         if not hasattr(test, "test_case"):  # a skipped subtest leaves its case to pass or fail
@@ -61,13 +76,22 @@ class _Recorder(unittest.TestResult):
                    err: object) -> None:
         if err is not None:  # the case then ends without addSuccess: this line stands
             kind = "fail" if issubclass(err[0], test.failureException) else "error"  # type: ignore[index]
-            self._write(test, kind, "".join(traceback.format_exception(*err)))  # type: ignore[misc]
+            self._write(test, kind, "".join(traceback.format_exception(*err)), err)  # type: ignore[misc]
 
     def addExpectedFailure(self, test: unittest.TestCase, err: object) -> None:  # noqa: N802
         self._write(test, "pass", "expected failure")
 
     def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
         self._write(test, "fail", "unexpected success")
+
+
+def _first_line(err: object) -> str:
+    """``Type: first line of the message`` of an exc_info triple, or "" for none."""
+    if not err:
+        return ""
+    kind, value = err[0], err[1]  # type: ignore[index]
+    text = str(value).strip().splitlines()
+    return f"{kind.__name__}: {text[0] if text else ''}".strip().rstrip(":")[:200]
 
 
 def main(suite_dir: str, module: str, out_dir: str) -> None:
@@ -81,11 +105,14 @@ def main(suite_dir: str, module: str, out_dir: str) -> None:
     namespace.__file__ = path
     with open(path, encoding="utf-8") as f:
         code = compile(f.read(), path, "exec")
-    exec(code, namespace.__dict__)
-    suite = unittest.defaultTestLoader.loadTestsFromModule(namespace)
     recorder = _Recorder(os.path.join(out_dir, f"{module}.rank{rank}.jsonl"))
     try:
-        suite.run(recorder)
+        try:
+            exec(code, namespace.__dict__)
+        except BaseException:  # the module does not import: say why, as case IMPORT
+            recorder.record_import_error(sys.exc_info())
+            raise
+        unittest.defaultTestLoader.loadTestsFromModule(namespace).run(recorder)
     finally:
         recorder.close()
 
