@@ -52,6 +52,43 @@ def groups_of(engine: Engine) -> dict[int, Group]:
     return cast("dict[int, Group]", engine.groups)
 
 
+def context_of(engine: Engine, key: str) -> int:
+    """The context id of the communicator ``key`` names: the same in every process, made or not."""
+    groups = groups_of(engine)
+    ctx = 2 * (zlib.crc32(key.encode()) + 1)
+    while ctx in groups and groups[ctx].key != key:
+        ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
+    return ctx
+
+
+def start_ranks(engine: Engine, count: int, key: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                handle: Callable[[Comm], Any]) -> list[int]:
+    """Start ``count`` ranks during the run, a world of their own that ``key`` names; return their world ranks.
+
+    Each runs ``fn(handle(comm), *args)`` from the current virtual time, where
+    ``comm`` is its member of the new world (``MPI.Comm.Spawn``: ``handle``
+    makes its ``COMM_WORLD``), as the ranks a run starts with do.
+
+    Raises:
+        ValueError: the run is hosted by several processes, or its latency model
+            has no room for more ranks (a platform's last place).
+    """
+    from .engine.kernel import Task
+
+    if not engine.p2p.transport.in_process:
+        raise ValueError("ranks can be added to a run on the memory transport only (shm and tcp "
+                         "fix each process's block of ranks at start); run with --transport memory")
+    ranks = list(engine.add_ranks(count))
+    tasks = [Task(rank, None) for rank in ranks]  # type: ignore[arg-type]
+    groups_of(engine)[0].tasks.extend(tasks)  # the world's tasks, by world rank
+    group = Group(engine, context_of(engine, key), ranks, "world", tasks)
+    group.key = key
+    for place, task in enumerate(tasks):
+        comm = group.member(place)
+        engine.kernel.start_rank(task, comm, fn, args, {}, handle=handle(comm))
+    return ranks
+
+
 class Group:
     """A communicator: context id, members' world ranks and their Comm objects."""
 
@@ -413,9 +450,7 @@ class Comm(CollectiveMethods):
         rank's place in ``world_ranks``, when known)."""
         engine = self.engine
         groups = groups_of(engine)
-        ctx = 2 * (zlib.crc32(key.encode()) + 1)
-        while ctx in groups and groups[ctx].key != key:
-            ctx += 2 * (1 << 33)  # a crc32 collision: step outside the crc range
+        ctx = context_of(engine, key)
         group = groups.get(ctx)
         if group is None:
             tasks = [groups[0].tasks[w] for w in world_ranks]
@@ -446,6 +481,15 @@ class Comm(CollectiveMethods):
                              f"rank (world rank {self.world_rank}) is not a member; pass ranks "
                              "that include it")
         return self._member_of(f"{self.ctx}/named/{key}", world_ranks, key)
+
+    def joint(self, key: str, world_ranks: list[int], at: int | None = None) -> Comm:
+        """``named``, for communicators joining ranks of different worlds (``MPI.Comm.Spawn``'s).
+
+        ``named`` keys are this communicator's own; ``joint`` keys are the run's,
+        so ranks whose ``COMM_WORLD`` differ agree on one communicator by ``key``.
+        """
+        place = world_ranks.index(self.world_rank) if at is None else at
+        return self._member_of(f"joint/{key}", world_ranks, key, place)
 
     async def split(self, color: int | None, key: int = 0) -> Comm | None:
         """Split this communicator by ``color``; order each part by ``(key, rank)``.

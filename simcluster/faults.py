@@ -440,6 +440,9 @@ class ShapedPorts(Ports):
         self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
         self.delays = [f for f in plan.faults if isinstance(f, Delay)]
 
+    def grow(self, world_size: int) -> None:
+        self.inner.grow(world_size)
+
     def send_side(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         start = t
         for cut in self.cuts:

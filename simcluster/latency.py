@@ -132,6 +132,15 @@ class Ports(ABC):
         """
         return wire
 
+    def grow(self, world_size: int) -> None:
+        """Make room for ranks added during the run (``MPI.Comm.Spawn``), up to ``world_size``.
+
+        New ports start idle. The default refuses: a model of your own that keeps
+        state per rank must size it here before ranks can be spawned on it.
+        """
+        raise ValueError(f"{type(self).__name__} cannot add ranks during a run; give it a "
+                         "grow(world_size) method that sizes its per-rank state")
+
 
 class LatencyModel(ABC):
     """A cost model for messages.
@@ -269,6 +278,9 @@ class _BoundPorts(Ports):
 
     def __repr__(self) -> str:
         return f"<ports of {self._model.describe()} world_size={self._world_size}>"
+
+    def grow(self, world_size: int) -> None:
+        self._world_size = world_size
 
 
 # Zero, Constant, AlphaBeta and LogGP bind compiled ports (_ports), which the engine
@@ -469,6 +481,11 @@ class _HierarchicalPorts(_BoundPorts):
         self._intra = self.intra.transfer
         self._inter = self.inter.transfer
 
+    def grow(self, world_size: int) -> None:
+        super().grow(world_size)
+        self.intra.grow(world_size)
+        self.inter.grow(world_size)
+
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         per_node = self._ranks_per_node
         if src // per_node == dst // per_node:
@@ -575,6 +592,11 @@ class _JitterPorts(_BoundPorts):
         self._recv_side = self.inner.recv_side
         self._rel = model.rel
         self._sent = [0] * world_size  # messages each rank has sent: their sequence numbers
+
+    def grow(self, world_size: int) -> None:
+        super().grow(world_size)
+        self.inner.grow(world_size)
+        self._sent.extend([0] * (world_size - len(self._sent)))
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         depart, wire = self.send_side(src, dst, nbytes, t)

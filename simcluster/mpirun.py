@@ -63,7 +63,7 @@ import tempfile
 import traceback
 import types
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
 from . import _identity
@@ -192,20 +192,37 @@ def _python_form(args: argparse.Namespace) -> bool:
     """
     if args.as_module or not _is_python(args.script):
         return True
-    rest = list(args.args)
-    while rest and rest[0] in ("-u", "-B", "-E", "-s", "-S", "-O", "-OO", "-q", "-b", "-bb"):
-        del rest[0]  # options that change nothing a simulated rank does
-    if not rest or rest[0] in ("-m", "-c") and len(rest) < 2:
+    program = python_program(list(args.args))
+    if program is None:
         print(f"{PROG}: {' '.join([args.script, *args.args])}: no program to run; pass "
               "python SCRIPT, python -m MODULE or python -c CMD", file=sys.stderr)
         return False
-    if rest[0] == "-m":
-        args.script, args.args, args.as_module = rest[1], rest[2:], True
-    elif rest[0] in ("-c", "-"):  # mpi4py's runner takes the same form, as the rank's __main__
-        args.script, args.args, args.as_module = "mpi4py", rest, True
-    else:
-        args.script, args.args = rest[0], rest[1:]
+    args.script, args.args, args.as_module = program
     return True
+
+
+def _python_script(path: str) -> bool:
+    """Whether ``path`` is a file whose ``#!`` line names a Python interpreter."""
+    try:
+        with open(path, "rb") as file:
+            first = file.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def python_program(argv: list[str]) -> tuple[str, list[str], bool] | None:
+    """``(script, args, is_module)`` of a python command line's arguments; None without a program."""
+    rest = list(argv)
+    while rest and rest[0] in ("-u", "-B", "-E", "-s", "-S", "-O", "-OO", "-q", "-b", "-bb"):
+        del rest[0]  # options that change nothing a simulated rank does
+    if not rest or rest[0] in ("-m", "-c") and len(rest) < 2:
+        return None
+    if rest[0] == "-m":
+        return rest[1], rest[2:], True
+    if rest[0] in ("-c", "-"):  # mpi4py's runner takes the same form, as the rank's __main__
+        return "mpi4py", rest, True
+    return rest[0], rest[1:], False
 
 
 def script_keywords(args: argparse.Namespace, prog: str, optional: Sequence[str]
@@ -398,12 +415,14 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     assert task is not None, "script_rank runs as a synchronous rank"
     _sync.stop_clock(task, None)  # measured compute: the launcher's work is not the rank's
     session = Session.current(spec)
+    if spec["id"] != session.spec["id"]:  # a rank that MPI.Comm.Spawn started
+        session.spawned[task.rank] = spec["id"]
     state = session.start_rank(task)
     code = 0
-    assert session.code is not None
+    program = session.program(task.rank)[0]
     _sync.start_clock(task)  # the script's work between its MPI calls is
     try:
-        exec(session.code, state.module.__dict__)  # noqa: S102 - running the user's script is the point
+        exec(program, state.module.__dict__)  # noqa: S102 - running the user's script is the point
     except SystemExit as exc:
         _sync.stop_clock(task, "exit")
         code = state.exit_code(exc)
@@ -606,6 +625,11 @@ class Session:
         # each rank's os.environ; None where another layer keeps it (torchrun's torch session)
         self.envs: RankEnvironments | None = RankEnvironments()
         self.places: tuple[list[int], list[int]] | None = None  # each rank's place on its node
+        # what MPI.Comm.Spawn runs: each spawned program's code, __main__ attributes and argv by
+        # its spec's id, and the program of each spawned rank, by world rank (spawn_program)
+        self.programs: dict[str, tuple[types.CodeType, dict[str, Any], list[str]]] = {}
+        self.spawned: dict[int, str] = {}
+        self.spawn_paths: list[str] = []  # the folders of spawned scripts put on sys.path
         import logging
 
         self.root_logger = logging.root  # its handlers and level are each rank's own
@@ -762,29 +786,87 @@ class Session:
 
     # ---- ranks ----
 
+    def program(self, rank: int) -> tuple[types.CodeType, dict[str, Any], list[str]]:
+        """What world rank ``rank`` runs: its code, its ``__main__``'s attributes and its ``sys.argv``."""
+        spawned = self.spawned.get(rank)
+        if spawned is not None:
+            return self.programs[spawned]
+        assert self.code is not None
+        return self.code, self.attrs, self.spec["argv"]
+
     def rank_state(self, task: Any) -> RankState:
+        _code, attrs, argv = self.program(task.rank)
         module = types.ModuleType("__main__")
-        module.__dict__.update(self.attrs)
+        module.__dict__.update(attrs)
         module.__builtins__ = builtins  # type: ignore[attr-defined]
         stdin = self.saved[2] if task.rank == 0 and self.saved is not None else io.StringIO("")
-        state = RankState(self, task, module, list(self.spec["argv"]), stdin)
+        state = RankState(self, task, module, list(argv), stdin)
         self.states[task.rank] = state
+        if task.rank >= len(self.done):  # spawned ranks: their lines are ordered as the others'
+            self.done.extend(bytes(task.rank + 1 - len(self.done)))
         return state
 
     def start_rank(self, task: Any) -> RankState:
         """From a new rank: make its state and have it swapped in whenever the rank resumes."""
         from .engine import sync as _sync
+        from .MPI._state import node_of
 
         state = self.rank_state(task)
-        if self.places is None:
-            from .MPI._state import node_of
-
-            self.places = node_places([node_of(task.comm, r) for r in range(self.world_size)])
-        local, on_node = self.places
-        state.env = mpich_variables(task.rank, self.world_size, local[task.rank],
-                                    on_node[task.rank], socket.gethostname())
+        comm = task.comm  # its COMM_WORLD: the launch's, or the group Spawn started it in
+        if task.rank not in self.spawned:
+            if self.places is None:
+                self.places = node_places([node_of(comm, r) for r in range(self.world_size)])
+            local, on_node = self.places
+        else:
+            local, on_node = node_places([node_of(comm, r) for r in comm.group.world_ranks])
+        state.env = mpich_variables(comm.rank, comm.size, local[comm.rank], on_node[comm.rank],
+                                    socket.gethostname())
         _sync.on_switch(state.enter, state.leave)
         return state
+
+    def spawn_program(self, command: str, args: Sequence[str]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The rank function and its arguments that run ``command args`` as a spawned rank.
+
+        ``MPI.Comm.Spawn`` calls this (``MPI._spawn``'s launcher): ``command`` is a Python
+        interpreter followed by a python command line in ``args`` (``SCRIPT``, ``-m MODULE``,
+        ``-c CMD``), or a Python script whose ``#!`` line names one.
+
+        Raises:
+            ValueError: what cannot be run, and why.
+        """
+        argv = [str(arg) for arg in args]
+        if _is_python(command):
+            program = python_program(argv)
+            if program is None:
+                raise ValueError(f"{' '.join([command, *argv])}: no program to run; pass python "
+                                 "SCRIPT, python -m MODULE or python -c CMD")
+            script, rest, module = program
+        elif _python_script(command):
+            script, rest, module = command, argv, False
+        else:
+            raise ValueError(f"{command}: not a Python interpreter or a Python script; {self.prog} "
+                             "spawns Python programs as ranks (pass sys.executable with the "
+                             "script in args)")
+        if not module and not os.path.isfile(script):
+            raise ValueError(f"{script}: no such file; pass the path of a Python script")
+        spec = script_spec(script, rest, module, self.prog, shared=self.spec["shared"],
+                           private=self.spec["private"])
+        assert isinstance(spec, dict)
+        spec["records"] = self.records_dir
+        try:
+            code, attrs = _load_code(spec)
+        except _Refused as exc:
+            raise ValueError(str(exc)) from None
+        except (SyntaxError, OSError) as exc:
+            raise ValueError(f"{script}: {exc}") from None
+        if module:
+            spec["argv"][0] = attrs["__file__"] or spec["target"]
+        self.programs[spec["id"]] = (code, attrs, spec["argv"])
+        Session._sessions[spec["id"]] = self
+        if spec["path0"] not in sys.path:  # its imports find its folder, as its process's would
+            sys.path.insert(1, spec["path0"])
+            self.spawn_paths.append(spec["path0"])
+        return script_rank, (spec,)
 
     def sort_new_modules(self) -> None:
         """Sort the modules imported since last time into shared and local (each rank's own)."""
@@ -799,7 +881,7 @@ class Session:
 
     def finished(self, state: RankState) -> None:
         self.done[state.rank] = 1
-        while self.lowest < self.world_size and self.done[self.lowest]:
+        while self.lowest < len(self.done) and self.done[self.lowest]:
             self.lowest += 1
 
     def _collect(self) -> None:
@@ -910,6 +992,9 @@ class Session:
         self.seen = len(sys.modules)
         self.undo = [saved_modules, finder, out, err, sys.path[0], dict(vars(_rc.rc))]
         Session._sessions[self.spec["id"]] = self
+        from .MPI import _spawn
+
+        _spawn.launcher = self.spawn_program  # MPI.Comm.Spawn starts its programs as ranks here
         _identity.install(self.ranks_per_node)  # each rank's os.getpid() and host name
 
     def uninstall(self) -> None:
@@ -921,6 +1006,9 @@ class Session:
         vars(_rc.rc).clear()  # the script's mpi4py.rc settings were its process's, not ours
         vars(_rc.rc).update(saved_rc)
         self.undo = []
+        from .MPI import _spawn
+
+        _spawn.launcher = None
         _identity.uninstall()
         self.policy.uninstall()
         if self.envs is not None:
@@ -928,6 +1016,11 @@ class Session:
         for name in self.local:  # the last rank's copies: the ranks' modules go with the run
             sys.modules.pop(name, None)
         Session._sessions.pop(self.spec["id"], None)
+        for spawned in self.programs:
+            Session._sessions.pop(spawned, None)
+        for path in self.spawn_paths:
+            if path in sys.path:
+                sys.path.remove(path)
         if sys.path and sys.path[0] == path0:
             del sys.path[0]
         elif path0 in sys.path:

@@ -584,6 +584,7 @@ class _PlatformPorts(Ports):
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform if platform.sharing else None
+        self.check_world = platform.check_world
         self.path = platform.path
         self.terms = platform.flow_terms
         self.slowest: dict[tuple[int, int], float] = {}
@@ -594,6 +595,10 @@ class _PlatformPorts(Ports):
         if rate is None:
             rate = self.slowest[(src, dst)] = min(capacity, self.terms(src, dst)[1])
         return t, t + latency + nbytes / rate
+
+    def grow(self, world_size: int) -> None:
+        """Spawned ranks take the next places of the platform; refused past its last."""
+        self.check_world(world_size)
 
 
 # ---- SimGrid's network models ----

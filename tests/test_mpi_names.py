@@ -15,35 +15,9 @@ import simcluster as sc
 from simcluster import MPI
 
 
-def _still_unsimulated() -> list[str]:
-    from simcluster.MPI import _unsimulated
-
-    table = {**_unsimulated.CLASSES, **_unsimulated.FUNCTIONS}
-    return sorted(n for n in table if isinstance(getattr(MPI, n, None), _unsimulated.Unsimulated))
-
-
-@pytest.mark.parametrize("name", _still_unsimulated() or [pytest.param("", marks=pytest.mark.skip(
-    reason="every feature is simulated now"))])
-def test_unsimulated_features_raise_not_implemented_naming_the_feature(name: str) -> None:
-    from simcluster.MPI import _unsimulated
-
-    feature = {**_unsimulated.CLASSES, **_unsimulated.FUNCTIONS}[name]
-    text = f"MPI.{name}: {feature}"
-    with pytest.raises(NotImplementedError, match=r"^" + text.replace("(", r"\(").replace(")", r"\)")
-                       + ".* not simulated by simcluster"):
-        getattr(MPI, name)()
-
-
-def test_unsimulated_communicator_methods_raise_when_a_rank_calls_them() -> None:
-    def main(comm: MPI.Intracomm) -> str:
-        try:
-            comm.Spawn("worker.py")
-        except NotImplementedError as exc:
-            return str(exc)
-        return "no error"
-
-    for text in sc.run(main, world_size=2):
-        assert text.startswith("MPI.Comm.Spawn: dynamic processes")
+def test_spawning_methods_are_the_intracomm_s() -> None:
+    assert MPI.Intracomm.Spawn.__module__ == "simcluster.MPI._spawn"
+    assert callable(MPI.Comm.Join) and callable(MPI.Open_port)
 
 
 def test_names_mpi4py_lacks_are_attribute_errors() -> None:

@@ -57,6 +57,8 @@ from ._pickle import Pickle, pickle
 from ._grequest import Grequest
 from ._requests import REQUEST_NULL, Prequest, Request
 from ._session import SESSION_NULL, Session
+from . import _spawn
+from ._spawn import Close_port, Lookup_name, Open_port, Publish_name, Unpublish_name
 from ._win import WIN_NULL, Win
 from ._status import Status
 from ._topo import INTRACOMM_METHODS as _TOPOLOGY_METHODS
@@ -67,10 +69,8 @@ _CONSTANTS = {name: value for name, value in vars(_constants).items()
               if name.isupper() and isinstance(value, int)}
 _DATATYPES = {name: value for name, value in vars(_datatypes).items()
               if isinstance(value, Datatype) and not name.startswith("_")}
-_UNSIMULATED = _unsimulated.names()
 globals().update(_CONSTANTS)
 globals().update(_DATATYPES)
-globals().update(_UNSIMULATED)
 globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
 _sizeof, _addressof, _handleof = _handles.sizeof, _handles.addressof, _handles.handleof
 
@@ -79,9 +79,11 @@ _handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
                   "Session": Session, "Win": Win},
                  globals())
 
-for _name, _feature in _unsimulated.COMM_METHODS.items():
-    setattr(Comm, _name, _unsimulated.method(_name, _feature))
 Intracomm.Create_intercomm = _create_intercomm  # type: ignore[attr-defined]
+for _name in ("Spawn", "Spawn_multiple", "Accept", "Connect"):  # defined beside the ports
+    setattr(Intracomm, _name, getattr(_spawn, _name))
+Comm.Join = classmethod(_spawn.Join)  # type: ignore[attr-defined]
+Comm.Get_parent = classmethod(_spawn.Get_parent)  # type: ignore[attr-defined]
 for _name, _method in _packing.METHODS.items():  # Pack, Unpack, ...: defined beside packing
     setattr(Datatype, _name, _method)
 for _name, _method in _TOPOLOGY_METHODS.items():  # Create_cart, ...: defined beside Cartcomm
@@ -119,9 +121,9 @@ __all__ = sorted([
     "ERRORS_ARE_FATAL", "ERRORS_RETURN", "INFO_ENV", "INFO_NULL", "Errhandler", "Info",
     "MESSAGE_NO_PROC", "MESSAGE_NULL", "Message", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP", "OP_NULL", "PROD", "REPLACE", "SUM", "Op",
-    "Get_address", "buffer", "memory", "File", "FILE_NULL", "Register_datarep", "SESSION_NULL", "Session", "BottomType", "BufferAutomaticType", "InPlaceType",
+    "Get_address", "Open_port", "Close_port", "Publish_name", "Unpublish_name", "Lookup_name", "buffer", "memory", "File", "FILE_NULL", "Register_datarep", "SESSION_NULL", "Session", "BottomType", "BufferAutomaticType", "InPlaceType",
     "Get_abi_fortran_info", "Get_abi_info", "Get_abi_version", "WIN_NULL", "Win", "Pickle", "pickle", "REQUEST_NULL", "Grequest", "Prequest", "Request", "Status",
-    *_CONSTANTS, *_DATATYPES, *_UNSIMULATED, "2INT",
+    *_CONSTANTS, *_DATATYPES, "2INT",
 ])
 
 
@@ -138,4 +140,4 @@ def __getattr__(name: str) -> Any:
                          "(mpi4py's MPI has no such name either)")
 
 
-del _name, _feature, _method, _entry_points, annotations
+del _name, _method, _entry_points, annotations

@@ -23,6 +23,7 @@ Rule 2: ``Abort`` ends the whole run with ``simcluster.errors.Aborted``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..comm import Comm as ScComm
@@ -67,6 +68,15 @@ class _Current:
 
 _WORLD = _Current("COMM_WORLD")
 _SELF = _Current("COMM_SELF")
+
+
+def _launched() -> int:
+    return 0
+
+
+appnum_of: Callable[[], int] = _launched
+"""The calling rank's ``APPNUM``: 0 for launched ranks; ``_spawn`` (which imports this module)
+puts its own, which knows the spawned ones."""
 
 
 class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
@@ -439,12 +449,6 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         sc = self._st.sc
         raise Aborted(sc.world_rank, int(errorcode), "Abort")
 
-    @classmethod
-    def Get_parent(cls) -> Comm:
-        """Not simulated: the parent intercommunicator of a spawned process."""
-        raise NotImplementedError("MPI.Comm.Get_parent: dynamic processes (spawn) are not "
-                                  "simulated by simcluster; no rank has a parent")
-
     # ---- attributes, info, error handlers ----
 
     def _attr_table(self, call: str) -> dict[int, Any]:
@@ -462,7 +466,7 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         if keyval == IO:
             return True, ANY_SOURCE
         if keyval == APPNUM:
-            return True, 0
+            return True, appnum_of()
         if keyval == UNIVERSE_SIZE:
             return True, self._st.rank_state.world.size
         if keyval == LASTUSEDCODE:

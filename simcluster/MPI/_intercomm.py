@@ -50,9 +50,10 @@ def _bridge_state(rank_state: RankState, mine: list[int], theirs: list[int], key
                   parent: CommState | None) -> CommState:
     """The state of this rank's side of the intercomm between ``mine`` and ``theirs`` named ``key``."""
     world = rank_state.world
-    local = world.named(f"{key}/local/{mine}", mine)
-    out = world.named(f"{key}/{mine}->{theirs}", mine + theirs)
-    inb = world.named(f"{key}/{theirs}->{mine}", theirs + mine, at=len(theirs) + mine.index(world.world_rank))
+    # joint, not named: the two groups' COMM_WORLDs differ when one spawned the other
+    local = world.joint(f"{key}/local/{mine}", mine)
+    out = world.joint(f"{key}/{mine}->{theirs}", mine + theirs)
+    inb = world.joint(f"{key}/{theirs}->{mine}", theirs + mine, at=len(theirs) + mine.index(world.world_rank))
     bridge = Bridge(local, out, inb, theirs, key)
     state = CommState(bridge, rank_state)  # type: ignore[arg-type]
     if parent is not None:
@@ -330,7 +331,7 @@ class Intercomm(InterCollectives, Comm):
         ranks = list(br.world_ranks) + br.remote if mine_first else br.remote + list(br.world_ranks)
         key = br.next_key("merge")
         st = self._st
-        made = st.child(st.rank_state.world.named(key, ranks))
+        made = st.child(st.rank_state.world.joint(key, ranks))
         return Intracomm._on(made)  # type: ignore[return-value]
 
     @classmethod

@@ -81,6 +81,23 @@ class Engine:
         self.algorithms: dict[str, str] = dict(settings.algorithms)  # checked by the runner
         self.fidelity = settings.fidelity  # or "analytic": collectives resolve in one step (Kernel.meet)
 
+    def add_ranks(self, count: int) -> range:
+        """Add ``count`` world ranks during the run (``MPI.Comm.Spawn``); return their numbers.
+
+        Their ports start idle; the caller starts their tasks (``Kernel.start_rank``).
+
+        Raises:
+            ValueError: the latency model has no room for them (a platform's last place).
+        """
+        first = self.world_size
+        size = first + count
+        self.p2p.grow(size)  # first: its ports refuse what does not fit; the kernel grows as they start
+        self.world_size = size
+        trace = self.kernel.trace
+        if trace is not None:
+            trace.world_size = size
+        return range(first, size)
+
     def failures(self) -> Failures:
         """The run's crash and ULFM state, made on first use (a ``revoke``, ``agree`` or ``shrink``)."""
         from .failures import Failures as _Failures

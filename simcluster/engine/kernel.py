@@ -457,7 +457,10 @@ class Kernel:
         self.start(task)
 
     def start(self, task: Task) -> None:
-        """Add a rank and schedule its first step at time 0."""
+        """Add a rank and schedule its first step: at time 0, or now for a rank added during the run."""
+        if task.rank >= self.world_size:  # added during the run (Engine.add_ranks): the world grows
+            self._spawned.extend([0] * (task.rank + 1 - self.world_size))
+            self.world_size = task.rank + 1
         self.tasks.append(task)
         self._unfinished += 1
         self.schedule(0.0, self._resume_key, task)

@@ -90,6 +90,10 @@ class NativePorts(ABC):
     def __repr__(self) -> str:
         return f"<ports of {self._model.describe()} world_size={self._world_size}>"
 
+    def grow(self, world_size: int) -> None:
+        """Room for ranks added during the run (``latency.Ports.grow``): their ports start idle."""
+        self._world_size = world_size
+
 
 class _ZeroPorts(NativePorts):
     zero: ClassVar[bool] = True
@@ -120,6 +124,12 @@ class _AlphaBetaPorts(NativePorts):
         self._beta = model.beta
         self._send_free = [_IDLE] * world_size
         self._recv_free = [_IDLE] * world_size
+
+    def grow(self, world_size: int) -> None:
+        super().grow(world_size)
+        more = world_size - len(self._send_free)
+        self._send_free.extend([_IDLE] * more)
+        self._recv_free.extend([_IDLE] * more)
 
     def transfer(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         arrive = self.arrival(src, dst, nbytes, t)
@@ -164,6 +174,12 @@ class _LogGPPorts(NativePorts):
         self._L, self._o, self._g, self._G = model.L, model.o, model.g, model.G
         self._send_free = [_IDLE] * world_size
         self._recv_free = [_IDLE] * world_size
+
+    def grow(self, world_size: int) -> None:
+        super().grow(world_size)
+        more = world_size - len(self._send_free)
+        self._send_free.extend([_IDLE] * more)
+        self._recv_free.extend([_IDLE] * more)
 
     def transfer(self, src: int, dst: int, nbytes: float, t: float) -> tuple[float, float]:
         depart, wire = self.send_side(src, dst, nbytes, t)

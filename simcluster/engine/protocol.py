@@ -262,6 +262,10 @@ class Channels:
         self._inflight: list[Any] = [None] * p2p.world_size
         self.arrive_key = self.arrive  # bound once: an event per message names it
 
+    def grow(self, world_size: int) -> None:
+        """Room for the channels of ranks added during the run (``P2P.grow``)."""
+        self._inflight.extend([None] * (world_size - len(self._inflight)))
+
     def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         """The ranks an arrival on a channel touches: its receiver (None: not a channel's event)."""
         # by equality: a compiled method is a new bound object at each access
@@ -347,6 +351,10 @@ class Delivery(ABC):
         self.kernel = p2p.kernel
         self.channels = Channels(p2p)
         self.data_key = self.data_arrived  # bound once: an event per rendezvous transfer names it
+
+    def grow(self, world_size: int) -> None:
+        """Room for the channels of ranks added during the run (``P2P.grow``)."""
+        self.channels.grow(world_size)
 
     def owner(self, fn: Callable[[Any], None], arg: Any) -> set[int] | None:
         """The ranks one of this strategy's events touches (None: not its event)."""
@@ -450,6 +458,15 @@ class P2P(Layer):
         delivery.bind(self)
         kernel.attach(self)
         transport.open(world_size, delivery.deliver)
+
+    def grow(self, world_size: int) -> None:
+        """Take in the ranks added during the run up to ``world_size`` (``Engine.add_ranks``)."""
+        more = world_size - self.world_size
+        self.ports.grow(world_size)  # first: it refuses what does not fit, before anything changed
+        self.world_size = world_size
+        self.delivery.grow(world_size)
+        for counts in (self.msgs_sent, self.bytes_sent, self.msgs_recv, self.bytes_recv):
+            counts.extend([0] * more)
 
     # ---- the kernel's instant hooks (Layer) ----
 
