@@ -16,7 +16,12 @@ that answer for the calling rank (``engine.sync.current()``):
   ``node0``, ``node1``, ... (``host_name``), the name ``MPI.Get_processor_name()``
   gives too. ``socket.gethostbyname`` of such a name is a loopback address
   of its own (``node0``: ``127.0.0.1``, ``node1``: ``127.0.0.2``, ...), with
-  no DNS lookup.
+  no DNS lookup; ``socket.getaddrinfo`` and a socket's ``bind``, ``connect``
+  and ``connect_ex`` take such names too.
+- a blocking socket's ``accept``, ``recv`` and ``recv_into`` wait in virtual
+  time (``_ready``): the rank sleeps a few virtual microseconds at a time until
+  the socket is ready, so the other ranks, its peers among them, go on, as
+  other processes would while one blocks in the call.
 
 A rank's node is ``rank // ranks_per_node`` when the launcher says how many
 ranks a node runs (``simcluster torchrun --nproc-per-node``), else where the
@@ -126,6 +131,18 @@ _originals: dict[tuple[Any, str], Any] = {}  # (module, name) -> what install fo
 _placements: list[int | None] = []  # one per install: ranks per node, or None (the model's nodes)
 _current: Callable[[], Any] | None = None  # engine.sync.current, once installed
 _fork_hooked = False  # _forget is registered to run in forked children
+_inherited: set[tuple[Any, str]] = set()  # replaced names the class had from a base class only
+
+
+def _put_back() -> None:
+    """Put back what ``install`` replaced, exactly as it was found (Rule 2)."""
+    for (module, name), original in _originals.items():
+        if (module, name) in _inherited:
+            delattr(module, name)
+        else:
+            setattr(module, name, original)
+    _originals.clear()
+    _inherited.clear()
 
 
 def _rank() -> tuple[int, int] | None:
@@ -185,6 +202,77 @@ def _gethostbyname(hostname: str, /) -> str:
     return str(_original(socket, "gethostbyname")(hostname))
 
 
+def _address(address: Any) -> Any:
+    """A socket address with a simulated node's name put as its loopback address (inside a rank)."""
+    if isinstance(address, tuple) and address and isinstance(address[0], str) and _rank() is not None:
+        match = _NAME.fullmatch(address[0])
+        if match is not None:
+            return (node_address(int(match.group(1))), *address[1:])
+    return address
+
+
+def _getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(host, str) and _rank() is not None:
+        match = _NAME.fullmatch(host)
+        if match is not None:
+            host = node_address(int(match.group(1)))
+    return _original(socket, "getaddrinfo")(host, *args, **kwargs)
+
+
+def _bind(self: socket.socket, address: Any, /) -> None:
+    _original(socket.socket, "bind")(self, _address(address))
+
+
+def _connect(self: socket.socket, address: Any, /) -> None:
+    _original(socket.socket, "connect")(self, _address(address))
+
+
+def _connect_ex(self: socket.socket, address: Any, /) -> int:
+    return int(_original(socket.socket, "connect_ex")(self, _address(address)))
+
+
+POLL: Final = 1e-6
+"""Virtual seconds a rank waits first, before it looks again, while its blocking socket has nothing."""
+POLL_MAX: Final = 64e-6
+"""The longest such wait: each fruitless look doubles it up to this."""
+
+
+def _ready(sock: socket.socket) -> None:
+    """Inside a rank, wait in virtual time until a blocking ``sock`` can be read (or accepted).
+
+    A blocking call would stop the whole process, every rank with it, while the
+    peer it waits for is another rank of it; so the rank looks, and sleeps a
+    little virtual time (letting the others run) until the socket is ready, as
+    a process blocked in the call would resume when its peer had acted.
+    """
+    if _rank() is None or sock.gettimeout() is not None:
+        return
+    import select
+
+    from .engine import sync as _sync
+
+    rank = _sync.current()
+    wait = POLL
+    while rank is not None and not select.select([sock], [], [], 0)[0]:
+        _sync.block(rank.comm.sleep(wait), rank)
+        wait = min(2 * wait, POLL_MAX)
+
+
+def _accept(self: socket.socket) -> Any:
+    _ready(self)
+    return _original(socket.socket, "accept")(self)
+
+
+def _recv(self: socket.socket, *args: Any) -> Any:
+    _ready(self)
+    return _original(socket.socket, "recv")(self, *args)
+
+
+def _recv_into(self: socket.socket, *args: Any) -> Any:
+    _ready(self)
+    return _original(socket.socket, "recv_into")(self, *args)
+
+
 def _node() -> str:
     found = _rank()
     return str(_original(_platform, "node")()) if found is None else host_name(found[1])
@@ -212,7 +300,10 @@ def _platform_uname() -> Any:
 _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (os, "getpid", _getpid), (os, "kill", _kill), (os, "uname", _uname),
     (socket, "gethostname", _gethostname), (socket, "getfqdn", _getfqdn),
-    (socket, "gethostbyname", _gethostbyname),
+    (socket, "gethostbyname", _gethostbyname), (socket, "getaddrinfo", _getaddrinfo),
+    (socket.socket, "bind", _bind), (socket.socket, "connect", _connect),
+    (socket.socket, "connect_ex", _connect_ex), (socket.socket, "accept", _accept),
+    (socket.socket, "recv", _recv), (socket.socket, "recv_into", _recv_into),
     (_platform, "node", _node), (_platform, "uname", _platform_uname),
 )
 
@@ -234,6 +325,8 @@ def install(ranks_per_node: int | None = None) -> None:
         for module, name, replacement in _REPLACEMENTS:
             if hasattr(module, name):
                 _originals[(module, name)] = getattr(module, name)
+                if name not in vars(module):  # a method socket.socket inherits: removed again after
+                    _inherited.add((module, name))
                 setattr(module, name, replacement)
     _placements.append(ranks_per_node)
 
@@ -246,18 +339,14 @@ def uninstall() -> None:
     _placements.pop()
     if _placements:
         return
-    for (module, name), original in _originals.items():
-        setattr(module, name, original)
-    _originals.clear()
+    _put_back()
     _current = None
 
 
 def _forget() -> None:
     """In a process forked while a run goes on: it is a real process, with its own pid and host."""
     global _current
-    for (module, name), original in _originals.items():
-        setattr(module, name, original)
-    _originals.clear()
+    _put_back()
     _placements.clear()
     _current = None
 

@@ -45,7 +45,8 @@ IDENTITY = """
 
 def _functions() -> list[object]:
     return [os.getpid, os.kill, os.uname, socket.gethostname, socket.getfqdn,
-            socket.gethostbyname, platform.node, platform.uname]
+            socket.gethostbyname, socket.getaddrinfo, platform.node, platform.uname,
+            *(vars(socket.socket).get(name) for name in ("bind", "connect", "accept", "recv"))]
 
 
 @pytest.fixture(autouse=True)
@@ -189,3 +190,46 @@ def test_a_function_kept_from_a_run_answers_for_this_process_afterwards(
         assert (gethostname(), getpid()) == (socket.gethostname(), os.getpid())
     finally:
         del socket.kept  # type: ignore[attr-defined]
+
+
+SOCKETS = """
+    import socket
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if rank == 0:  # a server on its own node's name: it accepts before the client has connected
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.bind((socket.gethostname(), 0))
+        server.listen(1)
+        world.send(server.getsockname()[1], dest=1)
+        conn, _ = server.accept()
+        got = conn.recv(64)
+        conn.sendall(got.upper())
+        print(rank, "served", got.decode(), "at", f"{MPI.Wtime() * 1e3:.3f}", "ms")
+        conn.close()
+        server.close()
+    else:
+        port = world.recv(source=0)
+        import time
+        time.sleep(0.002)  # the server waits for this client 2 ms in virtual time
+        client = socket.create_connection(("node0", port))
+        client.sendall(b"hello")
+        print(rank, "got", client.recv(64).decode(), socket.getaddrinfo("node1", None)[0][4][0])
+        client.close()
+"""
+
+
+def test_ranks_talk_over_real_sockets_by_node_name_and_a_blocked_accept_stops_no_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    before = _functions()
+    prog = script(tmp_path, SOCKETS)
+    outs = set()
+    for seed in (0, 3):
+        rc, out, err = mpirun(capsys, "-n", 2, "--seed", seed, "--latency", "dgx_h100:2", prog)
+        assert (rc, err) == (0, "")
+        outs.add(out)
+    assert len(outs) == 1
+    lines = sorted(outs.pop().splitlines())
+    assert lines[0].startswith("0 served hello at 2.") and lines[1] == "1 got HELLO 127.0.0.2"
+    assert _functions() == before

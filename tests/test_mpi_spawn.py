@@ -11,7 +11,9 @@ the spawned ones report through their parents):
 * ports: the world split in two halves that meet by a published service name
   (``Open_port``, ``Publish_name``, ``Lookup_name``, ``Accept``, ``Connect``);
 * ``Spawn_multiple`` of two scripts: ``errcodes``, each child's ``APPNUM``,
-  ``COMM_WORLD`` and ``sys.argv``.
+  ``COMM_WORLD`` and ``sys.argv``;
+* ``Comm.Join`` over a socket one rank accepts on (blocking) and the other
+  connects to, by the first one's host name.
 
 Then what MPICH cannot show: the children's virtual start time, the same for
 every seed, and the errors: a command that is no Python program, a spawn that
@@ -148,6 +150,31 @@ CHILD = """
 """
 
 
+JOIN = """
+    import socket
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if rank == 0:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.bind((socket.gethostname(), 0))
+        server.listen(1)
+        world.send(server.getsockname(), dest=1)
+        sock = server.accept()[0]
+        server.close()
+    else:
+        sock = socket.create_connection(world.recv(source=0))
+    inter = MPI.Comm.Join(sock.fileno())
+    sock.close()
+    print("joined", type(inter).__name__, inter.Get_size(), inter.Get_remote_size(), inter.Get_rank())
+    got = inter.bcast("over the socket" if rank == 0 else None,
+                      root=MPI.ROOT if rank == 0 else 0)
+    print("bcast", got)
+    inter.Free()
+"""
+
+
 def _write(folder: Path, **scripts: str) -> Path:
     for name, text in scripts.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(text))
@@ -157,6 +184,7 @@ def _write(folder: Path, **scripts: str) -> Path:
 PROGRAMS = {
     "manager": lambda folder: _write(folder, manager=MANAGER, worker=WORKER),
     "ports": lambda folder: _write(folder, ports=PORTS),
+    "join": lambda folder: _write(folder, join=JOIN),
     "multiple": lambda folder: _write(folder, multiple=MULTIPLE,
                                       child_a=CHILD.replace("NAME", '"a"'),
                                       child_b=CHILD.replace("NAME", '"b"')),
@@ -165,7 +193,8 @@ PROGRAMS = {
 
 @needs_mpiexec
 @pytest.mark.parametrize(("program", "n"), [("manager", 1), ("manager", 3), ("ports", 2),
-                                            ("ports", 4), ("multiple", 2)])
+                                            ("ports", 4), ("multiple", 2),
+                                            ("join", 2)])
 def test_spawning_program_prints_what_it_prints_under_mpiexec(tmp_path: Path, program: str,
                                                               n: int) -> None:
     script = PROGRAMS[program](tmp_path)

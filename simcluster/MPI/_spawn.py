@@ -35,6 +35,7 @@ from ._blocking import block
 from ._constants import ERR_ARG, ERR_COMM, ERR_NAME, ERR_PORT, ERR_SPAWN, SUCCESS
 from ._errors import error
 from ._info import INFO_NULL, Info
+from ._intercomm import Intercomm, _bridge_state, is_inter
 from ._state import CommState, RankState, current
 
 launcher: Callable[[str, Sequence[str]], tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
@@ -83,8 +84,6 @@ def _run_of(rank_state: RankState) -> _Run:
 
 def _bridge(rank_state: RankState, mine: list[int], theirs: list[int], key: str,
             parent: CommState | None) -> Any:
-    from ._intercomm import Intercomm, _bridge_state
-
     return Intercomm._on(_bridge_state(rank_state, mine, theirs, key, parent))
 
 
@@ -151,8 +150,6 @@ def _is_root(comm: Any, root: int, call: str) -> bool:
 def _spawn(comm: Any, call: str, apps: list[tuple[str, Sequence[str] | None, int]], root: int,
            errcodes: list[int] | None) -> tuple[Any, list[int]]:
     """Spawn ``apps`` (command, args, maxprocs) from ``comm``; the intercomm and each app's count."""
-    from ._intercomm import is_inter
-
     st = comm._st
     sc = st.sc
     if is_inter(st):
@@ -232,8 +229,6 @@ _comm.appnum_of = appnum  # a spawned rank's APPNUM attribute
 def Get_parent(cls: type) -> Any:
     """``Comm.Get_parent()``: the intercomm to the ranks that spawned this one; ``COMM_NULL`` for a rank no one spawned
     or once it was disconnected. Local: sends nothing."""
-    from ._intercomm import Intercomm
-
     rank_state = current()
     world = rank_state.world
     run = _runs.get(id(world.engine))
@@ -328,8 +323,6 @@ def Connect(self: Any, port_name: str, info: Info = INFO_NULL, root: int = 0) ->
 
 def _join(comm: Any, call: str, port_name: str, root: int, side: int) -> Any:
     """Accept (side 0) or Connect (side 1): the roots meet at the port, then tell their groups."""
-    from ._intercomm import is_inter
-
     st = comm._st
     sc = st.sc
     if is_inter(st):
