@@ -595,6 +595,12 @@ class Comm(CollectiveMethods):
         value: int = await self.iagree(flag)
         return value
 
+    def ishrink(self) -> Request[Comm]:
+        """Start ``shrink``; the request's result is the new communicator."""
+        if self.kernel.current is None:
+            raise self.kernel.outside(self.rank, "shrink()")
+        return self.kernel.spawn(self.shrink(), "shrink()")
+
     async def shrink(self) -> Comm:
         """Return a new communicator of the live members, in this one's order (``MPI_Comm_shrink``).
 

@@ -35,21 +35,63 @@ from .latency import Ports
 if TYPE_CHECKING:
     from .trace import Trace
 
-__all__ = ["FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPorts", "Slow",
+__all__ = ["CALL_KINDS", "FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPorts", "Slow",
            "parse"]
 
 
 def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
+
+CALL_KINDS: Final = ("send", "recv", "probe", "barrier", "broadcast", "reduce", "all_reduce", "gather",
+                     "all_gather", "scatter", "all_to_all", "reduce_scatter", "scan", "exscan",
+                     "neighbor_allgather", "neighbor_alltoall")
+"""The kinds of call a rank's calls are counted by (``Crash(call=...)``, ``RunResult.calls``)."""
+
+_SPELLINGS: Final = {
+    "send": ("send", "ssend", "bsend", "rsend", "sendrecv", "sendrecvreplace", "isendrecv",
+             "isendrecvreplace"),
+    "recv": ("recv", "mrecv"),
+    "probe": ("probe", "mprobe"),
+    "broadcast": ("bcast", "broadcastobjectlist"),
+    "all_reduce": ("allreduce", "allreducecoalesced"),
+    "gather": ("gatherv", "gatherobject"),
+    "all_gather": ("allgather", "allgatherv", "allgatherintotensor", "allgathercoalesced",
+                   "allgatherobject", "allgatherintotensorcoalesced"),
+    "scatter": ("scatterv", "scatterobjectlist"),
+    "all_to_all": ("alltoall", "alltoallv", "alltoallw", "alltoallsingle"),
+    "reduce_scatter": ("reducescatter", "reducescatterblock", "reducescattertensor",
+                       "reducescattertensorcoalesced"),
+    "neighbor_allgather": ("neighborallgatherv",),
+    "neighbor_alltoall": ("neighboralltoallv", "neighboralltoallw"),
+}
+_KINDS: Final = {**{kind.replace("_", ""): kind for kind in CALL_KINDS},
+                 **{spelling: kind for kind, spellings in _SPELLINGS.items() for spelling in spellings}}
+
+
+def call_kind(name: str) -> str | None:
+    """The kind (``CALL_KINDS``) a call's name counts as, in any API's spelling; None for no call.
+
+    Case and underscores do not matter, nor a nonblocking ``I`` prefix: mpi4py's
+    ``Allreduce``, ``allreduce`` and ``Iallreduce`` and torch's ``all_reduce`` are
+    ``"all_reduce"``; ``Bcast`` and ``broadcast`` are ``"broadcast"``; torch's
+    ``all_gather_into_tensor`` is ``"all_gather"``.
+    """
+    key = name.lower().replace("_", "")
+    kind = _KINDS.get(key)
+    if kind is None and key.startswith("i"):
+        kind = _KINDS.get(key[1:])
+    return kind
+
+
 @dataclass(frozen=True)
 class Crash:
     """World rank ``rank`` crash-stops at virtual time ``at``, or at its ``nth`` call of kind ``call``.
 
     ``call`` is ``"send"`` (every send), ``"recv"`` (every receive), or a
-    collective's name in simcluster's spelling (``"all_reduce"``,
-    ``"barrier"``, ...; mpi4py's ``Allreduce`` and torch's ``all_reduce``
-    count as ``all_reduce``).
+    collective's name (``"all_reduce"``, ``"barrier"``, ...) in any API's
+    spelling: mpi4py's ``Allreduce`` and torch's ``all_reduce`` count as
+    ``all_reduce`` (``call_kind``); a name of no kind is refused.
     """
 
     rank: int
@@ -64,8 +106,13 @@ class Crash:
                              "kind of call, with nth=)")
         if self.at is not None:
             _check_time(self, "at", self.at)
-        if self.call is not None and (not isinstance(self.call, str) or not self.call):
-            raise ValueError(f"{self!r}: call must be a call's name, such as 'send' or 'all_reduce'")
+        if self.call is not None:
+            kind = call_kind(self.call) if isinstance(self.call, str) else None
+            if kind is None:
+                raise ValueError(f"{self!r}: no call is of kind {self.call!r}; name one of "
+                                 f"{', '.join(CALL_KINDS)} (mpi4py's and torch's names for them, "
+                                 "such as Allreduce or all_gather_into_tensor, work too)")
+            object.__setattr__(self, "call", kind)
         if isinstance(self.nth, bool) or not isinstance(self.nth, int) or self.nth < 1:
             raise ValueError(f"{self!r}: nth must be an int >= 1 (the 1st, 2nd, ... call)")
 

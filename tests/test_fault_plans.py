@@ -366,11 +366,73 @@ def test_a_plan_reads_from_its_text_and_describes_itself_the_same_way() -> None:
     ("crash:9@1", "names rank 9, but the world has 4 ranks"),
     ("crash:1", "cannot read 'crash:1'"),
     ("explode:1@2", "is no fault this knows"),
+    ("crash:1@all_reduc#3", "no call is of kind 'all_reduc'; name one of send, recv, probe, barrier"),
+    ([Crash(1, call="allreduce", nth=2), Crash(2, call="Sendrecv", nth=1)], None),
     ([Crash(1, at=0.5), "crash:2@1"], "is not a fault"),
 ])
-def test_a_bad_plan_is_refused_before_anything_runs(faults: object, message: str) -> None:
+def test_a_bad_plan_is_refused_before_anything_runs(faults: object, message: str | None) -> None:
+    if message is None:  # call kinds in mpi4py's spelling are kinds
+        sc.run(resilient_sum, 4, faults=faults)
+        return
     with pytest.raises(sc.UsageError, match=message):
         sc.run(resilient_sum, 4, faults=faults)
+
+
+@pytest.mark.parametrize("spelling", ["all_reduce", "allreduce", "Allreduce", "Iallreduce"])
+def test_a_crash_at_a_call_takes_any_api_s_name_for_it(spelling: str) -> None:
+    def main(comm: object) -> object:
+        from simcluster import MPI
+
+        world = MPI.COMM_WORLD
+        got = []
+        for step in range(3):
+            try:
+                if step % 2:
+                    got.append(world.allreduce(1))
+                else:
+                    buf = np.zeros(1)
+                    world.Iallreduce(np.ones(1), buf).Wait()
+                    got.append(int(buf[0]))
+            except MPI.Exception as exc:
+                got.append(exc.Get_error_class() == MPI.ERR_PROC_FAILED)
+                break
+        return got
+
+    result = sc.run(main, 3, faults=f"crash:1@{spelling}#2")
+    assert set(result.crashed) == {1}
+    assert [result[r] for r in (0, 2)] == [[3, True]] * 2
+
+
+def test_every_kind_a_run_counts_is_one_a_plan_can_name() -> None:
+    def main(comm: object) -> None:
+        from simcluster import MPI
+
+        world = MPI.COMM_WORLD
+        a, b = np.ones(4), np.zeros(4)
+        world.Barrier()
+        world.Bcast(a)
+        world.Reduce(a, b)
+        world.Allreduce(a, b)
+        world.Gather(a[:1], b[:3])
+        world.Allgather(a[:1], b[:3])
+        world.Scatter(a[:3], b[:1])
+        world.Alltoall(a[:3], b[:3])
+        world.Reduce_scatter_block(a[:3], b[:1])
+        world.Scan(a, b)
+        world.Exscan(a, b)
+        world.sendrecv(1, (world.rank + 1) % 3, source=(world.rank - 1) % 3)
+        world.Iprobe()
+        cart = world.Create_cart([3], periods=[True])
+        cart.Neighbor_allgather(a[:1], b[:2])
+        cart.Neighbor_alltoall(a[:2], b[:2])
+        inter = world.Split(int(world.rank == 0)).Create_intercomm(0, world, 1 if world.rank == 0 else 0)
+        inter.Barrier()
+        inter.bcast(1, root=0 if world.rank else MPI.ROOT)
+
+    result = sc.run(main, 3, faults=FaultPlan((), count_calls=True))
+    kinds = {kind for _, kind in result.calls}
+    assert kinds <= set(sc.faults.CALL_KINDS), kinds - set(sc.faults.CALL_KINDS)
+    assert len(kinds) >= 14
 
 
 def test_an_empty_plan_is_no_plan() -> None:
@@ -540,3 +602,29 @@ def test_the_last_survivor_shrinks_to_a_world_of_one() -> None:
 
     result = sc.run(main, 3, faults="crash:1@barrier#1;crash:2@barrier#1")
     assert result[0] == (1, 5) and result.crashed == {1: 0.0, 2: 0.0}
+
+
+def test_ishrink_lets_a_rank_do_what_the_others_wait_for_before_it_completes() -> None:
+    def main(comm: object) -> object:
+        from simcluster import MPI
+
+        world = MPI.COMM_WORLD
+        try:
+            world.Barrier()
+        except MPI.Exception:
+            world.Ack_failed()
+        rank = world.Get_rank()
+        if rank == 0:
+            new, req = world.Ishrink()
+            world.send("go", dest=1, tag=7)  # rank 1 shrinks only after this
+            req.Wait()
+        else:
+            if rank == 1:
+                world.recv(source=0, tag=7)
+            new, req = world.Ishrink()
+            req.Wait()
+        return new.Get_size(), new.Get_rank(), new.allreduce(1), round(MPI.Wtime() * 1e6, 3)
+
+    result = sc.run(main, 4, faults="crash:2@0", latency=AB)
+    assert [result[r][:3] for r in (0, 1, 3)] == [(3, 0, 3), (3, 1, 3), (3, 2, 3)]
+    assert sc.run(main, 4, faults="crash:2@0", latency=AB, seed=5).times == result.times

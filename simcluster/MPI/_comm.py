@@ -284,9 +284,15 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         return self._new(st.child(block(st.sc.shrink())))
 
     def Ishrink(self) -> tuple[Comm, Request]:
-        """``Shrink``, returned with a request that is already complete (the communicator is made at once)."""
-        new = self.Shrink()
-        return new, immediate(new.Get_rank(), lambda: "Ishrink()")
+        """Start ``Shrink``: the new communicator's handle, usable once the request completes."""
+        st = self._st
+        st.rank_state.reap()
+        new = type(self)._on(None)
+
+        def finish(made: Any, _status: Any) -> None:
+            new._ref = st.child(made)
+        return new, Request._of(st.sc.ishrink(), st.sc.rank, lambda: "Ishrink()", finish,
+                                owner=st.rank_state)
 
     # ---- new communicators ----
 

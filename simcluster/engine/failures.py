@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._wildcard import ANY_SOURCE
 from ..errors import ProcessFailedError, RankCrashed, RevokedError, SimclusterError
-from ..faults import Crash
+from ..faults import Crash, call_kind
 from ..request import Request, format_op
 from .kernel import FINISHED
 
@@ -189,12 +189,20 @@ class Failures:
         crash it here if its plan says so (``RankCrashed``)."""
         if rank in self.failed:  # unwinding after its crash: it makes no more calls
             raise RankCrashed(rank, call)
+        kind = call_kind(kind) or kind  # one vocabulary for every API's spelling (faults.CALL_KINDS)
         key = (rank, kind)
         n = self.calls[key] = self.calls.get(key, 0) + 1
         planned = self.at_call.get(rank)
         if planned is not None and planned[0] == kind and n == planned[1]:
             self.fail(rank)
             raise RankCrashed(rank, call)
+
+    def lost_handshake(self, req: Request[Any], src: int) -> SimclusterError | None:
+        """A receive matched the request to send of world rank ``src``: its error if ``src``'s crash
+        is known (the data will never come); a crash announced later fails it then (``announce``)."""
+        if src in self.known:
+            return self.error(req.comm, _op(req), [src])  # type: ignore[attr-defined]
+        return None
 
     def lost(self, dst: int) -> bool:
         """Whether a message that reaches world rank ``dst`` now is lost: it crashed (Rule 1)."""

@@ -229,6 +229,8 @@ class Faults(Protocol):
 
     def unmatched(self, comm: Member, src: int, op: Any) -> SimclusterError | None: ...
 
+    def lost_handshake(self, req: Any, src: int) -> SimclusterError | None: ...
+
     def sent(self, req: Request[Any], ctx: int, dst: int, key: tuple[int, int]) -> None: ...
 
     def lost(self, dst: int) -> bool: ...
@@ -719,6 +721,12 @@ class P2P(Layer):
                 self.transport.send(Envelope(ACK, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                              0, now))
         else:  # RTS: ask the sender for the data, saying when the receive was posted (Rule 5)
+            failures = self.failures
+            if failures is not None:
+                lost = failures.lost_handshake(req, env.src)
+                if lost is not None:  # the sender's crash is known: its data will never come
+                    req.complete(None, lost)
+                    return
             self.rdv_recvs[(env.src, env.msg_id)] = req
             self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                          env.nbytes, now, b"", (), False, pack_time(req.posted)))

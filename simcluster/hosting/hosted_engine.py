@@ -102,7 +102,10 @@ class HostedDelivery(Delivery):
         p2p = self.p2p
         sender, receiver = env.dst, env.src
         key = (sender, env.msg_id)
-        req, buffers, header, posted = p2p.rdv_sends.pop(key)
+        entry = p2p.rdv_sends.pop(key, None)
+        if entry is None:  # its sender crashed, or the send failed (engine.failures)
+            return
+        req, buffers, header, posted = entry
         start = transfer_start(posted, env)
         here = self.lo <= receiver < self.hi
         if p2p.book_later:  # charged when the instant closes (book)
@@ -131,11 +134,13 @@ class HostedDelivery(Delivery):
     def data_arrived(self, env: Envelope) -> None:
         p2p = self.p2p
         key = (env.src, env.msg_id)
+        recv = p2p.rdv_recvs.pop(key, None)  # None: the receive failed meanwhile (engine.failures)
         if self.lo <= env.src < self.hi:  # the sender's arrays: copy out, then the send completes
-            p2p.complete_recv(p2p.rdv_recvs.pop(key), env, True, -1)
+            if recv is not None:
+                p2p.complete_recv(recv, env, True, -1)
             p2p.rdv_landing.pop(key).complete()
-        else:  # the transport's buffers are ours already
-            p2p.complete_recv(p2p.rdv_recvs.pop(key), env, False, -1)
+        elif recv is not None:  # the transport's buffers are ours already
+            p2p.complete_recv(recv, env, False, -1)
 
     # ---- charging ports across processes (Rule 2) ----
 

@@ -132,6 +132,34 @@ async def stragglers(comm: sc.Comm) -> Any:
     return times
 
 
+async def handshake(comm: sc.Comm) -> Any:
+    """Rank 0 sends rank 1 400 kB (a rendezvous: request to send, clear to send, data); rank 1
+    posts its receive at 5 us. The plans crash either side at each point of the handshake."""
+    if comm.rank == 0:
+        req = comm.isend(np.zeros(50_000), 1)
+        try:
+            await req
+        except sc.ProcessFailedError as exc:
+            return ("send failed", exc.failed, exc.time, comm.now)
+        return ("sent", comm.now)
+    if comm.rank == 1:
+        await comm.sleep(5e-6)
+        try:
+            got = await comm.recv(src=0)
+        except sc.ProcessFailedError as exc:
+            return ("recv failed", exc.failed, exc.time, comm.now)
+        return ("received", len(got), comm.now)
+    return None
+
+
+HANDSHAKE = {  # where the crash falls: 0 posts its request to send at 0, 1 its receive at 5 us
+    "before the receive matched": "crash:0@3us",
+    "with the data on its way": "crash:0@7us",
+    "before the request to send was matched": "crash:1@3us",
+    "after the clear to send": "crash:1@5.5us",
+    "while the data lands": "crash:1@300us",
+}
+
 CASES = {
     "resilient_sum at a time": (resilient_sum, "crash:2@0.15ms"),
     "resilient_sum at a call": (resilient_sum, "crash:1@all_reduce#3"),
@@ -143,6 +171,7 @@ CASES = {
     "pending_when_revoked": (pending_when_revoked, None),
     "agree_and_shrink": (agree_and_shrink, "crash:1@1ms"),
     "stragglers": (stragglers, "slow:1x3@0..1.5ms;cut:0|2-3@2ms..3ms;delay:3|0+50us"),
+    **{f"handshake: {where}": (handshake, plan) for where, plan in HANDSHAKE.items()},
 }
 
 
@@ -200,6 +229,15 @@ def test_the_programs_see_what_the_rules_say() -> None:
         assert out[4] == 0b100  # 0|4 & 2|4 & 3|4
         size, small_rank, total, _ = out[5]
         assert (size, small_rank, total) == (3, [0, 2, 3].index(rank), 5)
+
+
+@pytest.mark.parametrize("where", list(HANDSHAKE))
+def test_a_crash_at_any_point_of_a_rendezvous_fails_the_survivor(where: str) -> None:
+    got = _run(f"handshake: {where}", "memory")
+    crashed = int(HANDSHAKE[where][6])
+    survivor = got["values"][1 - crashed]
+    assert survivor[0] == ("recv failed" if crashed == 0 else "send failed"), survivor
+    assert survivor[1] == [crashed] and got["crashed"][0][0] == crashed
 
 
 def test_hosted_runs_still_use_windows_under_a_fault_plan() -> None:
