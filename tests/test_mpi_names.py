@@ -252,3 +252,21 @@ def test_a_copy_of_a_predefined_handle_frees_to_null_and_the_constant_stays() ->
     message = MPI.Message(MPI.MESSAGE_NO_PROC)
     message.free()
     assert (message == MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC != MPI.MESSAGE_NULL) == (True, True)
+
+
+def test_docstrings_have_mpi4py_s_form_a_signature_line_then_a_sentence() -> None:
+    assert MPI.Comm.Get_rank.__doc__.startswith("Get_rank(self) -> int\n\n")
+    assert MPI.Comm.rank.__doc__.startswith("rank: int\n\n")
+    assert MPI.Comm.Get_parent.__doc__.startswith("Get_parent(cls")
+    bad = []
+    for cls in (MPI.Comm, MPI.Intracomm, MPI.Intercomm, MPI.Win, MPI.File, MPI.Datatype, MPI.Request):
+        for name, value in vars(cls).items():
+            fn = getattr(value, "__func__", value)
+            doc = getattr(fn, "__doc__", None)
+            if name.startswith("_") or not (callable(fn) or isinstance(fn, property)) or doc is None:
+                continue
+            line, blank, text = doc.partition("\n\n")
+            summary = text.strip().partition("\n")[0]
+            if not (blank and summary[:1].isupper() and summary.endswith(".")):
+                bad.append(f"{cls.__name__}.{name}: {summary!r}")
+    assert not bad, "\n".join(bad)

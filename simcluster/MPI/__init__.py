@@ -1,4 +1,4 @@
-"""mpi4py's ``MPI`` module on simcluster's virtual ranks.
+"""The ``MPI`` module of mpi4py on simcluster's virtual ranks.
 
 Code written for ``from mpi4py import MPI`` runs unchanged here: inside a
 synchronous rank (a plain function passed to ``sc.run``, or a script run by
@@ -23,7 +23,7 @@ import sys as _sys
 from typing import Any
 
 from ..engine import sync as _sync
-from . import _constants, _datatypes, _handles, _unsimulated
+from . import _constants, _datatypes, _docs, _handles, _unsimulated
 from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._intercomm import Create_intercomm as _create_intercomm
@@ -74,6 +74,19 @@ globals().update(_DATATYPES)
 globals()["2INT"] = _DATATYPES["TWOINT"]  # mpi4py's getattr(MPI, "2INT")
 _sizeof, _addressof, _handleof = _handles.sizeof, _handles.addressof, _handles.handleof
 
+
+class _Module(type(_sys)):  # type: ignore[misc]
+    """The module type of ``simcluster.MPI`` alone, as mpi4py's ``MPI`` is an extension module.
+
+    Tools that walk mpi4py's ``MPI`` by type (its ``test_doc``) then stop at
+    the submodules a package holds (``_comm``, ``util``, ...), which mpi4py's
+    single module does not have.
+    """
+
+
+_sys.modules[__name__].__class__ = _Module
+del _Module
+
 _handles.install({"Comm": Comm, "Group": Group, "Datatype": Datatype, "Op": Op,
                   "Errhandler": Errhandler, "Info": Info, "Request": Request, "Message": Message,
                   "Session": Session, "Win": Win},
@@ -103,6 +116,9 @@ def _entry_points() -> list[Any]:
             if all(base is object or base.__module__.startswith(own) for base in klass.__mro__)]
     return [_sys.modules[__name__], *sorted(pure, key=lambda klass: klass.__qualname__)]
 
+
+# mpi4py's docstring form: the signature line first (the exceptions and buffers too)
+_docs.sign(globals(), [*_entry_points()[1:], Exception, buffer])
 
 # measured compute (compute="cpu", mpirun's default): every MPI call stops the rank's clock
 # on entry and starts it on return, so only the user's code between calls is charged

@@ -321,20 +321,20 @@ class Comm(PointToPoint, Collectives, ObjectCollectives, AttributeCache):
         return self._dup("Dup()", hints)
 
     def Clone(self) -> Comm:
-        """``Dup`` (mpi4py's name for it on every kind of communicator)."""
+        """Duplicate the communicator: ``Dup``, by mpi4py's name for it on every kind of communicator."""
         return self._dup("Clone()", None)
 
     def Dup_with_info(self, info: Info) -> Comm:
-        """``Dup`` with the hints of ``info`` instead of this communicator's."""
+        """Duplicate the communicator, as ``Dup`` does, with the hints of ``info`` instead of its own."""
         return self._dup("Dup_with_info()", _hints(info))
 
     def Idup(self, info: Info | None = None) -> tuple[Comm, Request]:
-        """``Dup``, returned with a request that is already complete (the copy is made at once)."""
+        """Duplicate the communicator nonblocking: ``Dup``, with a request that is already complete (the copy is made at once)."""
         new = self.Dup(info)
         return new, immediate(new.Get_rank(), lambda: "Idup()")
 
     def Idup_with_info(self, info: Info) -> tuple[Comm, Request]:
-        """``Dup_with_info``, returned with a request that is already complete."""
+        """Duplicate with ``info``'s hints nonblocking: ``Dup_with_info``, with a request already complete."""
         new = self.Dup_with_info(info)
         return new, immediate(new.Get_rank(), lambda: "Idup_with_info()")
 

@@ -270,7 +270,7 @@ class Datatype(TypeAttributes):
 
     @property
     def typechar(self) -> str:
-        """numpy's type character (``"d"`` for DOUBLE; ``"V"`` for pairs and derived types)."""
+        """The numpy type character (``"d"`` for DOUBLE; ``"V"`` for pairs and derived types)."""
         dt = self._code_type()
         if dt is None:
             return "" if self._id == DATATYPE_NULL._id else "V"
@@ -279,7 +279,7 @@ class Datatype(TypeAttributes):
 
     @property
     def typestr(self) -> str:
-        """numpy's type string without byte order (``"f8"`` for DOUBLE; ``"V24"`` for derived types)."""
+        """The numpy type string without byte order (``"f8"`` for DOUBLE; ``"V24"`` for derived types)."""
         dt = self._code_type()
         if dt is None:
             return "" if self._id == DATATYPE_NULL._id else f"V{self.extent}"
@@ -326,7 +326,7 @@ class Datatype(TypeAttributes):
             self._forget_attrs()
 
     def free(self) -> None:
-        """``Free`` where it applies; nothing for predefined, null or freed types (mpi4py's safe free).
+        """Free the datatype where that applies; nothing for predefined, null or freed types (mpi4py's safe free).
 
         A copy of a predefined type (``Datatype(MPI.INT)``) becomes ``DATATYPE_NULL``, as mpi4py
         sets its handle to null; the predefined constant itself stays as it is.

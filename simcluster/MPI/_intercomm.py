@@ -167,7 +167,7 @@ class Intercomm(InterCollectives, Comm):
     is_intra = property(Is_intra, doc="False.")
 
     def Compare(self, comm: Comm) -> int:
-        """``IDENT``, ``CONGRUENT`` (same local and remote groups in order), ``SIMILAR`` or ``UNEQUAL``."""
+        """Compare two communicators: ``IDENT``, ``CONGRUENT`` (same local and remote groups in order), ``SIMILAR`` or ``UNEQUAL``."""
         a, b = self._st, comm._st
         if a is b:
             return IDENT
@@ -216,7 +216,7 @@ class Intercomm(InterCollectives, Comm):
         return self._derived(list(ours), list(theirs), "shrink")
 
     def Ishrink(self) -> tuple[Intercomm, Request]:
-        """``Shrink``, returned with a request that is already complete."""
+        """Shrink nonblocking: ``Shrink``, with a request that is already complete."""
         new = self.Shrink()
         return new, immediate(self._br.rank, lambda: "Ishrink()")
 
@@ -254,20 +254,20 @@ class Intercomm(InterCollectives, Comm):
         return new
 
     def Clone(self) -> Intercomm:
-        """``Dup``."""
+        """Duplicate the intercommunicator (``Dup``)."""
         return self.Dup()
 
     def Dup_with_info(self, info: Info) -> Intercomm:
-        """``Dup`` with the hints of ``info``."""
+        """Duplicate the intercommunicator (``Dup``) with the hints of ``info``."""
         return self.Dup(info)
 
     def Idup(self, info: Info | None = None) -> tuple[Intercomm, Request]:
-        """``Dup``, returned with a request that is already complete."""
+        """Duplicate nonblocking: ``Dup``, with a request that is already complete."""
         new = self.Dup(info)
         return new, immediate(self._br.rank, lambda: "Idup()")
 
     def Idup_with_info(self, info: Info) -> tuple[Intercomm, Request]:
-        """``Dup_with_info``, returned with a request that is already complete."""
+        """Duplicate with ``info``'s hints nonblocking: ``Dup_with_info``, with a request already complete."""
         return self.Idup(info)
 
     def Split(self, color: int = 0, key: int = 0) -> Intercomm:

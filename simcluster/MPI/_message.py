@@ -146,14 +146,14 @@ class Message:
     @classmethod
     def Probe(cls, comm: Any, source: int = -2, tag: int = ANY_TAG, status: Status | None = None
               ) -> Message:
-        """``comm.Mprobe(source, tag, status)``."""
+        """Probe for a message and take it out of matching: ``comm.Mprobe(source, tag, status)``."""
         msg: Message = comm.Mprobe(source, tag, status)
         return msg
 
     @classmethod
     def Iprobe(cls, comm: Any, source: int = -2, tag: int = ANY_TAG, status: Status | None = None
                ) -> Message | None:
-        """``comm.Improbe(source, tag, status)``."""
+        """Probe for a message without blocking: ``comm.Improbe(source, tag, status)``."""
         msg: Message | None = comm.Improbe(source, tag, status)
         return msg
 

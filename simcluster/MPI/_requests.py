@@ -298,7 +298,7 @@ class Request:
         self._alive = False
 
     def free(self) -> None:
-        """``Free`` the request when it is not null (never raises for REQUEST_NULL)."""
+        """Free the request when it is not null (never raises for ``REQUEST_NULL``)."""
         if self._alive:
             self.Free()
 
@@ -556,10 +556,11 @@ def _collect(active: list[tuple[int, Request]], statuses: list[Status] | None
 
 
 class Prequest(Request):
-    """A persistent request (``Send_init``/``Recv_init``, ``Psend_init``/``Precv_init``, the
-    ``*_init`` collectives): ``Start`` it, wait, start it again.
+    """
+    A persistent request: ``Start`` it, wait for it, start it again.
 
-    A partitioned send (``Psend_init``) sends nothing at ``Start``: the message leaves, whole,
+    ``Send_init``/``Recv_init``, ``Psend_init``/``Precv_init`` and the ``*_init``
+    collectives make one. A partitioned send (``Psend_init``) sends nothing at ``Start``: the message leaves, whole,
     once every partition has been marked ready (``Pready``, ``Pready_range``, ``Pready_list``).
     A partitioned receive posts its receive at ``Start``; ``Parrived(i)`` says whether the
     message, and so partition ``i``, has arrived.

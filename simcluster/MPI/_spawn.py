@@ -108,7 +108,7 @@ def Spawn_multiple(self: Any, command: Sequence[str], args: Sequence[Sequence[st
                    maxprocs: Sequence[int] | int | None = None,
                    info: Info | Sequence[Info] = INFO_NULL, root: int = 0,
                    errcodes: list[Any] | None = None) -> Any:
-    """``Spawn`` of several commands at once: one ``COMM_WORLD`` for all their ranks, in order.
+    """Spawn several commands at once: one ``COMM_WORLD`` for all their ranks, in order.
 
     Each child's ``APPNUM`` attribute is the index of its command. ``errcodes``,
     when given, gets one list of ``SUCCESS`` per command.
@@ -227,7 +227,7 @@ _comm.appnum_of = appnum  # a spawned rank's APPNUM attribute
 
 
 def Get_parent(cls: type) -> Any:
-    """``Comm.Get_parent()``: the intercomm to the ranks that spawned this one; ``COMM_NULL`` for a rank no one spawned
+    """Return the intercommunicator to the ranks that spawned this one; ``COMM_NULL`` for a rank no one spawned
     or once it was disconnected. Local: sends nothing."""
     rank_state = current()
     world = rank_state.world
@@ -363,7 +363,7 @@ def _meet(rank_state: RankState, call: str, port: str, side: int, mine: list[int
 
 
 def Join(cls: type, fd: int) -> Any:
-    """``Comm.Join(fd)``: the intercomm between this rank and the rank at the other end of the connected socket ``fd``.
+    """Return the intercommunicator between this rank and the rank at the other end of the connected socket ``fd``.
 
     Each side writes its world rank on the socket and reads the other's (polling it
     every virtual microsecond, so the other rank gets to run), then the two meet as

@@ -209,7 +209,7 @@ class Topocomm(Intracomm):
         self._gather_into(sendbuf, recvbuf, "Neighbor_allgather", False, False)
 
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        """``Neighbor_allgather`` with blocks of different sizes (``[buf, (counts, displs), dt]``)."""
+        """Gather from every neighbour as ``Neighbor_allgather`` does, with blocks of different sizes (``[buf, (counts, displs), dt]``)."""
         self._gather_into(sendbuf, recvbuf, "Neighbor_allgatherv", True, False)
 
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
@@ -218,11 +218,11 @@ class Topocomm(Intracomm):
         self._to_all(sendbuf, recvbuf, "Neighbor_alltoall", False, False)
 
     def Neighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        """``Neighbor_alltoall`` with blocks of different sizes (``[buf, (counts, displs), dt]``)."""
+        """Exchange with every neighbour as ``Neighbor_alltoall`` does, with blocks of different sizes (``[buf, (counts, displs), dt]``)."""
         self._to_all(sendbuf, recvbuf, "Neighbor_alltoallv", True, False)
 
     def Neighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
-        """``Neighbor_alltoall`` with a datatype per neighbour and displacements in bytes:
+        """Exchange with every neighbour as ``Neighbor_alltoall`` does, with a datatype per neighbour and displacements in bytes:
         ``[buf, (counts, displs), datatypes]`` on both sides."""
         self._to_all_w(sendbuf, recvbuf, "Neighbor_alltoallw", False)
 

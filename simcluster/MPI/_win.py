@@ -233,7 +233,7 @@ class Win(AttributeCache):
 
     @property
     def attrs(self) -> tuple[int, int, int]:
-        """``(base address, size in bytes, disp_unit)`` of the calling rank's window."""
+        """The calling rank's window as ``(base address, size in bytes, disp_unit)``."""
         return self._w.attrs_tuple()
 
     @property
@@ -333,7 +333,7 @@ class Win(AttributeCache):
 
     def Fetch_and_op(self, origin: Any, result: Any, target_rank: int, target_disp: int = 0,
                      op: Op = SUM) -> None:
-        """``Get_accumulate`` of one element."""
+        """Fetch one element and combine ``origin`` into it: ``Get_accumulate`` of one element."""
         self._w.fetch_and_op(origin, result, target_rank, target_disp, op)
 
     def Compare_and_swap(self, origin: Any, compare: Any, result: Any, target_rank: int,
@@ -342,21 +342,21 @@ class Win(AttributeCache):
         self._w.compare_and_swap(origin, compare, result, target_rank, target_disp)
 
     def Rput(self, origin: Any, target_rank: int, target: Any = None) -> Request:
-        """``Put`` with a request that completes when the origin buffer may be reused."""
+        """Put nonblocking: ``Put`` with a request that completes when the origin buffer may be reused."""
         return self._w.request(lambda s: s.put(origin, target_rank, target, "Rput", s.charge_now), "Rput")
 
     def Rget(self, origin: Any, target_rank: int, target: Any = None) -> Request:
-        """``Get`` with a request that completes when the data is in ``origin``."""
+        """Get nonblocking: ``Get`` with a request that completes when the data is in ``origin``."""
         return self._w.request(lambda s: s.get(origin, target_rank, target, "Rget", s.charge_now), "Rget")
 
     def Raccumulate(self, origin: Any, target_rank: int, target: Any = None, op: Op = SUM) -> Request:
-        """``Accumulate`` with a request."""
+        """Accumulate nonblocking: ``Accumulate`` with a request."""
         return self._w.request(lambda s: s.accumulate(origin, None, target_rank, target, op,
                                                       "Raccumulate", s.charge_now), "Raccumulate")
 
     def Rget_accumulate(self, origin: Any, result: Any, target_rank: int, target: Any = None,
                         op: Op = SUM) -> Request:
-        """``Get_accumulate`` with a request."""
+        """Fetch and accumulate nonblocking: ``Get_accumulate`` with a request."""
         return self._w.request(lambda s: s.accumulate(origin, result, target_rank, target, op,
                                                       "Rget_accumulate", s.charge_now), "Rget_accumulate")
 
@@ -386,7 +386,7 @@ class Win(AttributeCache):
         self._w.wait_exposure()
 
     def Test(self) -> bool:
-        """``Wait`` without blocking: True (and the epoch ended) once every origin completed."""
+        """Test for the end of the exposure epoch: ``Wait`` without blocking, True (and the epoch ended) once every origin completed."""
         return self._w.test_exposure()
 
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
