@@ -21,7 +21,9 @@ status. The MPI semantics are ``simcluster.MPI``'s; the engine is ``run()``'s.
   with ``mpiexec``, SCRIPT may be ``python`` followed by python's own form
   (``python script.py``, ``python -m mpi4py script.py``, ``python -c CMD``).
   ``mpi4py.util`` (``pkl5``, ``dtlib``,
-  ``sync``) is ``simcluster.MPI.util``; other submodules fail saying why.
+  ``sync``, ``pool``) is ``simcluster.MPI.util`` and ``mpi4py.futures`` is
+  ``simcluster.MPI.futures`` (both imported on first use, ``_Alias``; ``-m
+  mpi4py.futures script.py`` is its static mode); other submodules fail saying why.
 - Output: ``sys.stdout`` and ``sys.stderr`` are replaced for the run by
   streams that file each completed line under (virtual time, rank, order of
   writing). Lines are written to the real streams in that order, so the
@@ -77,10 +79,15 @@ OUT: Final = 1  # stream numbers in a line record
 ERR: Final = 2
 #: mpi4py submodules that simcluster does not provide, with what to do instead
 _MISSING: Final = {
-    "futures": "use MPI.COMM_WORLD's methods, or simcluster.run for task parallelism",
-    "util.pool": "it needs a pool of worker processes; use the ranks themselves "
-                 "(comm.scatter/comm.gather), or simcluster.run for task parallelism",
     "bench": "see examples/mpi4py/ for benchmark programs",
+}
+#: mpi4py submodules imported on first use from simcluster's own modules (``_Alias``)
+_ALIASES: Final = {
+    "mpi4py.futures": "simcluster.MPI.futures",
+    "mpi4py.futures._core": "simcluster.MPI.futures._core",
+    "mpi4py.futures.pool": "simcluster.MPI.futures.pool",
+    "mpi4py.futures.util": "simcluster.MPI.futures.util",
+    "mpi4py.util.pool": "simcluster.MPI.util.pool",
 }
 
 Record = tuple[float, int, int, int, str]  # (time, rank, seq, stream, text)
@@ -422,7 +429,7 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     program = session.program(task.rank)[0]
     _sync.start_clock(task)  # the script's work between its MPI calls is
     try:
-        exec(program, state.module.__dict__)  # noqa: S102 - running the user's script is the point
+        _run_main(program, state.module.__dict__)
     except SystemExit as exc:
         _sync.stop_clock(task, "exit")
         code = state.exit_code(exc)
@@ -441,6 +448,23 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     finally:
         state.finish()
     return code
+
+
+def _run_main(program: types.CodeType, namespace: dict[str, Any]) -> None:
+    """Run the script, then what its process would run as it exits (also after ``sys.exit``)."""
+    try:
+        exec(program, namespace)  # noqa: S102 - running the user's script is the point
+    except SystemExit:
+        _at_exit()
+        raise
+    _at_exit()
+
+
+def _at_exit() -> None:
+    """The rank's script is done: its ``mpi4py.futures`` executors finish and stop, as at exit."""
+    futures = sys.modules.get("simcluster.MPI.futures._core")
+    if futures is not None:
+        futures.at_exit()
 
 
 def _abort_code(exc: BaseException) -> int | None:
@@ -1140,7 +1164,7 @@ def _mpi4py_util() -> dict[str, types.ModuleType]:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """During a run, ``mpi4py.<anything but MPI and util>`` fails with a message that says why."""
+    """During a run, ``mpi4py.futures`` and ``mpi4py.util.pool`` are simcluster's; other unknown submodules fail saying why."""
 
     def find_spec(self, fullname: str, path: Any = None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
@@ -1149,7 +1173,26 @@ class _Finder(importlib.abc.MetaPathFinder):
         parts = fullname.split(".")
         if len(parts) == 2 and parts[1] in _PACKAGE_MODULES:
             return None  # beside _PACKAGE_INIT: the path finder loads it from mpi4py.__path__
+        if fullname in _ALIASES:
+            return importlib.machinery.ModuleSpec(fullname, _Alias(_ALIASES[fullname]),
+                                                  is_package=fullname == "mpi4py.futures")
+        if fullname in ("mpi4py.futures.__main__", "mpi4py.futures.server"):
+            return None  # scripts (-m): the path finder loads them from mpi4py.futures.__path__
         why = _MISSING.get(".".join(parts[1:3])) or _MISSING.get(parts[1]) or (
-            "simcluster's mpi4py has MPI and util (pkl5, dtlib, sync) only")
+            "simcluster's mpi4py has MPI, util (pkl5, dtlib, sync, pool) and futures only")
         raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} ({why})",
                                   name=fullname)
+
+
+class _Alias(importlib.abc.Loader):
+    """Load ``mpi4py.X`` as simcluster's module ``target``: the same module object under both names."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # the import system returns what sys.modules holds under the name once this returns
+        sys.modules[module.__name__] = importlib.import_module(self.target)

@@ -96,7 +96,6 @@ VALUES_DIFFER: dict[str, str] = {
 
 #: names that other parts of issue 41 are building now: present, kind not compared yet
 NOT_YET: dict[str, str] = {
-    "mpi4py.util.pool": "mpi4py.util.pool (with mpi4py.futures, dynamic processes)",
     "mpi4py.MPI.Open_port": "dynamic processes", "mpi4py.MPI.Close_port": "dynamic processes",
     "mpi4py.MPI.Publish_name": "dynamic processes", "mpi4py.MPI.Unpublish_name": "dynamic processes",
     "mpi4py.MPI.Lookup_name": "dynamic processes", "mpi4py.MPI.Register_datarep": "MPI-IO",
@@ -154,8 +153,7 @@ def test_names_listed_as_different_or_pending_are_mpi4py_names(
     real, sim = kinds
     assert not [n for n in (*VALUES_DIFFER, *NOT_YET) if n not in real]
     assert all(real[n] != sim.get(n) for n in VALUES_DIFFER), "a listed difference is gone"
-    assert [n for n in NOT_YET if sim.get(n, "missing") == "missing"] == ["mpi4py.util.pool"] or \
-        all(n in sim for n in NOT_YET)
+    assert all(n in sim for n in NOT_YET)
 
 
 # ---- sessions, handles, the package ----

@@ -141,7 +141,11 @@ def Wtime() -> float:
     rank = _sync.current()
     if rank is not None and rank.meter is not None:  # measured compute: charge the work since
         _sync.stop_clock(rank, "Wtime")  # the last call first (also where Wtime was imported
-        _sync.start_clock(rank)  # before the run wrapped it: simcluster.MPI's _entry_points)
+        if rank.owed:  # before the run wrapped it: simcluster.MPI's _entry_points), and
+            _sync.settle(rank)  # the waits for its own threads (engine.sync.owe), as time.time
+        _sync.start_clock(rank)
+    elif rank is not None and rank.owed:
+        _sync.settle(rank)
     return state.world.now
 
 

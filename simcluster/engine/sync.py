@@ -30,6 +30,8 @@ Per-rank process state, swapped as ranks run:
   it ran); the differences are virtual and deterministic. Other threads,
   and the engine's own, keep the real clocks: simcluster's own modules bind
   ``time``'s functions at import, so nothing of theirs reads a rank's clock.
+- OS threads a rank starts are real threads with the real clocks; a wall
+  wait for them that a facade reports (``owe``) is charged to the rank.
 - ``on_switch(enter, leave)`` lets a launcher swap more (``sys.argv``,
   ``sys.modules["__main__"]``) for one rank.
 
@@ -92,7 +94,7 @@ class SyncRank:
     """
 
     __slots__ = ("_glet", "_hub", "_fn", "_args", "_kwargs", "comm", "closing", "meter",
-                 "enter", "leave", "rng", "np_rng", "torch_rng", "rank")
+                 "enter", "leave", "rng", "np_rng", "torch_rng", "rank", "owed")
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                  comm: Any, rank: int, compute: Compute | None = None) -> None:
@@ -112,6 +114,7 @@ class SyncRank:
         self.rng: Any = None  # this rank's saved random / numpy / torch states (None: not yet made)
         self.np_rng: Any = None
         self.torch_rng: Any = None
+        self.owed = 0.0  # wall seconds spent waiting for its own threads, not charged yet (owe)
 
     def _main(self) -> Any:
         meter = self.meter
@@ -354,6 +357,8 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     meter = rank.meter
     if meter is not None and not meter.depth:  # straight from the user's code: stop its clock
         return _measured_block(awaitable, rank, meter)
+    if rank.owed:  # with the clock stopped: the same calls whatever is owed
+        settle(rank)
     it = awaitable.__await__()
     try:
         yielded = it.__next__()
@@ -366,6 +371,23 @@ def block(awaitable: Awaitable[T], rank: SyncRank | None = None) -> T:
     except BaseException:
         _close(it)
         raise
+
+
+def owe(rank: SyncRank, seconds: float) -> None:
+    """The rank stood still ``seconds`` of wall time waiting for OS threads it started.
+
+    A process waiting for its threads loses that time, so the rank is
+    charged it as a virtual sleep, at its next blocking call or clock read
+    rather than now: a sleep now would let the other ranks run, for wall
+    time the rank's threads would use as if the rank had waited it too.
+    """
+    rank.owed += seconds
+
+
+def settle(rank: SyncRank) -> None:
+    """Charge what the rank owes (``owe``) now, as a virtual sleep (its clock stopped, if measured)."""
+    owed, rank.owed = rank.owed, 0.0
+    block(rank.comm.sleep(owed), rank)
 
 
 def _measured_block(awaitable: Awaitable[T], rank: SyncRank, meter: Meter) -> T:
@@ -960,11 +982,16 @@ def _reading(rank: SyncRank, call: str) -> Any:
     """
     meter = rank.meter
     if meter is not None and not meter.depth:
-        if meter.replay is None and meter.clock() - meter.since - meter.floor < meter.threshold:
+        if not rank.owed and meter.replay is None and \
+                meter.clock() - meter.since - meter.floor < meter.threshold:
             meter.calls += 1
         else:
             stop_clock(rank, call)
+            if rank.owed:
+                settle(rank)
             start_clock(rank)
+    elif rank.owed:
+        settle(rank)
     return rank.comm.kernel
 
 

@@ -1,7 +1,7 @@
-"""mpi4py's ``mpi4py.util`` on simcluster: ``pkl5``, ``dtlib`` and ``sync``.
+"""mpi4py's ``mpi4py.util`` on simcluster: ``pkl5``, ``dtlib``, ``sync`` and ``pool``.
 
 Under ``simcluster mpirun``, ``import mpi4py.util`` and ``from mpi4py.util
-import pkl5, dtlib, sync`` give these modules; a rank function run by
+import pkl5, dtlib, sync, pool`` give these modules; a rank function run by
 ``sc.run`` imports them as ``from simcluster.MPI.util import pkl5``.
 
 - ``pkl5``: pickle-based communication that sends an object as several
@@ -14,9 +14,8 @@ import pkl5, dtlib, sync`` give these modules; a rank function run by
   here their shared state lives with the run (memory transport) and every
   wait is a message, so results, virtual times and deadlock reports are the
   engine's (see ``sync``'s docstring).
-
-``mpi4py.util.pool`` (and ``mpi4py.futures``) need process pools and are not
-provided.
+- ``pool``: ``multiprocessing.pool``'s API over ``mpi4py.futures``' executors
+  (``simcluster.MPI.futures``); imported on first use, not with this package.
 """
 
 __all__ = ["dtlib", "pkl5", "sync"]
