@@ -11,6 +11,16 @@ elements back into the user's memory. As in mpi4py, ``[None, MPI.INT]`` is an
 empty message, a list or tuple in a spec's count place is ``(count, displ)``
 (in a ``v`` spec only a tuple is ``(counts, displs)``: a list is the counts),
 and counts left out of a ``v`` spec split the buffer as evenly as it goes.
+A count or displacement is any integer (``operator.index``: numpy integers and
+0-d integer arrays too); anything else is a ``TypeError``.
+
+``MPI.BOTTOM`` (and ``None`` in a ``v`` or ``Alltoallw`` spec) is address 0:
+the datatype's displacements, or an ``Alltoallw`` spec's byte displacements,
+are absolute addresses (``MPI.Get_address``), so one message can gather from
+or scatter into several arrays. ``flat`` then views the process's memory over
+exactly the bytes the elements span (``_absolute``), ``origin`` elements past
+the items' start. ``MPI.BOTTOM``, ``MPI.IN_PLACE`` and ``MPI.BUFFER_AUTOMATIC``
+are mpi4py's buffer constants: empty buffers equal to their address.
 
 Rule 1: ``flat`` always shares the user's memory; nothing here copies data
 except gathering the items of a non-contiguous derived type.
@@ -21,68 +31,104 @@ what MPI itself would reject.
 
 from __future__ import annotations
 
+import ctypes
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import arrays
 from . import _interop
+from ._constants import ERR_BUFFER
 from ._datatypes import BYTE, Datatype, from_dtype
+from ._errors import error
 
 
-class InPlaceType:
+class _BufferConstant(ctypes.Array):  # type: ignore[type-arg]
+    """mpi4py's buffer constants: an empty buffer (``memoryview(c).nbytes == 0``) standing for an address.
+
+    As in mpi4py, a constant equals and hashes as its address (``int(c)``: MPICH's
+    ``MPI_BOTTOM`` 0, ``MPI_IN_PLACE`` -1, ``MPI_BUFFER_AUTOMATIC`` -2), is true when that
+    address is not 0, and does no arithmetic. An empty ctypes array lends it the buffer
+    protocol, which a Python class has no other way to offer before Python 3.12 (so
+    ``memoryview(c).obj`` is ``c``, where mpi4py's C type leaves it None).
+    """
+
+    _type_ = ctypes.c_ubyte
+    _length_ = 0
+    __slots__ = ()
+    _name = ""
+    _address = 0
+
+    def __new__(cls) -> _BufferConstant:
+        made = _CONSTANTS.get(cls)
+        if made is None:
+            made = _CONSTANTS[cls] = ctypes.Array.__new__(cls)
+        return made
+
+    def __repr__(self) -> str:
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> str:
+        return self._name
+
+    def __int__(self) -> int:
+        return self._address
+
+    def __bool__(self) -> bool:
+        return self._address != 0
+
+    def __hash__(self) -> int:
+        return hash(self._address)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _BufferConstant) or (isinstance(other, int) and not isinstance(other, bool)):
+            return self._address == int(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __len__(self) -> int:
+        raise TypeError(f"object of type {type(self).__name__!r} has no len()")
+
+
+_CONSTANTS: dict[type[_BufferConstant], _BufferConstant] = {}
+
+
+class InPlaceType(_BufferConstant):
     """The type of ``MPI.IN_PLACE``: use the receive buffer as the send buffer."""
 
     __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "IN_PLACE"
-
-    def __reduce__(self) -> str:
-        return "IN_PLACE"
-
-    def __bool__(self) -> bool:
-        return True
-
-    def __int__(self) -> int:
-        return -1
+    _name, _address = "IN_PLACE", -1
 
 
 IN_PLACE = InPlaceType()
 
 
-class BottomType:
-    """The type of ``MPI.BOTTOM`` (absolute addresses: not simulated)."""
+class BottomType(_BufferConstant):
+    """The type of ``MPI.BOTTOM``: address 0, so a datatype's displacements are absolute addresses."""
 
     __slots__ = ()
+    _name, _address = "BOTTOM", 0
 
-    def __repr__(self) -> str:
-        return "BOTTOM"
-
-    def __reduce__(self) -> str:
-        return "BOTTOM"
-
-    def __int__(self) -> int:
+    def __index__(self) -> int:
         return 0
 
 
 BOTTOM = BottomType()
 
 
-class BufferAutomaticType:
+class BufferAutomaticType(_BufferConstant):
     """The type of ``MPI.BUFFER_AUTOMATIC`` (``Attach_buffer`` with automatic buffering)."""
 
     __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "BUFFER_AUTOMATIC"
-
-    def __reduce__(self) -> str:
-        return "BUFFER_AUTOMATIC"
-
-    def __int__(self) -> int:
-        return 0
+    _name, _address = "BUFFER_AUTOMATIC", -2
 
 
 BUFFER_AUTOMATIC = BufferAutomaticType()
@@ -91,18 +137,22 @@ BUFFER_AUTOMATIC = BufferAutomaticType()
 class Buf:
     """A parsed buffer spec (see the module docstring)."""
 
-    __slots__ = ("obj", "flat", "datatype", "count", "displ", "counts", "displs", "_elems", "_pos")
+    __slots__ = ("obj", "flat", "datatype", "count", "displ", "origin", "counts", "displs", "_item",
+                 "_elems", "_pos")
 
-    def __init__(self, obj: Any, flat: Any, datatype: Datatype, count: int, displ: int = 0) -> None:
+    def __init__(self, obj: Any, flat: Any, datatype: Datatype, count: int, displ: int = 0,
+                 origin: int = 0, item: NDArray[np.intp] | None = None) -> None:
         self.obj = obj
         self.flat = flat
         self.datatype = datatype
         self.count = count  # items (per block for the blocked collectives)
         self.displ = displ  # items
+        self.origin = origin  # base elements from item 0's start to flat[0] (MPI.BOTTOM: see _absolute)
         self.counts: list[int] | None = None  # the v collectives: items per rank
         self.displs: list[int] | None = None
-        self._elems = datatype._elements()
-        self._pos = datatype._positions(1) is not None
+        self._item = item  # one item's positions in flat's elements, when not the datatype's (_absolute)
+        self._elems = datatype._elements() if item is None else len(item)
+        self._pos = datatype._positions(1) is not None if item is None else True
 
     @property
     def nbytes(self) -> int:
@@ -124,8 +174,7 @@ class Buf:
 
     def _span(self, start: int, count: int) -> tuple[int, int]:
         """Return the base-element range of ``count`` items from item ``start`` (contiguous types)."""
-        extent_elems = self.datatype._extent // self.datatype._base._extent if self._pos else 1
-        begin = start * extent_elems if self._pos else start * self._elems
+        begin = start * self._elems - self.origin
         return begin, begin + count * self._elems
 
     def take(self, start: int, count: int) -> Any:
@@ -153,10 +202,14 @@ class Buf:
         return n
 
     def _index(self, start: int, count: int) -> Any:
-        pos = self.datatype._positions(count)
-        assert pos is not None
-        step = self.datatype._extent // self.datatype._base._extent
-        return pos + start * step
+        if self._item is None:
+            pos = self.datatype._positions(count)
+            assert pos is not None
+            step = self.datatype._extent // self.datatype._base._extent
+        else:
+            step = self.datatype._extent // self.flat.dtype.itemsize
+            pos = (np.arange(count, dtype=np.intp)[:, None] * step + self._item[None, :]).ravel()
+        return pos + (start * step - self.origin)
 
     def empty(self, count: int) -> Any:
         """Return a fresh array for ``count`` items' elements, of the buffer's library and dtype."""
@@ -297,9 +350,22 @@ def _datatype(value: object, rank: int, op: str) -> Datatype | None:
 
 
 def _count(value: object, rank: int, op: str, what: str = "count") -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise _fail(rank, op, f"{what} {value!r} is not an int >= 0", f"pass the number of items")
-    return int(value)
+    """Read a count or displacement as mpi4py does: any integer (``operator.index``), not below 0."""
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]  # ints, numpy integers, 0-d int arrays
+    except TypeError:
+        raise _fail(rank, op, f"{what} {value!r} is not an integer", "pass a whole number of items",
+                    TypeError) from None
+    if number < 0:
+        raise _fail(rank, op, f"{what} {number} is negative", "pass a number of items >= 0")
+    return number
+
+
+def _is_list(value: object) -> bool:
+    """Whether a ``v`` spec's counts or displacements are one per rank (a 0-d array is one number)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, Sequence)
 
 
 def _split(spec: Any, rank: int, op: str, v: bool = False) -> tuple[Any, Any, Any, Datatype | None]:
@@ -344,6 +410,12 @@ def _pair(value: Any, rank: int, op: str, v: bool) -> tuple[Any, Any]:
 def message(spec: Any, rank: int, op: str, writable: bool) -> Buf:
     """Parse a simple spec (``Send``, ``Recv``, ``Bcast``, reductions): count items from displ."""
     obj, count, displ, datatype = _split(spec, rank, op)
+    if obj is BOTTOM and datatype is not None:  # as mpi4py: without a count, no items
+        start = 0 if displ is None else _count(displ, rank, op, "displacement")
+        count = 0 if count is None else _count(count, rank, op)
+        buf = _absolute(obj, datatype, 0, [(start, count)], rank, op, writable)
+        buf.count, buf.displ = count, start
+        return buf
     flat, datatype = _flat(obj, datatype, rank, op, writable)
     buf = Buf(obj, flat, datatype, 0)
     capacity = buf.capacity()
@@ -368,6 +440,12 @@ def blocked(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
     ``count`` is per block; inferred as the whole buffer divided by ``size``.
     """
     obj, count, displ, datatype = _split(spec, rank, op)
+    if obj is BOTTOM and datatype is not None:
+        start = 0 if displ is None else _count(displ, rank, op, "displacement")
+        count = 0 if count is None else _count(count, rank, op)
+        buf = _absolute(obj, datatype, 0, [(start, count * size)], rank, op, writable)
+        buf.count, buf.displ = count, start
+        return buf
     flat, datatype = _flat(obj, datatype, rank, op, writable)
     buf = Buf(obj, flat, datatype, 0)
     capacity = buf.capacity()
@@ -391,30 +469,34 @@ def vector(spec: Any, size: int, rank: int, op: str, writable: bool) -> Buf:
 
     Missing displacements pack the blocks one after another; an int count is the same for every rank,
     an int displacement a stride; missing counts split the buffer as evenly as it goes (mpi4py).
+    ``None`` or ``MPI.BOTTOM`` with a datatype is address 0: the datatype gives absolute addresses.
     """
     obj, counts, displs, datatype = _split(spec, rank, op, v=True)
+    absolute = (obj is None or obj is BOTTOM) and datatype is not None
     flat, datatype = _flat(obj, datatype, rank, op, writable)
     buf = Buf(obj, flat, datatype, 0)
     capacity = buf.capacity()
     if counts is None:  # as mpi4py: the first ``capacity % size`` ranks get one item more
         counts = [capacity // size + (r < capacity % size) for r in range(size)]
-    elif not isinstance(counts, Sequence) and not isinstance(counts, np.ndarray):
+    elif not _is_list(counts):
         counts = [counts] * size
     counts = [_count(c, rank, op) for c in counts]
     if len(counts) != size:
         raise _fail(rank, op, f"{len(counts)} counts given for {size} ranks", "pass one count per rank")
     if displs is None:
         displs = [sum(counts[:i]) for i in range(size)]
-    elif not isinstance(displs, Sequence) and not isinstance(displs, np.ndarray):
-        displs = [int(displs) * i for i in range(size)]
+    elif not _is_list(displs):
+        displs = [_count(displs, rank, op, "displacement") * i for i in range(size)]
     displs = [_count(d, rank, op, "displacement") for d in displs]
     if len(displs) != size:
         raise _fail(rank, op, f"{len(displs)} displacements given for {size} ranks",
                     "pass one displacement per rank")
     for c, d in zip(counts, displs):
-        if c and d + c > capacity:
+        if c and d + c > capacity and not absolute:
             raise _fail(rank, op, f"{c} items at displacement {d} do not fit in the buffer "
                         f"{buf.describe()}", "pass a larger buffer, or other counts and displacements")
+    if absolute:
+        buf = _absolute(obj, datatype, 0, list(zip(displs, counts)), rank, op, writable)
     buf.counts, buf.displs = counts, displs
     buf.count = sum(counts)
     return buf
@@ -426,6 +508,8 @@ def per_rank(spec: Any, size: int, rank: int, op: str, writable: bool) -> list[B
     ``[buf, (counts, displs), datatypes]``, ``[buf, counts, displs, datatypes]`` or ``[buf, datatypes]``:
     rank ``i``'s block is ``counts[i]`` items of ``datatypes[i]`` starting ``displs[i]`` *bytes* into
     ``buf``. Counts left out are 1 item each; displacements left out pack the blocks one after another.
+    With ``MPI.BOTTOM`` (or ``None``) as ``buf``, ``displs[i]`` is an address (as in mpi4py, counts
+    and displacements must then be given).
     """
     if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
         raise _fail(rank, op, f"{_describe_spec(spec)} is not an Alltoallw buffer spec",
@@ -451,9 +535,8 @@ def per_rank(spec: Any, size: int, rank: int, op: str, writable: bool) -> list[B
             raise _fail(rank, op, f"{what} {value!r} are not one per rank", f"pass a list of {size} {what}")
     assert displs is not None  # checked just above: one per rank
     if obj is None or obj is BOTTOM:
-        raise NotImplementedError(f"rank {rank}: {op}: absolute addresses (MPI.BOTTOM with "
-                                  "Get_address displacements) are not simulated by simcluster; "
-                                  "pass the buffer itself with displacements from its start")
+        return [_absolute_block(obj, counts[i], displs[i], types[i], rank, op, writable)
+                for i in range(size)]
     arr = _as_array(obj, rank, op, writable)
     if not isinstance(arr, np.ndarray):
         raise _fail(rank, op, f"{arrays.describe(arr)} cannot be addressed by bytes",
@@ -477,6 +560,77 @@ def per_rank(spec: Any, size: int, rank: int, op: str, writable: bool) -> list[B
                         "pass a larger buffer, or other counts and displacements")
         bufs.append(buf)
     return bufs
+
+
+# ---- MPI.BOTTOM: absolute addresses ----
+
+
+def _absolute(obj: Any, datatype: Datatype, at: int, blocks: list[tuple[int, int]], rank: int, op: str,
+              writable: bool) -> Buf:
+    """Return a Buf of the memory that ``blocks`` of a datatype's items from address ``at`` cover.
+
+    This is MPI.BOTTOM: displacements in the datatype (``MPI.Get_address`` of the user's
+    arrays) are absolute addresses. ``blocks`` are (first item, item count) pairs. The
+    Buf's ``flat`` covers exactly the bytes the elements span, ``origin`` elements after
+    ``at``. Its element type does not depend on where the arrays happen to lie: elements
+    of one predefined type at offsets that differ by whole elements are read as that type
+    (``_element_type``), so both ends of a message agree on its dtype.
+
+    Raises:
+        MPI.Exception: ``ERR_BUFFER`` when those bytes are not memory of this process (where
+            MPI would read or write through a null or dangling pointer).
+    """
+    datatype._usable(rank, op)
+    base, shift, item = _element_type(datatype)
+    assert base._np is not None
+    lay, unit = datatype._layout, base._np.itemsize
+    used = [(s, c) for s, c in blocks if c > 0]
+    if not used or not lay.size:
+        return Buf(obj, np.empty(0, dtype=base._np), datatype, 0, 0, 0, item)
+    ext = lay.extent
+    lo = min(s * ext + min(0, (c - 1) * ext) for s, c in used) + lay.true_lb
+    hi = max(s * ext + max(0, (c - 1) * ext) for s, c in used) + lay.true_ub
+    nbytes = -(-(hi - lo) // unit) * unit  # whole elements (a pair type's padding too)
+    address = at + lo
+    if address <= 0 or not _interop.host_readable(address, nbytes):
+        items = sum(c for _, c in used)
+        raise error(ERR_BUFFER, rank, op, f"{items} items of {datatype._name or 'the datatype'} at "
+                    f"MPI.BOTTOM span bytes {address:#x} to {address + nbytes:#x}, which are not "
+                    "memory of this process", "build the datatype from MPI.Get_address() of live "
+                    "buffers, or pass the buffer itself instead of MPI.BOTTOM")
+    exp = _interop.Exported(address, nbytes, base._np, not writable, False, "MPI.BOTTOM", None)
+    return Buf(obj, _interop.host_array(exp), datatype, 0, 0, (lo - shift) // unit, item)
+
+
+def _element_type(datatype: Datatype) -> tuple[Datatype, int, NDArray[np.intp] | None]:
+    """Return (element type, byte offset of the elements modulo its size, one item's positions).
+
+    A derived type reads buffers as bytes when its elements do not lie at multiples of their
+    size from byte 0 (``_datatypes``): with absolute addresses, that would depend on where
+    malloc put the arrays. Here elements of one type whose offsets agree modulo its size are
+    read as that type (positions None: the datatype's own).
+    """
+    lay, leaf = datatype._layout, datatype._layout.leaf
+    if datatype._base is not BYTE or leaf is None or leaf is BYTE or leaf._np is None:
+        return datatype._base, 0, None
+    unit = leaf._np.itemsize
+    offs = lay.typemap()[0]
+    shift = int(offs[0]) % unit if len(offs) else 0
+    if lay.extent % unit or not np.all(offs % unit == shift):
+        return datatype._base, 0, None
+    return leaf, shift, ((offs - shift) // unit).astype(np.intp)
+
+
+def _absolute_block(obj: Any, count: Any, displ: Any, dt: Any, rank: int, op: str, writable: bool
+                    ) -> Buf:
+    """One rank's block of an ``Alltoallw`` spec at MPI.BOTTOM: ``displ`` is an address."""
+    count = _count(count, rank, op)
+    displ = _count(displ, rank, op, "displacement")
+    datatype = _datatype(dt, rank, op)
+    assert datatype is not None
+    buf = _absolute(obj, datatype, displ, [(0, count)], rank, op, writable)
+    buf.count = count
+    return buf
 
 
 def _describe_spec(spec: Any) -> str:

@@ -461,6 +461,10 @@ class Collectives:
         else:  # as mpi4py: every rank's receive count, gathered first
             counts = [int(c) for c in block(sc.all_gather(rb.count))]
         sb = rb if in_place else message(sendbuf, sc.rank, call, False)
+        if sb.datatype._base._np != rb.datatype._base._np:  # as mpi4py: a ValueError
+            raise error(ERR_TYPE, sc.rank, call, f"the send buffer holds {sb.datatype._base._name} but "
+                        f"the receive buffer {rb.datatype._base._name}",
+                        "pass buffers of the same datatype", mismatch=True)
         if sb.count != sum(counts):  # as mpi4py: exactly every rank's block
             raise error(ERR_COUNT, sc.rank, call, f"the {'receive' if in_place else 'send'} buffer has "
                         f"{sb.count} items but the receive counts add up to {sum(counts)}",
@@ -600,5 +604,5 @@ def _layout(b: Buf | None, size: int) -> tuple[list[int], list[int]]:
 
 def _sized(b: Buf, count: int) -> Buf:
     """A view of ``b``'s description with ``count`` items (to compare one block with a send buffer)."""
-    other = Buf(b.obj, b.flat, b.datatype, count, b.displ)
+    other = Buf(b.obj, b.flat, b.datatype, count, b.displ, b.origin, b._item)
     return other

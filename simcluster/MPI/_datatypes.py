@@ -158,8 +158,7 @@ class Datatype(TypeAttributes):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:  # XX: mpi4py's are unhashable; tables here key by datatype
-        return self._id
+    __hash__ = None  # type: ignore[assignment]  # mpi4py's handles are unhashable; tables key by _id
 
     def __bool__(self) -> bool:
         return self._id != DATATYPE_NULL._id and not self._freed
@@ -545,11 +544,11 @@ class Datatype(TypeAttributes):
                 raise error(ERR_TYPE, _rank(), "Datatype.Get_value_index()", f"the {what} type "
                             f"{dt!r} is not a datatype", "pass predefined types such as MPI.DOUBLE")
         if index == INT:
-            pairs = {SHORT: SHORT_INT, INT: TWOINT, LONG: LONG_INT, FLOAT: FLOAT_INT,
-                     DOUBLE: DOUBLE_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
-            found = pairs.get(value)
-            if found is not None:
-                return found
+            pairs = ((SHORT, SHORT_INT), (INT, TWOINT), (LONG, LONG_INT), (FLOAT, FLOAT_INT),
+                     (DOUBLE, DOUBLE_INT), (LONG_DOUBLE, LONG_DOUBLE_INT))
+            for plain, pair in pairs:
+                if value == plain:
+                    return pair
         return DATATYPE_NULL
 
     # ---- packing: Pack, Unpack, Pack_size and their external twins are _packing.METHODS ----

@@ -279,7 +279,8 @@ def install(classes: dict[str, type], names: dict[str, Any]) -> None:
         "Comm": (_Kind("Comm", 0x04000000, comm_key, comm_make, weak=True), ERR_COMM),
         "Group": (_Kind("Group", 0x08000000, lambda g: g._ranks), ERR_GROUP),
         "Datatype": (_Kind("Datatype", 0x0C000000, lambda t: t._id), ERR_TYPE),
-        "Op": (_Kind("Op", 0x18000000, lambda o: o._id), ERR_OP),
+        "Op": (_Kind("Op", 0x18000000, lambda o: o._id,
+                     lambda cls, stored: getattr(cls, "_from_handle")(stored)), ERR_OP),
         "Errhandler": (_Kind("Errhandler", 0x14000000, lambda e: e._id), ERR_ARG),
         "Info": (_Kind("Info", 0x1C000000, lambda i: id(i._items) if i._items is not None
                        else "INFO_NULL"), ERR_INFO),

@@ -75,8 +75,8 @@ class Info:
             self.Free()
 
     def Dup(self) -> Info:
-        """Return a copy."""
-        return Info.Create(dict(self._dict("Dup()")))
+        """Return a copy, of this object's class (as mpi4py: a subclass's Dup is of the subclass)."""
+        return type(self).Create(dict(self._dict("Dup()")))
 
     def Get(self, key: str) -> str | None:
         """Return the value of ``key``, or None when it is not set."""
@@ -202,7 +202,7 @@ class Info:
 
     def copy(self) -> Info:
         """Return a copy (``INFO_NULL`` copies to a null handle)."""
-        return Info() if self._items is None else self.Dup()
+        return type(self)() if self._items is None else self.Dup()
 
     def clear(self) -> None:
         """Remove every key."""

@@ -289,7 +289,7 @@ def host_array(exp: Exported) -> Any:
         return np.empty(0, dtype=dtype)
     if exp.device and _on_device(exp.address):
         return _cupy_array(exp, dtype, count)
-    if exp.device and not _host_readable(exp.address, exp.nbytes):
+    if exp.device and not host_readable(exp.address, exp.nbytes):
         raise BufferError(f"{exp.protocol}: memory at {exp.address:#x} is on a device that "
                           "simcluster cannot read without CuPy; install cupy, or pass a host array")
     interface = {"version": 3, "shape": (count,), "typestr": dtype.str,
@@ -318,7 +318,7 @@ def _cupy_array(exp: Exported, dtype: np.dtype[Any], count: int) -> Any:
 _readable: list[tuple[int, int]] = []  # readable mappings last read from /proc/self/maps
 
 
-def _host_readable(address: int, nbytes: int) -> bool:
+def host_readable(address: int, nbytes: int) -> bool:
     """Return whether ``[address, address + nbytes)`` lies in readable mappings of this process."""
     if _within(address, address + nbytes):
         return True

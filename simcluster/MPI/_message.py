@@ -74,8 +74,8 @@ class Message:
             return "MESSAGE_NULL"
         if self is MESSAGE_NO_PROC:
             return "MESSAGE_NO_PROC"
-        if self._req is None:
-            return (Message, (MESSAGE_NO_PROC,) if self._null else ())
+        if self._req is None:  # a subclass pickles as itself, as in mpi4py
+            return (type(self), (MESSAGE_NO_PROC,) if self._null else ())
         raise ValueError(f"cannot serialize {self!r}: a matched message belongs to the rank "
                          "that probed it; receive it and send the data instead")
 

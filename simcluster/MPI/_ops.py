@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ops import ReduceOp
 from ._datatypes import Datatype
-from ._constants import ERR_OP
+from ._constants import ERR_COUNT, ERR_OP, ERR_TYPE
 from ._errors import error
 from ._limits import UserSlots, _Holder
 
@@ -86,7 +86,7 @@ class Op:
     """A reduction operation (predefined, or made by ``Op.Create``)."""
 
     __slots__ = ("_id", "_name", "_py", "_reduce", "_commute", "_fn", "_freed", "_predefined",
-                 "_buffer_ops", "_slot", "__weakref__")
+                 "_buffer_ops", "_bare", "_slot", "__weakref__")
 
     _id: int
     _name: str
@@ -97,6 +97,7 @@ class Op:
     _freed: bool
     _predefined: bool
     _buffer_ops: dict[int, ReduceOp]
+    _bare: bool  # made from a handle (fromint, ...): a user op's MPI op without its Python side
     _slot: _Holder | None  # the user-op slot Create took (None otherwise)
 
     def __new__(cls, op: Op | None = None) -> Op:
@@ -122,8 +123,21 @@ class Op:
         self._freed = False
         self._predefined = True
         self._buffer_ops = {}
+        self._bare = False
         self._slot = None
         return self
+
+    @classmethod
+    def _from_handle(cls, op: Op) -> Op:
+        """Return a new object for ``op``'s handle (``fromint``, ``fromhandle``, ``f2py``).
+
+        As in mpi4py, the handle is the MPI op alone: a user op made this way reduces
+        buffers, but only the object ``Create`` returned (and its copies) can be called on
+        Python objects or pickled.
+        """
+        new = cls(op)
+        new._bare = not op._predefined
+        return new
 
     @classmethod
     def Create(cls, function: Callable[..., Any], commute: bool = False) -> Op:
@@ -144,6 +158,9 @@ class Op:
 
     def __call__(self, x: Any, y: Any) -> Any:
         """Return ``x op y`` on Python objects (``x`` from the lower rank)."""
+        if self._fn is not None and self._bare:
+            raise ValueError(f"{self._name}(x, y): this op was made from a handle (fromint), which "
+                             "carries no Python function; call the op Op.Create returned")
         if self._fn is not None:
             return self._fn(x, y, None)
         if self._py is None or self._freed:
@@ -171,6 +188,9 @@ class Op:
             return name if self is _PREDEFINED.get(name) else (type(self), (_PREDEFINED[name],))
         if self._fn is None or self._freed:
             raise ValueError(f"cannot pickle {self!r}: it was freed")
+        if self._bare:
+            raise ValueError(f"cannot pickle {self!r}: it was made from a handle (fromint), which "
+                             "carries no Python function; pickle the op Op.Create returned")
         return (_recreate, (self._fn, self._commute))  # a new op of the same function, as mpi4py
 
     def Is_commutative(self) -> bool:
@@ -209,6 +229,13 @@ class Op:
 
         src = message(inbuf, -1, "Op.Reduce_local(inbuf)", False)
         dst = message(inoutbuf, -1, "Op.Reduce_local(inoutbuf)", True)
+        if src.count != dst.count:  # as mpi4py: both buffers hold the same items
+            raise error(ERR_COUNT, None, "Op.Reduce_local()", f"inbuf holds {src.count} items but "
+                        f"inoutbuf {dst.count}", "pass buffers of the same count", mismatch=True)
+        if src.datatype != dst.datatype:
+            raise error(ERR_TYPE, None, "Op.Reduce_local()", f"inbuf holds {src.datatype!r} but "
+                        f"inoutbuf {dst.datatype!r}", "pass buffers of the same datatype",
+                        mismatch=True)
         rop = self.for_buffer(dst.datatype, None, "Op.Reduce_local()")
         dst.put(0, rop.apply(src.take(0, src.count), dst.take(0, dst.count)))
 

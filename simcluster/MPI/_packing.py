@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from .. import arrays
 from . import _interop, _typemap
-from ._buffers import BOTTOM, _as_array, message
+from ._buffers import _as_array, _BufferConstant, message
 from ._constants import ERR_ARG, ERR_TRUNCATE
 from ._datatypes import Datatype, _by_id, _rank
 from ._errors import error
@@ -124,9 +124,11 @@ def pack_size(dt: Datatype, count: Any, comm: Any, datarep: str | None) -> int:
 
 
 def Get_address(location: Any) -> int:
-    """Return the address of a buffer's first byte (0 for ``None`` and ``MPI.BOTTOM``)."""
-    if location is None or location is BOTTOM:
+    """Return the address of a buffer's first byte (0 for ``None``; a buffer constant's own value)."""
+    if location is None:
         return 0
+    if isinstance(location, _BufferConstant):  # MPI.BOTTOM is 0, MPI.IN_PLACE -1, as in MPICH
+        return int(location)
     if hasattr(location, "release") and hasattr(location, "address"):  # an MPI.buffer
         return int(location.address)
     if isinstance(location, np.ndarray):

@@ -15,6 +15,7 @@ never ends is the engine's deadlock report.
 
 from __future__ import annotations
 
+import operator
 import random
 import weakref
 from collections.abc import Callable
@@ -384,7 +385,11 @@ class _WinState:
             elif isinstance(parts[2], Datatype):
                 datatype = parts[2]
         else:
-            disp = int(target)
+            try:
+                disp = operator.index(target)
+            except TypeError:  # as mpi4py: a ValueError
+                raise ValueError(f"rank {self.rank}: {call}: a {type(target).__name__} is not a target spec; "
+                                 "pass None, a displacement or (disp, count, datatype)") from None
         return _TargetView(disp, count, datatype)
 
     def request(self, start: Callable[[_WinState], None], name: str) -> Request:
