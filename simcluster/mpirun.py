@@ -77,10 +77,6 @@ DEFAULT_LATENCY: Final = "alphabeta:1us,10GB/s"
 """``mpirun``'s network when ``--latency`` is not given: a cluster interconnect (docs/mpi.md)."""
 OUT: Final = 1  # stream numbers in a line record
 ERR: Final = 2
-#: mpi4py submodules that simcluster does not provide, with what to do instead
-_MISSING: Final = {
-    "bench": "see examples/mpi4py/ for benchmark programs",
-}
 #: mpi4py submodules imported on first use from simcluster's own modules (``_Alias``)
 _ALIASES: Final = {
     "mpi4py.futures": "simcluster.MPI.futures",
@@ -94,7 +90,7 @@ Record = tuple[float, int, int, int, str]  # (time, rank, seq, stream, text)
 _PACKAGE_INIT: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mpi4py",
                                     "__init__.py")
 """``mpi4py.__file__`` during a run; its folder holds ``mpi4py``'s pure-Python modules below."""
-_PACKAGE_MODULES: Final = ("run", "__main__", "typing", "_mpiabi")
+_PACKAGE_MODULES: Final = ("run", "__main__", "typing", "_mpiabi", "bench")
 
 
 # ---- command line ----
@@ -1178,10 +1174,9 @@ class _Finder(importlib.abc.MetaPathFinder):
                                                   is_package=fullname == "mpi4py.futures")
         if fullname in ("mpi4py.futures.__main__", "mpi4py.futures.server"):
             return None  # scripts (-m): the path finder loads them from mpi4py.futures.__path__
-        why = _MISSING.get(".".join(parts[1:3])) or _MISSING.get(parts[1]) or (
-            "simcluster's mpi4py has MPI, util (pkl5, dtlib, sync, pool) and futures only")
-        raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} ({why})",
-                                  name=fullname)
+        raise ModuleNotFoundError(f"No module named {fullname!r} under {PROG} (simcluster's mpi4py "
+                                  "has MPI, bench, futures, run, typing and util (pkl5, dtlib, "
+                                  "sync, pool) only)", name=fullname)
 
 
 class _Alias(importlib.abc.Loader):
