@@ -280,16 +280,16 @@ def report(table: Table, module_bar: float = 0.95, suite_bar: float = 0.97) -> s
         cells = "".join(f"{table[module].get(n, (0, 0))[0]:>6}/{table[module].get(n, (0, 0))[1]:<7}"
                         for n in sizes)
         s = share(table, module)
-        held = " (held)" if module in scope.HELD else ""
+        held = f" (floor {scope.BELOW_BAR[module][0]:.0%})" if module in scope.BELOW_BAR else ""
         lines.append(f"{module:24}{cells}" + (f"{100 * s:>7.1f}%" if s is not None else "       -")
                      + held)
     sums = totals(table)
     lines.append(f"{'total':24}" + "".join(f"{ok:>6}/{of:<7}" for ok, of in sums.values()))
     lines.append(f"{'share':24}" + "".join(f"{100 * ok / max(of, 1):>13.1f}%" for ok, of in sums.values()))
     below = [m for m in sorted(table) if (share(table, m) or 1.0) < module_bar]
-    lines.append(f"goal (issue 41): every module >= {module_bar:.0%} of MPICH's passes, the whole "
-                 f"suite >= {suite_bar:.0%}; below the module bar now: {len(below)} "
-                 f"({', '.join(below) or 'none'})")
+    lines.append(f"bar: every module >= {module_bar:.0%} of MPICH's passes (those below it "
+                 f"held to their floor), the whole suite >= {suite_bar:.0%}; below the module bar "
+                 f"now: {len(below)} ({', '.join(below) or 'none'})")
     return "\n".join(lines)
 
 
