@@ -46,13 +46,15 @@ raises ``ValueError`` saying why a command cannot run. None outside ``mpirun``."
 class _Run:
     """What one run's ranks share about spawning and ports."""
 
-    __slots__ = ("engine", "parents", "spawns", "ports", "services", "accepts", "connects", "_joins")
+    __slots__ = ("engine", "parents", "spawns", "opened", "ports", "services", "accepts", "connects",
+                 "_joins")
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         # world rank of a spawned rank -> (its parents' world ranks, the intercomm's key, APPNUM)
         self.parents: dict[int, tuple[list[int], str, int]] = {}
         self.spawns = 0  # Spawn calls so far: each one's key
+        self.opened = 0  # Open_port calls so far: each port's number
         self.ports: dict[str, int] = {}  # open port -> the world rank that opened it
         self.services: dict[str, str] = {}  # published service name -> port
         self.accepts: dict[str, int] = {}  # Accept calls on each port so far
@@ -227,8 +229,11 @@ _comm.appnum_of = appnum  # a spawned rank's APPNUM attribute
 
 
 def Get_parent(cls: type) -> Any:
-    """Return the intercommunicator to the ranks that spawned this one; ``COMM_NULL`` for a rank no one spawned
-    or once it was disconnected. Local: sends nothing."""
+    """Return the intercommunicator to the ranks that spawned this one.
+
+    ``COMM_NULL`` (an ``Intercomm`` handle) for a rank no one spawned, and once
+    it was disconnected. Local: sends nothing.
+    """
     rank_state = current()
     world = rank_state.world
     run = _runs.get(id(world.engine))
@@ -256,9 +261,8 @@ def Open_port(info: Info = INFO_NULL) -> str:
     rank_state = current()
     run = _run_of(rank_state)
     w = rank_state.world.world_rank
-    port = f"simcluster-port:{w}#{len(run.ports) + len(run.accepts)}"
-    while port in run.ports:
-        port += "+"
+    port = f"simcluster-port:{w}#{run.opened}"
+    run.opened += 1
     run.ports[port] = w
     return port
 
@@ -363,12 +367,12 @@ def _meet(rank_state: RankState, call: str, port: str, side: int, mine: list[int
 
 
 def Join(cls: type, fd: int) -> Any:
-    """Return the intercommunicator between this rank and the rank at the other end of the connected socket ``fd``.
+    """Return the intercommunicator to the rank at the other end of the connected socket ``fd``.
 
-    Each side writes its world rank on the socket and reads the other's (polling it
-    every virtual microsecond, so the other rank gets to run), then the two meet as
-    ``Accept`` and ``Connect`` do. A blocking socket call elsewhere in a rank (an
-    ``accept`` the peer has not reached) still stops every rank of the run.
+    Each side writes its world rank on the socket and reads the other's (looking
+    every virtual microsecond, so the other rank gets to run); the two then hold
+    the sides of one intercommunicator, numbered by how many ``Join`` calls
+    each made with the other before.
     """
     import select
     import socket
