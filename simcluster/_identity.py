@@ -21,7 +21,8 @@ that answer for the calling rank (``engine.sync.current()``):
 - a blocking socket's ``accept``, ``recv`` and ``recv_into`` wait in virtual
   time (``_ready``): the rank sleeps a few virtual microseconds at a time until
   the socket is ready, so the other ranks, its peers among them, go on, as
-  other processes would while one blocks in the call.
+  other processes would while one blocks in the call; a socket's timeout runs
+  in virtual time too (``TimeoutError`` once it passes).
 
 A rank's node is ``rank // ranks_per_node`` when the launcher says how many
 ranks a node runs (``simcluster torchrun --nproc-per-node``), else where the
@@ -245,16 +246,21 @@ def _ready(sock: socket.socket) -> None:
     little virtual time (letting the others run) until the socket is ready, as
     a process blocked in the call would resume when its peer had acted.
     """
-    if _rank() is None or sock.gettimeout() is not None:
+    timeout = sock.gettimeout()
+    if _rank() is None or timeout == 0.0:  # a nonblocking socket: the call itself answers at once
         return
     import select
 
     from .engine import sync as _sync
 
     rank = _sync.current()
-    wait = POLL
+    wait, waited = POLL, 0.0
     while rank is not None and not select.select([sock], [], [], 0)[0]:
-        _sync.block(rank.comm.sleep(wait), rank)
+        if timeout is not None and waited >= timeout:  # the socket's timeout, in virtual time
+            raise TimeoutError("timed out")
+        step = wait if timeout is None else min(wait, timeout - waited)
+        _sync.block(rank.comm.sleep(step), rank)
+        waited += step
         wait = min(2 * wait, POLL_MAX)
 
 

@@ -233,3 +233,25 @@ def test_ranks_talk_over_real_sockets_by_node_name_and_a_blocked_accept_stops_no
     lines = sorted(outs.pop().splitlines())
     assert lines[0].startswith("0 served hello at 2.") and lines[1] == "1 got HELLO 127.0.0.2"
     assert _functions() == before
+
+
+TIMEOUT = """
+    import socket
+    from mpi4py import MPI
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind((socket.gethostname(), 0))
+    server.listen(1)
+    server.settimeout(0.5)  # no one connects: the accept times out at 0.5 s of virtual time
+    try:
+        server.accept()
+    except TimeoutError as exc:
+        print("timed out", exc, f"{MPI.Wtime():.3f}")
+    server.close()
+"""
+
+
+def test_a_socket_timeout_passes_in_virtual_time(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    rc, out, err = mpirun(capsys, "-n", 1, script(tmp_path, TIMEOUT))
+    assert (rc, out, err) == (0, "timed out timed out 0.500\n", "")
