@@ -51,7 +51,6 @@ OTHER_LIBRARIES = {
     "_new_process_group_helper": "(as _get_default_timeout)",
     "_rand": "numpy.random.mtrand._rand: the generator behind np.random's functions, saved and restored per rank",
     "_world": "torch.distributed.distributed_c10d._world: the map get_backend reads a group's backend name from",
-    "_max_workers": "concurrent.futures' executors keep their worker count there only (mpi4py.bench futures)",
 }
 """Other libraries' private names the core uses, each with its reason; a new one fails the count."""
 

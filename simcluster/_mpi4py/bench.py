@@ -406,7 +406,8 @@ def futures(comm: Any, args: Sequence[str] | None = None,
     executor = _executor(opts)
     if isinstance(executor, str):
         _fail(parser, comm, executor)
-    workers = executor._max_workers
+    # an MPIPoolExecutor says; concurrent.futures' pools take max_workers or their documented default
+    workers = getattr(executor, "num_workers", None) or opts.workers or min(32, (os.cpu_count() or 1) + 4)
     count = workers * opts.tasks
 
     def run_map(func: Callable[[Any], Any], data: list[Any]) -> None:
