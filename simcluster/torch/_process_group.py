@@ -77,6 +77,17 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return int(tensor.numel() * tensor.element_size())
 
 
+def _fills_its_memory(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's elements fill one block of memory, without gap or overlap
+    (a transposed or permuted contiguous tensor does; a slice of one does not)."""
+    expected = 1
+    for size, stride in sorted(zip(tensor.shape, tensor.stride()), key=lambda pair: pair[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch is optional: not followed
     """A torch.distributed process group whose operations run on a simcluster Comm.
 
@@ -130,6 +141,18 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def __repr__(self) -> str:
         return (f"<ProcessGroupSimcluster {self._group_name!r} rank={self._comm.rank} "
                 f"size={self._comm.size}>")
+
+    # torch's own groups hold a backend per device, which programs fetch to call the
+    # backend's own methods (gloo's create_device); this group is its own backend
+
+    def _get_backend(self, device: Any) -> ProcessGroupSimcluster:
+        """The group's backend for ``device``: the group itself."""
+        return self
+
+    @staticmethod
+    def create_device(**kwargs: Any) -> Any:
+        """gloo's ``ProcessGroupGloo.create_device``: a gloo device, which this group never uses."""
+        return dist.ProcessGroupGloo.create_device(**kwargs)
 
     # ---- plumbing ----
 
@@ -379,6 +402,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                           opts: AllToAllOptions = AllToAllOptions()  # noqa: B008
                           ) -> SimclusterWork:
         size, who = self._comm.size, self._who()
+        if not input.is_contiguous():  # gloo's check, its type and text
+            raise ValueError("Tensors must be contiguous")
         in_splits = _splits(input, input_split_sizes, size, who, "input")
         out_splits = _splits(output, output_split_sizes, size, who, "output")
         pieces = list(torch.split(input.detach(), in_splits))
@@ -386,14 +411,20 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
         def finish(values: list[torch.Tensor]) -> None:
             with torch.no_grad():
-                for target, value in zip(torch.split(output, out_splits), values):
+                targets = torch.split(output, out_splits)
+                for target, value in zip(targets, values):
                     if target.numel() != value.numel():
                         raise ValueError(
                             f"{who}: all_to_all_single: output_split_sizes={out_splits} "
                             f"expects {target.shape[0]} rows from a rank that sent "
                             f"{value.shape[0] if value.dim() else 0}; make each rank's output "
                             "split match what the peer's input split sends it")
-                    target.copy_(value.reshape(target.shape))
+                if output.is_contiguous() or not _fills_its_memory(output):
+                    for target, value in zip(targets, values):
+                        target.copy_(value.reshape(target.shape))
+                else:  # gloo writes the output's memory in order, whatever its strides
+                    flat = output.as_strided((output.numel(),), (1,))
+                    flat.copy_(torch.cat([value.reshape(-1) for value in values]))
         return self._work(req, [output], finish, "all_to_all_single")
 
     alltoall_base = all_to_all_single  # the older name

@@ -16,7 +16,8 @@ swapped by ``engine.sync``; the C++ group registry is made per thread
 
 Rule 1: whatever a session changes in the process (the c10d globals, the
 environment, torch's rendezvous handlers, the C++ registry mode,
-``sys.excepthook``, DistributedDataParallel's ``_get_ddp_logging_data``) is
+``sys.excepthook``, DistributedDataParallel's ``_get_ddp_logging_data``,
+``ProcessGroupGloo``, which a rank may not construct: ``_GlooGuard``) is
 restored exactly when it ends, also after a failure, so gloo and a second
 spawn work afterwards.
 Rule 2: swapping is lazy: a rank's state is loaded when it resumes and the
@@ -169,6 +170,7 @@ class Session:
         self._process_flags = _FRESH_FLAGS
         self._ddp_logging: Any = None  # DDP's _get_ddp_logging_data, restored at exit
         self._profilers = RankProfilers()  # torch's profiler, per rank (_profiler.py)
+        self._gloo = _GlooGuard(self)
 
     # ---- process-wide ----
 
@@ -191,12 +193,14 @@ class Session:
         self._ddp_logging = ddp.__dict__["_get_ddp_logging_data"]
         ddp._get_ddp_logging_data = _ddp_logging_data(self._ddp_logging)
         self._profilers.install()
+        self._gloo.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
         global _active
         try:
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
+            self._gloo.restore()
             self._profilers.restore()
             torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data = self._ddp_logging
             self._handlers.restore()
@@ -315,6 +319,58 @@ def _ddp_logging_data(original: Any) -> Any:
     logging_data.__wrapped__ = original  # type: ignore[attr-defined]
     logging_data.__doc__ = original.__doc__
     return logging_data
+
+
+class _GlooGuard:
+    """``ProcessGroupGloo`` while a spawn runs: constructed by one of its ranks, a clear error.
+
+    ``ProcessGroupGloo(store, rank, size, options)`` is torch's real gloo: its
+    constructor connects every rank of the group to every other before it
+    returns, which needs them all inside it at once, and the ranks of a spawn
+    run one at a time, so a rank that called it would wait for gloo's timeout
+    and fail. The names ``torch.distributed.ProcessGroupGloo`` and
+    ``distributed_c10d.ProcessGroupGloo`` are a subclass for the session's
+    time, whose constructor raises in a rank and is gloo's elsewhere (its
+    options and ``create_device`` are gloo's).
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.real: Any = None
+
+    def install(self) -> None:
+        self.real = getattr(c10d, "ProcessGroupGloo", None)
+        if self.real is None:  # a build without gloo
+            return
+        session, real = self.session, self.real
+
+        class ProcessGroupGloo(real):  # type: ignore[misc, valid-type]
+            __doc__ = real.__doc__
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                state = session.current()
+                if state is not None:
+                    raise _direct_gloo(state.rank, args, kwargs)
+                super().__init__(*args, **kwargs)
+
+        ProcessGroupGloo.__module__ = real.__module__
+        ProcessGroupGloo.__qualname__ = real.__qualname__
+        dist.ProcessGroupGloo = c10d.ProcessGroupGloo = ProcessGroupGloo
+
+    def restore(self) -> None:
+        if self.real is not None:
+            dist.ProcessGroupGloo = c10d.ProcessGroupGloo = self.real
+
+
+def _direct_gloo(rank: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SimclusterError:
+    size = args[2] if len(args) > 2 else kwargs.get("size", "?")
+    group_rank = args[1] if len(args) > 1 else kwargs.get("rank", "?")
+    return SimclusterError(
+        rank, f"ProcessGroupGloo(store, rank={group_rank}, size={size})",
+        "a gloo group made by its constructor is torch's real gloo, which connects all its "
+        "ranks at once, and the ranks of a spawn run one at a time, so it could only time out",
+        "make the group with dist.init_process_group('gloo', ...) or "
+        "dist.new_group(backend='gloo'), which run on simcluster's backend")
 
 
 # ---- the backend's creator ----
