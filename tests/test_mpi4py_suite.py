@@ -103,18 +103,18 @@ def test_the_known_list_keeps_reasons_and_explains_new_misses(tmp_path: Path) ->
     path = tmp_path / "known.txt"
     path.write_text("# header\ntest_a  *  T.old  a reason a person wrote\n", encoding="utf-8")
     misses = [("test_a", n, "T.old", "fail") for n in (1, 2)]
-    misses += [("test_win", 1, "TestWinSelf.testPut", "error"),
+    misses += [("test_cffi", 1, "TestCFFI.testHandleValue", "fail"),
                ("test_b", 2, "T.new", "error"), ("test_c", 1, "T.gone", "not run")]
     misses += [("test_a", 3, "T.old", "fail")]
     errors = {("test_b", 2, "T.new"): "KeyError: 'x'", ("test_c", 1, "(import)"): "not run: timed out"}
-    ran = [(m, n) for m in ("test_a", "test_b", "test_c", "test_win") for n in (1, 2, 3)]
+    ran = [(m, n) for m in ("test_a", "test_b", "test_c", "test_cffi") for n in (1, 2, 3)]
     assert harness.write_known(misses, errors, ran, harness.load_known(path), path) == (3, 3)
     assert path.read_text(encoding="utf-8").splitlines() == [
         "# header",
         "test_a  *  T.old  a reason a person wrote",
         "test_b  2  T.new  unexplained: KeyError: 'x'",
         "test_c  1  T.gone  unexplained: not run: timed out",
-        f"test_win  1  TestWinSelf.testPut  {scope.reason('test_win', 'TestWinSelf.testPut')}",
+        f"test_cffi  1  TestCFFI.testHandleValue  {scope.reason('test_cffi', 'TestCFFI.testHandleValue')}",
     ]
     # a run of test_b alone at N = 2 where T.new passes now: test_b's line goes, the rest stay
     assert harness.write_known([], {}, [("test_b", 2)], harness.load_known(path), path) == (0, 0)
