@@ -15,14 +15,8 @@ constants, handles made from ``fromint``, unhashable datatypes).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import operator
-import os
 import pickle
-import re
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -33,22 +27,10 @@ import pytest
 import simcluster as sc
 from simcluster import MPI
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+from mpi_scripts import needs_mpiexec, run_real, run_simulated
+
 WORLD_SIZES = [1, 2, 3]
 
-
-def _mpiexec() -> str | None:
-    beside = Path(sys.executable).with_name("mpiexec")  # the mpich wheel installs it here
-    return str(beside) if beside.is_file() else shutil.which("mpiexec")
-
-
-MPIEXEC = _mpiexec()
-needs_mpiexec = [
-    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
-                       reason="the real mpi4py is not installed (pip install -e '.[mpi]')"),
-    pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH or beside python "
-                                               "(pip install -e '.[mpi]' brings MPICH's)"),
-]
 
 P2P_STRUCT = """
     import numpy as np
@@ -195,38 +177,7 @@ RULES = """
 PROGRAMS = {"p2p_struct": P2P_STRUCT, "alltoallw": ALLTOALLW, "rules": RULES}
 
 
-def run_real(tmp_path: Path, script: Path, n: int) -> list[list[str]]:
-    """Run under the real mpiexec; return each rank's stdout lines."""
-    out = tmp_path / "real"
-    out.mkdir()
-    assert MPIEXEC is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_"))}
-    proc = subprocess.run(
-        [MPIEXEC, "-n", str(n), "-outfile-pattern", str(out / "out.%r"),
-         "-errfile-pattern", str(out / "err.%r"), sys.executable, str(script)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    errors = "".join(p.read_text() for p in sorted(out.glob("err.*")))
-    assert proc.returncode == 0, f"mpiexec failed: {proc.stderr}{errors}"
-    return [(out / f"out.{r}").read_text().splitlines() for r in range(n)]
-
-
-def run_simulated(tmp_path: Path, script: Path, n: int) -> list[list[str]]:
-    """Run under simcluster mpirun --prepend-rank; return each rank's lines."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT_DIR), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "simcluster", "mpirun", "--prepend-rank", "-n", str(n), str(script)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert (proc.returncode, proc.stderr) == (0, "")
-    ranks: list[list[str]] = [[] for _ in range(n)]
-    for line in proc.stdout.splitlines():
-        match = re.fullmatch(r"\[(\d+)\] (.*)", line)
-        assert match, f"a line without its rank prefix: {line!r}"
-        ranks[int(match[1])].append(match[2])
-    return ranks
-
-
-@needs_mpiexec[0]
-@needs_mpiexec[1]
+@needs_mpiexec
 @pytest.mark.parametrize("n", WORLD_SIZES)
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
 def test_program_prints_what_it_prints_under_mpiexec(tmp_path: Path, program: str, n: int) -> None:
