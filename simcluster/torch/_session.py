@@ -367,10 +367,10 @@ def _direct_gloo(rank: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Si
     group_rank = args[1] if len(args) > 1 else kwargs.get("rank", "?")
     return SimclusterError(
         rank, f"ProcessGroupGloo(store, rank={group_rank}, size={size})",
-        "a gloo group made by its constructor is torch's real gloo, which connects all its "
-        "ranks at once, and the ranks of a spawn run one at a time, so it could only time out",
-        "make the group with dist.init_process_group('gloo', ...) or "
-        "dist.new_group(backend='gloo'), which run on simcluster's backend")
+        "a gloo group is torch's real gloo, which connects all its ranks at once inside this "
+        "constructor, and the ranks of a spawn run one at a time, so it could only time out",
+        "inside simcluster.torch.spawn use dist.init_process_group('simcluster') (simcluster "
+        "torchrun runs a program's 'gloo' groups there itself)")
 
 
 # ---- the backend's creator ----

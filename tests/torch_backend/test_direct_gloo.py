@@ -37,12 +37,11 @@ def test_a_rank_constructing_gloo_gets_the_reason_at_once() -> None:
     cause = info.value.__cause__
     assert isinstance(cause, SimclusterError)
     assert str(cause) == (
-        f"rank {cause.rank}: ProcessGroupGloo(store, rank={cause.rank}, size=2): a gloo group "
-        "made by its constructor "
-        "is torch's real gloo, which connects all its ranks at once, and the ranks of a spawn "
-        "run one at a time, so it could only time out; make the group with "
-        "dist.init_process_group('gloo', ...) or dist.new_group(backend='gloo'), which run on "
-        "simcluster's backend")
+        f"rank {cause.rank}: ProcessGroupGloo(store, rank={cause.rank}, size=2): a gloo group is "
+        "torch's real gloo, which connects all its ranks at once inside this constructor, and the "
+        "ranks of a spawn run one at a time, so it could only time out; inside "
+        "simcluster.torch.spawn use dist.init_process_group('simcluster') (simcluster torchrun "
+        "runs a program's 'gloo' groups there itself)")
 
 
 def test_its_options_are_gloos_inside_a_rank() -> None:
