@@ -197,7 +197,10 @@ def run(fn: Callable[..., Any], world_size: int, **keywords: Any) -> RunResult:
         result = asyncio.run(_launch(fn, world_size, _stood=stood, **keywords))
     except KeyboardInterrupt:
         # Ctrl-C: asyncio cancelled the run (the ranks, the hosting processes) and raises this;
-        # one line on where the run stood says more than asyncio's two tracebacks
+        # one line on where the run stood says more than asyncio's two tracebacks. A rank the
+        # Ctrl-C cut between making a call's coroutine and awaiting it leaves that coroutine to
+        # warn when it is collected, at the latest as the process ends: noise after an interrupt
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
         raise KeyboardInterrupt(stood.line()).with_traceback(None) from None
     except SimclusterError as exc:
         # the report (a deadlock's blocked calls, a rank's error with its own traceback as
