@@ -11,10 +11,10 @@ The module follows mpi4py 4's API and MPI's semantics (MPICH's constant
 values): communicators and groups, point-to-point and collectives for Python
 objects (lowercase, pickled) and for buffers (uppercase, with mpi4py's buffer
 specifications), process topologies and neighbourhood collectives, datatypes,
-requests, statuses, operations and the environment. mpi4py's names for
-spawning exist and raise ``NotImplementedError`` naming the feature when
-used. One-sided windows (``Win``) are ``_win``'s (memory transport). Intercommunicators are ``_intercomm``'s; MPI-IO
-(``File``) is ``_file``'s.
+requests, statuses, operations and the environment. One-sided windows
+(``Win``) are ``_win``'s and MPI-IO (``File``) is ``_file``'s (memory
+transport); intercommunicators are ``_intercomm``'s; dynamic processes
+(``Spawn``, ports, ``Join``) are ``_spawn``'s (under ``simcluster mpirun``).
 """
 
 from __future__ import annotations

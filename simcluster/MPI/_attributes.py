@@ -73,7 +73,7 @@ class AttributeCache:
     _attr_kind = ""
 
     def _attr_table(self, call: str) -> dict[int, Any]:
-        raise NotImplementedError
+        raise NotImplementedError  # each handle class says where its attributes live
 
     def _attr_rank(self) -> int | None:
         return None
