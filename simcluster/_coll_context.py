@@ -14,7 +14,7 @@ from .request import COMPLETED, Request
 from .transports import wire
 
 if TYPE_CHECKING:
-    from .comm import Comm
+    from ._comm_types import CollComm
     from .engine.diagnostics import CollectiveInfo
     from .latency import LatencyModel
 
@@ -45,7 +45,7 @@ class CollContext:
     __slots__ = ("comm", "rank", "size", "seq", "call", "algorithm", "free_reductions", "_coll",
                  "_tag", "_kernel", "_p2p")
 
-    def __init__(self, comm: Comm, seq: int, call: str, algorithm: str = "") -> None:
+    def __init__(self, comm: CollComm, seq: int, call: str, algorithm: str = "") -> None:
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.size
@@ -53,7 +53,7 @@ class CollContext:
         self.call = call
         self.algorithm = algorithm
         # analytic collectives send nothing: no private-context Comm (and its queues) per rank
-        self._coll: Comm = comm.coll if comm.engine.fidelity == "message" else None  # type: ignore[assignment]
+        self._coll: CollComm = comm.coll if comm.engine.fidelity == "message" else None  # type: ignore[assignment]
         self._tag = seq & (TAG_UB - 1)
         self._kernel = comm.kernel
         self._p2p = comm.p2p

@@ -24,7 +24,7 @@ from ._coll_context import TAG_UB
 from .request import COMPLETED
 
 if TYPE_CHECKING:
-    from .comm import Comm
+    from ._comm_types import CollComm
 
 _TAG_UB: Final = TAG_UB
 
@@ -34,7 +34,7 @@ class _Call:
 
     __slots__ = ("_comm", "_payload", "_peer", "_tag", "_awaited")
 
-    def __init__(self, comm: Comm, payload: Any, peer: Any, tag: Any) -> None:
+    def __init__(self, comm: CollComm, payload: Any, peer: Any, tag: Any) -> None:
         self._comm = comm
         self._payload = payload
         self._peer = peer
@@ -88,11 +88,11 @@ class Recv(_Call):
 # interpreter in half the time a compiled class's constructor does (45 against 85 ns). Ranks and
 # tags are untyped here: a compiled int parameter would refuse numpy integers.
 
-def send(comm: Comm, obj: object, dst: Any, tag: Any) -> Send:
+def send(comm: CollComm, obj: object, dst: Any, tag: Any) -> Send:
     """Return ``Send(comm, obj, dst, tag)``."""
     return Send(comm, obj, dst, tag)
 
 
-def recv(comm: Comm, buf: Any, src: Any, tag: Any) -> Recv:
+def recv(comm: CollComm, buf: Any, src: Any, tag: Any) -> Recv:
     """Return ``Recv(comm, buf, src, tag)``."""
     return Recv(comm, buf, src, tag)

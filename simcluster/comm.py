@@ -177,6 +177,8 @@ class Comm(CollectiveMethods):
     __slots__ = ("group", "engine", "kernel", "p2p", "ctx", "rank", "size", "world_rank", "match_queue", "_task",
                  "_coll_seq", "_created", "__weakref__")
 
+    group: Group  # the mixins read it as the narrower ``_comm_types.CollGroup``
+
     def __init__(self, group: Group, rank: int) -> None:
         self.group = group
         self.engine = group.engine

@@ -39,11 +39,8 @@ from ._chunks import ceil_log2
 from ._reduction import nbytes_of
 
 if TYPE_CHECKING:
-    from ..comm import CollContext
-    from ._registry import Stages
-
-Stage = tuple[int, int, float, float]
-"""``(repeat, fan, nbytes, reduced)``: see the module docstring."""
+    from .._coll_context import CollContext
+    from ._registry import Stage, Stages
 
 
 def finish_time(stages: Stages, args: list[tuple[Any, ...]], nbytes: list[int], start: float,

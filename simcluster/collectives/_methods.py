@@ -30,7 +30,8 @@ all_reduce and reduce, with a commutative op), so only one rank per node crosses
 usual defaults it leaves in place (a large broadcast's pieces spread better on their own)."""
 
 if TYPE_CHECKING:
-    from ..comm import CollContext, Group
+    from .._coll_context import CollContext
+    from .._comm_types import CollGroup
     from ..latency import LatencyModel
     from ..request import Request
 
@@ -181,7 +182,7 @@ class CollectiveMethods:
         def latency(self) -> LatencyModel: ...
         # the run's settings are read as group.engine: declaring engine here would need the
         # Engine type, which this layer never names (tests/test_layers.py)
-        group: Group
+        group: CollGroup
 
         async def _run_collective(self, call: str, body: Callable[..., Awaitable[R]], algorithm: str = "",
                                   payload: str | None = None, op: str = "", forced: bool = False) -> R: ...

@@ -38,7 +38,7 @@ from ._chunks import fresh
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ..comm import CollContext
+    from .._coll_context import CollContext
     from ..ops import ReduceOp
 
 Flat = Union["NDArray[Any]", list[Any], Any]

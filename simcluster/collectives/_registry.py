@@ -50,19 +50,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import declared
 
-if TYPE_CHECKING:
-    from ._cost import Stage
-    from .analytic import Deliver
+
+Stage = tuple[int, int, float, float]
+"""``(repeat, fan, nbytes, reduced)``: one stage of a critical path (see ``_cost``)."""
+
+
+class Deliver(Protocol):
+    """How analytic results reach a member (``analytic.Deliver``): what a message would hand over."""
+
+    def sent(self, value: Any) -> Any: ...
+
+    def result(self, value: Any, own: Any) -> Any: ...
 
 Stages = Callable[[int, "list[tuple[Any, ...]]", "list[int]", bool], "list[Stage]"]
 """``stages(p, args, nbytes, gamma)``: the critical path (``_cost``) for every member's arguments and
 message bytes, in rank order; ``gamma`` is true when reductions cost time under the run's model."""
 
-Results = Callable[["list[tuple[Any, ...]]", "Deliver"], "list[Any]"]
+Results = Callable[["list[tuple[Any, ...]]", Deliver], "list[Any]"]
 """``results(args, deliver)``: every member's result, in rank order, from every member's arguments."""
 
 

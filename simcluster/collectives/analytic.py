@@ -42,9 +42,9 @@ from ._chunks import fresh, split_bounds
 from ._reduction import flatten, nbytes_of, unflatten
 
 if TYPE_CHECKING:
-    from ..comm import CollContext
+    from .._coll_context import CollContext
     from ..ops import ReduceOp
-    from ._registry import Algorithm, Results
+    from ._registry import Algorithm, Deliver as Delivers, Results
 
 
 class _Call(NamedTuple):
@@ -180,19 +180,19 @@ class Deliver:
 # ---- results (an algorithm's ``results``: one result per member, in rank order) ----
 
 
-def nothing(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def nothing(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """Barrier: ``None`` for every member."""
     return [None] * len(args)
 
 
-def broadcast(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def broadcast(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """Broadcast of the whole value: the others get a decoded copy of the root's."""
     root = args[0][1]
     value = args[root][0]
     return [value if rank == root else deliver.sent(value) for rank in range(len(args))]
 
 
-def broadcast_in_pieces(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def broadcast_in_pieces(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """Scatter-allgather broadcast: an array put back together from pieces comes out C-ordered."""
     root = args[0][1]
     value = args[root][0]
@@ -201,18 +201,18 @@ def broadcast_in_pieces(args: list[tuple[Any, ...]], deliver: Deliver) -> list[A
     return [value if rank == root else np.array(value, order="C") for rank in range(len(args))]
 
 
-def scatter(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def scatter(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """Scatter: item ``rank`` of the root's list."""
     root = args[0][1]
     items = args[root][0]
     return [fresh(items[rank]) if rank == root else deliver.sent(items[rank]) for rank in range(len(args))]
 
 
-def _gathered(objs: Sequence[Any], rank: int, deliver: Deliver) -> list[Any]:
+def _gathered(objs: Sequence[Any], rank: int, deliver: Delivers) -> list[Any]:
     return [fresh(obj) if src == rank else deliver.sent(obj) for src, obj in enumerate(objs)]
 
 
-def gather(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def gather(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """Gather: every member's item on the root, ``None`` elsewhere."""
     root = args[0][1]
     out: list[Any] = [None] * len(args)
@@ -220,13 +220,13 @@ def gather(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
     return out
 
 
-def all_gather(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def all_gather(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """All_gather: every member's item everywhere."""
     objs = [a[0] for a in args]
     return [_gathered(objs, rank, deliver) for rank in range(len(args))]
 
 
-def all_to_all(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+def all_to_all(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
     """All_to_all: item ``rank`` of every member's list."""
     lists = [a[0] for a in args]
     return [_gathered([row[rank] for row in lists], rank, deliver) for rank in range(len(args))]
@@ -234,7 +234,7 @@ def all_to_all(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
 
 def reduce(order: Order) -> Results:
     """Return the results of a reduce that combines operands in ``order``."""
-    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    def results(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
         op, root = args[0][1], args[0][2]
         objs = [a[0] for a in args]
         # a binomial tree is rooted at the root for commutative ops, at rank 0 otherwise
@@ -252,7 +252,7 @@ def all_reduce(order: Order, *, from_rank_0: bool = False) -> Results:
     ``from_rank_0``: rank 0 finishes the value and sends it to the others
     (reduce then broadcast), so they get copies of one finished value.
     """
-    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    def results(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
         op = args[0][1]
         objs = [a[0] for a in args]
         p = len(objs)
@@ -266,7 +266,7 @@ def all_reduce(order: Order, *, from_rank_0: bool = False) -> Results:
 
 def reduce_scatter(order: Order) -> Results:
     """Return the results of a reduce_scatter that combines items in ``order``."""
-    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    def results(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
         op = args[0][1]
         lists = [list(a[0]) for a in args]
         p = len(lists)
@@ -281,7 +281,7 @@ Prefixes = Callable[[list[Any], "ReduceOp"], list[Any]]
 
 def scan(prefixes: Prefixes) -> Results:
     """Return the results of an inclusive scan whose exclusive prefixes come from ``prefixes``."""
-    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    def results(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
         op = args[0][1]
         objs = [a[0] for a in args]
         below = prefixes(objs, op)
@@ -292,7 +292,7 @@ def scan(prefixes: Prefixes) -> Results:
 
 def exscan(prefixes: Prefixes) -> Results:
     """Return the results of an exclusive scan whose prefixes come from ``prefixes``."""
-    def results(args: list[tuple[Any, ...]], deliver: Deliver) -> list[Any]:
+    def results(args: list[tuple[Any, ...]], deliver: Delivers) -> list[Any]:
         op = args[0][1]
         objs = [a[0] for a in args]
         below = prefixes(objs, op)
