@@ -28,7 +28,7 @@ import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from simcluster.transports.base import Transport
 from simcluster.transports.memory import MemoryTransport
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KEYWORDS", "RunConfig", "World", "build_world", "check_names", "configure", "split"]
 
+T = TypeVar("T")
 TransportName = Literal["memory", "shm", "tcp", "mpi"]
 Checks = Literal["strict", "off"]
 Fidelity = Literal["message", "analytic"]
@@ -187,71 +188,22 @@ def configure(
     """
     check_fn(fn)
     seed = check_keywords(world_size, eager_limit, checks, timeout, procs, transport, seed)
-    if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
-        raise UsageTypeError(None, f"run(trace={trace!r})", "trace must be True, False, or a path "
-                             "to write Chrome-trace JSON to")
+    check_trace(trace)
     check_fidelity(fidelity)
-    if isinstance(poll_cost, bool) or not isinstance(poll_cost, (int, float)) or not 0 < poll_cost < float("inf"):
-        raise UsageError(None, f"run(poll_cost={poll_cost!r})", "poll_cost must be a positive number "
-                         "of virtual seconds (what a fruitless Test or Iprobe of a synchronous rank costs)",
-                         "leave it out for 1e-6, or pass e.g. 1e-7")
-    try:
-        forced = check_algorithms(algorithms or {})
-    except ValueError as exc:
-        raise _usage(exc) from None
-    model = _latency.Zero() if latency is None else latency
-    if not isinstance(model, _latency.LatencyModel):
-        raise UsageTypeError(None, f"run(latency={latency!r})", "expected a simcluster.latency "
-                             "model such as sc.latency.AlphaBeta(1e-6, 1e-9)")
-    try:
-        measured = _sync.parse_compute(compute)
-        if measured is not None:
-            measured.check(world_size)
-    except ValueError as exc:
-        raise _usage(exc) from None
-    secret, shares = None, ""
-    if transport == "mpi":  # hosted by the processes of an mpiexec job (_mpi_job)
-        from .hosting import mpi_job as _mpi_job
-        from simcluster.transports.mpi import MpiTransport
-        placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
-        if placement is None or placement.nnodes == 1 or placement.shares == "receive":
-            transport = "memory"  # the ranks run here (or, for a process hosting none, nowhere)
-        else:
-            transport = MpiTransport()
-            nnodes, node_rank = placement.nnodes, placement.node_rank
-            master_addr, master_port = placement.master_addr, placement.master_port
-            secret = placement.secret
-        shares = "" if placement is None else placement.shares
+    check_poll_cost(poll_cost)
+    forced = _checked(check_algorithms, algorithms or {})
+    model = check_latency(latency)
+    measured = check_compute(compute, world_size)
+    hosts = place(transport, world_size, procs, nnodes, node_rank, master_addr, master_port)
+    transport, nnodes, node_rank = hosts.transport, hosts.nnodes, hosts.node_rank
+    master_addr, master_port, secret = hosts.master_addr, hosts.master_port, hosts.secret
     tp = make_transport(transport)
     multiprocess = is_multiprocess(tp)
     plan = check_faults(faults, world_size)
     check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
-    try:
-        _schedule.check(schedule, tp.name if multiprocess else None)
-    except ValueError as exc:
-        raise _usage(exc) from None
-    check_world = getattr(model, "check_world", None)  # a platform: has it ranks enough?
-    if check_world is not None:
-        try:
-            check_world(world_size)
-        except ValueError as exc:
-            raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
-                             str(exc), "give the platform more nodes") from None
-    if getattr(model, "sharing", False):
-        check_sharing(model, tp.name, multiprocess, plan, fidelity)
-    if multiprocess and fidelity == "analytic":
-        raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
-                         "collectives meet inside one process", "use transport='memory', or "
-                         "fidelity='message'")
-    if plan is not None and measured is not None and measured.replay is None:
-        raise UsageError(None, f"run(compute={compute!r}, faults=...)", "a fault plan replays exactly "
-                         "only when no measured compute time is charged", "leave compute= out (simcluster "
-                         "mpirun: --faults already charges none), or replay a record: "
-                         "compute='replay:FILE'")
-    if multiprocess and measured is not None:
-        raise UsageError(None, f"run(compute={compute!r}, transport={transport!r})", "compute= is "
-                         "measured on the memory transport only", "leave it out, or use "
-                         "transport='memory'")
+    _checked(_schedule.check, schedule, tp.name if multiprocess else None)
+    check_platform(model, world_size, tp.name, multiprocess, plan, fidelity)
+    check_combinations(compute, measured, plan, transport, multiprocess, fidelity)
     nprocs, per = 1, world_size
     if multiprocess:
         nprocs, per = _layout(world_size, tp, procs, nnodes)
@@ -266,7 +218,112 @@ def configure(
         fidelity=fidelity, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
         name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=secret,
-        shares=shares, poll_cost=float(poll_cost), faults=plan)
+        shares=hosts.shares, poll_cost=float(poll_cost), faults=plan)
+
+
+def check_trace(trace: object) -> None:
+    """Refuse a ``trace=`` that is not a bool, a path or None."""
+    if trace is not None and not isinstance(trace, (bool, str, os.PathLike)):
+        raise UsageTypeError(None, f"run(trace={trace!r})", "trace must be True, False, or a path "
+                             "to write Chrome-trace JSON to")
+
+
+def check_poll_cost(poll_cost: object) -> None:
+    """Refuse a ``poll_cost=`` that is not a positive, finite number of virtual seconds."""
+    if isinstance(poll_cost, bool) or not isinstance(poll_cost, (int, float)) or not 0 < poll_cost < float("inf"):
+        raise UsageError(None, f"run(poll_cost={poll_cost!r})", "poll_cost must be a positive number "
+                         "of virtual seconds (what a fruitless Test or Iprobe of a synchronous rank costs)",
+                         "leave it out for 1e-6, or pass e.g. 1e-7")
+
+
+def check_latency(latency: object) -> _latency.LatencyModel:
+    """Return the run's latency model (``Zero`` for None), refusing what is not one."""
+    model = _latency.Zero() if latency is None else latency
+    if not isinstance(model, _latency.LatencyModel):
+        raise UsageTypeError(None, f"run(latency={latency!r})", "expected a simcluster.latency "
+                             "model such as sc.latency.AlphaBeta(1e-6, 1e-9)")
+    return model
+
+
+def check_compute(compute: str | None, world_size: int) -> _sync.Compute | None:
+    """Return the run's measured compute (``engine.sync.parse_compute``), checked against its world."""
+    measured = _checked(_sync.parse_compute, compute)
+    if measured is not None:
+        _checked(measured.check, world_size)
+    return measured
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where a run's ranks are hosted: the keywords ``place`` settles."""
+
+    transport: Any  # TransportName | Transport
+    nnodes: int
+    node_rank: int
+    master_addr: str | None
+    master_port: int | None
+    secret: str | None = None
+    shares: str = ""
+
+
+def place(transport: Any, world_size: int, procs: int | None, nnodes: int, node_rank: int,
+          master_addr: str | None, master_port: int | None) -> Hosts:
+    """Settle where the ranks run: as given, except that ``transport="mpi"`` is placed by the
+    processes of the mpiexec job hosting this one (``hosting.mpi_job``): here, on the memory
+    transport, where one process hosts the ranks, else across the job on the MPI transport."""
+    hosts = Hosts(transport, nnodes, node_rank, master_addr, master_port)
+    if transport != "mpi":
+        return hosts
+    from .hosting import mpi_job as _mpi_job
+    from simcluster.transports.mpi import MpiTransport
+
+    placement = _mpi_job.place(world_size, procs, nnodes, node_rank, master_addr, master_port)
+    shares = "" if placement is None else placement.shares
+    if placement is None or placement.nnodes == 1 or placement.shares == "receive":
+        return Hosts("memory", nnodes, node_rank, master_addr, master_port, shares=shares)
+    return Hosts(MpiTransport(), placement.nnodes, placement.node_rank, placement.master_addr,
+                 placement.master_port, placement.secret, shares)
+
+
+def check_platform(model: _latency.LatencyModel, world_size: int, transport: str, multiprocess: bool,
+                   plan: FaultPlan | None, fidelity: str) -> None:
+    """Refuse a world the latency model's platform has no room for, and what a platform whose
+    links flows share cannot run (``check_sharing``)."""
+    check_world = getattr(model, "check_world", None)  # a platform: has it ranks enough?
+    if check_world is not None:
+        try:
+            check_world(world_size)
+        except ValueError as exc:
+            raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
+                             str(exc), "give the platform more nodes") from None
+    if getattr(model, "sharing", False):
+        check_sharing(model, transport, multiprocess, plan, fidelity)
+
+
+def check_combinations(compute: str | None, measured: _sync.Compute | None, plan: FaultPlan | None,
+                       transport: object, multiprocess: bool, fidelity: str) -> None:
+    """Refuse keywords each valid alone that cannot go together."""
+    if multiprocess and fidelity == "analytic":
+        raise UsageError(None, f"run(transport={transport!r}, fidelity='analytic')", "analytic "
+                         "collectives meet inside one process", "use transport='memory', or "
+                         "fidelity='message'")
+    if plan is not None and measured is not None and measured.replay is None:
+        raise UsageError(None, f"run(compute={compute!r}, faults=...)", "a fault plan replays exactly "
+                         "only when no measured compute time is charged", "leave compute= out (simcluster "
+                         "mpirun: --faults already charges none), or replay a record: "
+                         "compute='replay:FILE'")
+    if multiprocess and measured is not None:
+        raise UsageError(None, f"run(compute={compute!r}, transport={transport!r})", "compute= is "
+                         "measured on the memory transport only", "leave it out, or use "
+                         "transport='memory'")
+
+
+def _checked(check: Callable[..., T], *args: Any) -> T:
+    """``check(*args)``, its ValueError raised as a UsageError (``_usage``)."""
+    try:
+        return check(*args)
+    except ValueError as exc:
+        raise _usage(exc) from None
 
 
 KEYWORDS: Final = tuple(name for name in inspect.signature(configure).parameters
