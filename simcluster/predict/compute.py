@@ -1,0 +1,197 @@
+"""Time aten ops on a modelled GPU: ``count_op``, ``op_time`` and the ``GpuClock`` dispatch mode.
+
+Owns the step from an aten op, as a ``TorchDispatchMode`` sees it (the overload, its args and
+kwargs, its output), to a ``Device.op_time`` call. FLOPs come from torch's own
+``torch.utils.flop_counter`` registry (matmuls, convolutions, attention); bytes are the sizes of
+the op's input and output tensors. Only shapes and dtypes are read, so meta tensors and
+FakeTensors (shape, no data) work as well as real ones.
+
+Rule 1: FLOPs are torch's count, except that a causal attention op counts half of them, as the
+FlashAttention-2 measurements behind ``Device.attention`` count them. Rule 2: views and metadata
+ops cost nothing (no kernel runs); every other op is one kernel and pays the launch overhead.
+The clock only accumulates: charging its seconds to a rank's virtual clock is the caller's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx.operator_schemas import normalize_function
+from torch.utils import flop_counter as _flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from simcluster.predict.device import Device, OpKind
+
+_FREE = frozenset({
+    "aten.detach", "aten.alias", "aten._unsafe_view", "aten.lift_fresh", "aten.empty", "aten.empty_like",
+    "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided", "aten._local_scalar_dense",
+    "aten.resize_", "aten.set_", "aten._reshape_alias", "aten.sym_size", "aten.sym_stride", "aten.sym_numel",
+})
+"""Ops that launch no kernel: allocation, aliasing, reading a scalar. Views are free by their schema."""
+
+@dataclass(frozen=True, slots=True)
+class OpCount:
+    """What one op does, as the time model sees it: its kind, FLOPs, bytes moved, dtype key and size."""
+
+    name: str
+    kind: OpKind
+    flops: float
+    nbytes: float
+    dtype: str
+    size: float  # the curve's x: FLOPs for a matmul, key sequence length for attention
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One op a ``GpuClock`` timed: its count and the seconds charged."""
+
+    count: OpCount
+    seconds: float
+
+
+def dtype_key(dtype: torch.dtype) -> str:
+    """Return the ``Device.peak_flops`` key for a torch dtype.
+
+    float32 maps to ``tf32`` unless ``torch.get_float32_matmul_precision()`` is ``"highest"`` (torch's
+    default), as cuBLAS then may use TF32 tensor cores; every float8 dtype maps to ``float8``.
+    """
+    if dtype == torch.float32:
+        return "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    name = str(dtype).removeprefix("torch.")
+    return "float8" if name.startswith("float8") else name
+
+
+def _tensors(tree: object) -> list[torch.Tensor]:
+    """The tensors in nested tuples, lists and dicts (an op's args, kwargs or output)."""
+    found: list[torch.Tensor] = []
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (tuple, list)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes a kernel touches: a broadcast dimension (stride 0) is read once, not once per index."""
+    total = 0
+    for t in tensors:
+        elements = 1
+        for extent, step in zip(t.shape, t.stride()):
+            elements *= int(extent) if step != 0 or extent == 0 else 1
+        total += elements * t.element_size()
+    return total
+
+
+def _by_name(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The op's arguments by their schema names, defaults filled in (torch.fx's public normalizer)."""
+    pair = normalize_function(func, args, kwargs, normalize_to_only_use_kwargs=True)
+    return dict(pair.kwargs) if pair is not None else {}
+
+
+def _attention_size(named: dict[str, Any]) -> float:
+    """The key sequence length: dim -2 of (batch, heads, seq, dim), as torch's flop counter reads
+    every attention op; for sequences packed into one tensor, the longest (``max_k``)."""
+    key = named.get("key")
+    if not isinstance(key, torch.Tensor) or key.dim() < 3:
+        return 0.0
+    if any(isinstance(named.get(k), torch.Tensor) for k in ("cum_seq_k", "cu_seqlens_k")):
+        longest = named.get("max_k", named.get("max_seqlen_k"))
+        return float(longest) if isinstance(longest, (int, float)) else 0.0
+    return float(key.shape[-2])
+
+
+def _is_causal(named: dict[str, Any]) -> bool:
+    # the memory-efficient kernels spell it custom_mask_type: 1 and 2 are causal from the top left / bottom right
+    return named.get("is_causal") is True or named.get("custom_mask_type") in (1, 2)
+
+
+def count_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: object) -> OpCount:
+    """Count what one aten op does: its FLOPs (torch's count), bytes read and written, and kind.
+
+    Args:
+        func: the ``torch._ops.OpOverload`` a ``TorchDispatchMode`` received.
+        args, kwargs: its arguments, as received.
+        out: what the op returned.
+    """
+    kwargs = kwargs or {}
+    packet = getattr(func, "overloadpacket", func)
+    name = str(packet)
+    inputs = _tensors((args, kwargs))
+    floating = [t for t in inputs if t.is_floating_point()]
+    dtype = dtype_key(floating[0].dtype) if floating else "float32"
+    if getattr(func, "is_view", False) or name in _FREE:
+        return OpCount(name, "free", 0.0, 0.0, dtype, 0.0)
+    nbytes = float(_nbytes(inputs) + _nbytes(_tensors(out)))
+    formula: Callable[..., int] | None = _flop_counter.flop_registry.get(packet)
+    flops = float(formula(*args, **kwargs, out_val=out)) if formula is not None else 0.0
+    if "attention" in name and flops > 0:
+        named = _by_name(func, args, kwargs)
+        if _is_causal(named):
+            flops /= 2  # FlashAttention-2's convention, which Device.attention is measured in
+        return OpCount(name, "attention", flops, nbytes, dtype, _attention_size(named))
+    if flops > 0:
+        return OpCount(name, "matmul", flops, nbytes, dtype, flops)
+    return OpCount(name, "memory", 0.0, nbytes, dtype, 0.0)
+
+
+def op_time(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: object,
+            device: Device) -> float:
+    """Return the seconds one aten op takes on ``device`` (see ``Device.op_time`` for the model)."""
+    count = count_op(func, args, kwargs, out)
+    return device.op_time(kind=count.kind, flops=count.flops, nbytes=count.nbytes,
+                          dtype=count.dtype, size=count.size)
+
+
+class GpuClock(TorchDispatchMode):  # type: ignore[misc]  # torch is optional: mypy does not follow it
+    """Accumulate the predicted GPU time of every aten op run inside ``with GpuClock(device):``.
+
+    Ops run as they would without the mode (on meta or fake tensors they compute shapes only);
+    each one adds ``op_time`` to ``seconds``. ``ops`` keeps one ``OpRecord`` per op unless
+    ``keep_ops=False`` (a long run then keeps only the totals).
+    """
+
+    def __init__(self, device: Device, *, keep_ops: bool = True) -> None:
+        super().__init__()
+        self.device = device
+        self.keep_ops = keep_ops
+        self.seconds = 0.0
+        self.flops = 0.0
+        self.count = 0
+        self.ops: list[OpRecord] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        count = count_op(func, args, kwargs, out)
+        seconds = self.device.op_time(kind=count.kind, flops=count.flops, nbytes=count.nbytes,
+                                      dtype=count.dtype, size=count.size)
+        self.seconds += seconds
+        self.flops += count.flops
+        self.count += 1
+        if self.keep_ops:
+            self.ops.append(OpRecord(count, seconds))
+        return out
+
+    def reset(self) -> None:
+        """Forget every op timed so far."""
+        self.seconds, self.flops, self.count = 0.0, 0.0, 0
+        self.ops.clear()
+
+    def by_op(self) -> dict[str, tuple[int, float]]:
+        """Return ``{op name: (calls, seconds)}`` over the kept ops, slowest first."""
+        table: dict[str, tuple[int, float]] = {}
+        for record in self.ops:
+            calls, seconds = table.get(record.count.name, (0, 0.0))
+            table[record.count.name] = (calls + 1, seconds + record.seconds)
+        return dict(sorted(table.items(), key=lambda item: -item[1][1]))
+
+    def __repr__(self) -> str:
+        return f"<GpuClock {self.device.name!r} ops={self.count} seconds={self.seconds:.6g}>"
