@@ -1,6 +1,8 @@
 """The core's structure, counted: reaches into other objects' private attributes, type-level
 import knots, and the size of the engine's parts. Each count has a ceiling it may not exceed, so
 the engine's parts only ever get more separate; lower a ceiling when a change lowers its count.
+A ceiling never goes up: every committed version of this file since that rule holds ceilings no
+lower than today's (read from git, where the checkout has its history).
 And the engine is composed, not inherited, and its declared seams hold: the kernel calls the
 layer above it only through ``Layer`` and its reports only through ``Reports``, the protocol
 calls its delivery only through ``Delivery``, the deliveries use nothing private of the protocol
@@ -16,8 +18,12 @@ from __future__ import annotations
 import ast
 import collections
 import itertools
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 OUTSIDE_THE_CORE = ("MPI", "torch", "bench")
@@ -192,6 +198,41 @@ def test_the_core_counts_stay_under_their_ceilings() -> None:
     got = counts()
     over = {what: (n, CEILINGS[what]) for what, n in got.items() if n > CEILINGS[what]}
     assert over == {}, f"(count, ceiling): {over}; see tests/test_structure.py"
+
+
+def _ceilings_in(text: str) -> dict[str, int]:
+    """The ``CEILINGS`` literal of a version of this file."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CEILINGS":
+            return dict(ast.literal_eval(node.value))
+    return {}
+
+
+def _committed_ceilings() -> list[tuple[str, dict[str, int]]]:
+    """``(commit, CEILINGS)`` of every committed version of this file since the rule, newest first."""
+    here = Path(__file__).resolve()
+    root = here.parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        return []
+    run = subprocess.run(["git", "log", "--format=%H", "--", f"tests/{here.name}"], cwd=root,
+                         capture_output=True, text=True, check=False)
+    found = []
+    for commit in run.stdout.split():
+        shown = subprocess.run(["git", "show", f"{commit}:tests/{here.name}"], cwd=root,
+                               capture_output=True, text=True, check=False)
+        if shown.returncode or "def test_no_ceiling_ever_goes_up" not in shown.stdout:
+            break  # older than the rule
+        found.append((commit[:10], _ceilings_in(shown.stdout)))
+    return found
+
+
+def test_no_ceiling_ever_goes_up() -> None:
+    history = _committed_ceilings()
+    if not history:
+        pytest.skip("no git history of this file with the rule (a checkout without .git)")
+    raised = [(commit, what, ceiling, CEILINGS[what]) for commit, ceilings in history
+              for what, ceiling in ceilings.items() if what in CEILINGS and CEILINGS[what] > ceiling]
+    assert raised == [], f"(commit, count, its ceiling there, the ceiling now): {raised}"
 
 
 def _declared(tree: ast.Module, protocol: str) -> set[str]:
