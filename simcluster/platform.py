@@ -415,9 +415,13 @@ class Platform(LatencyModel):
             0.05); 0: none.
         precision: flows that would end within this many seconds of the
             first to end at an instant end with it (0: each at its own time).
+        network_efficiency: the part of each network link's bandwidth (the
+            NICs' cables and the links between switches) that payload gets,
+            in (0, 1]: what protocols cost beyond the line rate (``dgx_h100``:
+            NCCL's, docs/platforms.md). 1: the line rate.
         gpus: the ranks are GPUs: the torch backend runs what NCCL would
             (all_reduce's ``nccl_ring`` or ``nccl_tree``, whichever NCCL's way
-            of choosing picks; all_gather and reduce_scatter on a ring;
+            of choosing picks; all_gather's and reduce_scatter's ``nccl_ring``;
             docs/platforms.md).
         name: what ``describe`` calls it.
     """
@@ -426,7 +430,7 @@ class Platform(LatencyModel):
                  nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
                  bandwidth_factor: float = 1.0, weighting: str = "equal", weight_s: float = 0.0,
                  tcp_window: float | None = None, crosstraffic: float = 0.0, precision: float = 1e-9,
-                 gpus: bool = False, name: str = "") -> None:
+                 network_efficiency: float = 1.0, gpus: bool = False, name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -452,6 +456,10 @@ class Platform(LatencyModel):
                                  f"{LV08.get(field)})")
         if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
             raise ValueError(f"Platform(precision={precision!r}): must be seconds >= 0, e.g. 1e-9")
+        if isinstance(network_efficiency, bool) or not isinstance(network_efficiency, (int, float)) \
+                or not 0 < network_efficiency <= 1:
+            raise ValueError(f"Platform(network_efficiency={network_efficiency!r}): the part of the line rate "
+                             "payload gets, a number in (0, 1], e.g. 0.96")
         hosts = nodes * nics_per_node
         fixed = network.hosts()
         if fixed and fixed < hosts:
@@ -470,6 +478,7 @@ class Platform(LatencyModel):
         self.tcp_window = None if tcp_window is None else float(tcp_window)
         self.crosstraffic = float(crosstraffic)
         self.precision = float(precision)
+        self.network_efficiency = float(network_efficiency)
         self.gpus = bool(gpus)
         self.name = name
         links = _Links()
@@ -482,7 +491,9 @@ class Platform(LatencyModel):
         network = self.network = copy.copy(network)  # built for this platform: one may serve several
         network.build(links, hosts)
         self.links: Final = links
-        self.capacity = [bw * self.bandwidth_factor for bw in links.bandwidth]
+        first = 2 * nodes * ranks_per_node  # the ranks' own links come first, then the network's
+        self.capacity = [bw * self.bandwidth_factor * (self.network_efficiency if i >= first else 1.0)
+                         for i, bw in enumerate(links.bandwidth)]
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
 
     # ---- routes ----
@@ -570,6 +581,7 @@ class Platform(LatencyModel):
             return self.name
         return (f"Platform(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, intra={self.intra!r}, "
                 f"network={self.network.describe()}, nics_per_node={self.nics_per_node}"
+                f"{'' if self.network_efficiency == 1 else f', network_efficiency={self.network_efficiency:g}'}"
                 f"{'' if self.sharing else ', sharing=False'})")
 
 
@@ -625,12 +637,21 @@ LV08: Final[SimGridModel] = {"weighting": "latency", "tcp_window": 4194304, "lat
 # ---- presets ----
 
 
+_NCCL_NETWORK_EFFICIENCY: Final = 48 / 50
+"""The part of a 400 Gb/s NIC's line rate NCCL moves at large sizes: its tuning model gives an
+inter-node ring channel on Hopper at most 48 GB/s (``sm90SpeedArrayInter`` in NCCL's
+src/graph/search.cc) of the NIC's 50 GB/s (src/graph/topo.cc: speed in Mb/s over 8000), and NCCL's
+developers give 24 GB/s as the peak of a 200 Gb/s NIC (NVIDIA/nccl-tests issue 119): 96% both."""
+
+
 def dgx_h100(nodes: int = 1, *, oversubscription: float = 1.0, sharing: bool = True) -> Platform:
-    """DGX H100-like nodes: 8 GPUs on NVSwitch, one 400 Gb/s NIC per GPU, in a fat tree."""
+    """DGX H100-like nodes: 8 GPUs on NVSwitch, one 400 Gb/s NIC per GPU, in a fat tree; the
+    network carries NCCL's 96% of its line rate (docs/platforms.md gives the sources)."""
     nvlink = Link(latency=1e-6, bandwidth=450e9)  # per direction: 900 GB/s per GPU in all
     nic = Link(latency=1e-6, bandwidth=50e9)  # 400 Gb/s
     return Platform(nodes, 8, nvlink, FatTree(32, 16, nic, oversubscription=oversubscription),
-                    nics_per_node=8, sharing=sharing, gpus=True, name=f"dgx_h100({nodes})")
+                    nics_per_node=8, sharing=sharing, network_efficiency=_NCCL_NETWORK_EFFICIENCY, gpus=True,
+                    name=f"dgx_h100({nodes})")
 
 
 def ethernet_cluster(nodes: int = 4, cores: int = 16, *, oversubscription: float = 1.0,

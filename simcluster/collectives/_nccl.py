@@ -1,18 +1,20 @@
-"""NCCL's all_reduce across nodes: its rings, its double binary tree, and its choice between them.
+"""NCCL's collectives across nodes: its rings, its double binary tree, and its choice between them.
 
-``all_reduce``'s ``nccl_ring`` and ``nccl_tree`` run these on a platform
-whose members share nodes (``_nodes.layout``); the torch backend on a
-platform with ``gpus`` picks one by ``choose``, as NCCL's tuner picks the
+``all_reduce``'s ``nccl_ring`` and ``nccl_tree``, ``all_gather``'s and
+``reduce_scatter``'s ``nccl_ring`` run these on a platform whose members
+share nodes (``_nodes.layout``); the torch backend on a platform with
+``gpus`` picks all_reduce's by ``choose``, as NCCL's tuner picks the
 algorithm whose estimated time is least, and runs all_gather and
-reduce_scatter on a ring, as NCCL does (``algorithm``). Loaded only on such
-a platform.
+reduce_scatter on NCCL's rings, as NCCL does (``algorithm``). Loaded only
+on such a platform.
 
-- ``rings``: ``C`` rings side by side, each carrying ``1/C`` of the array
-  (NCCL's channels), ``C`` the NICs per node (at most the ranks of the
-  smallest node). Every ring visits the nodes in order and the ranks of a
-  node in a row, ring ``k`` starting each node at its ``k``-th rank: a ring
-  crosses each node boundary once, and the rings leave a node from
-  different ranks, and so through different NICs.
+- ``rings``, ``gather_rings``, ``scatter_rings``: ``C`` rings side by side,
+  each carrying ``1/C`` of the array (of each item for all_gather and
+  reduce_scatter: NCCL's channels), ``C`` the NICs per node (at most the
+  ranks of the smallest node). Every ring visits the nodes in order and
+  the ranks of a node in a row, ring ``k`` starting each node at its
+  ``k``-th rank: a ring crosses each node boundary once, and the rings
+  leave a node from different ranks, and so through different NICs.
 - ``double_tree``: two binary trees over the nodes' first ranks, side by
   side, each reducing half the array up to its root and broadcasting it
   down; the second tree is the first over the ranks shifted by one, so the
@@ -25,6 +27,7 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from .. import arrays
 from ._chunks import ceil_log2, fresh, split_bounds
 from ._reduction import Flat, combine_flat, length
 
@@ -33,14 +36,15 @@ if TYPE_CHECKING:
     from ..ops import ReduceOp
     from ._nodes import Layout
 
-__all__ = ["algorithm", "choose", "double_tree", "rings", "tree_links"]
+__all__ = ["algorithm", "choose", "double_tree", "gather_rings", "rings", "scatter_rings", "splittable",
+           "tree_links"]
 
 
 # ---- rings ----
 
-def _orders(comm: Any, found: Layout) -> list[tuple[list[int], list[int]]]:
-    """Each ring's members (world ranks, in ring order) and each comm rank's place in it; once per
-    communicator."""
+def _orders(comm: Any, found: Layout) -> list[tuple[list[int], list[int], list[int]]]:
+    """Each ring's members (world ranks, in ring order), each comm rank's place in it, and the comm
+    rank at each place; once per communicator."""
     known = found.shared.get("rings")
     if known is None:
         nics = getattr(comm.latency, "nics_per_node", 1)
@@ -52,28 +56,65 @@ def _orders(comm: Any, found: Layout) -> list[tuple[list[int], list[int]]]:
             place = [0] * len(order)
             for i, r in enumerate(order):
                 place[r] = i
-            known.append(([world[r] for r in order], place))
+            known.append(([world[r] for r in order], place, order))
         found.shared["rings"] = known
     return known
+
+
+def _contexts(c: CollContext, found: Layout) -> list[CollContext]:
+    """This member's call contexts on the rings' communicators (ring ``k``'s ranked in its order),
+    made on first use and shared by all_reduce, all_gather and reduce_scatter."""
+    comm = c.comm
+    made = found.channels.get(("rings", comm.rank))
+    if made is None:
+        made = found.channels[("rings", comm.rank)] = [
+            comm.named(f"nccl ring {k}", world, at=place[comm.rank])
+            for k, (world, place, _) in enumerate(_orders(comm, found))]
+    make = type(c)
+    return [make(on, c.seq, c.call, c.algorithm) for on in made]
 
 
 async def rings(c: CollContext, found: Layout, flat: Flat, op: ReduceOp,
                 ring: Callable[[CollContext, Flat, ReduceOp], Coroutine[Any, Any, Flat]]) -> None:
     """All-reduce the 1-D array ``flat`` in place: part ``k`` by ``ring`` (all_reduce's) on a
     communicator ranked in ring ``k``'s order, the rings side by side."""
-    comm = c.comm
-    made = found.channels.get(("rings", comm.rank))
-    if made is None:
-        made = found.channels[("rings", comm.rank)] = [
-            comm.named(f"nccl ring {k}", order, at=place[comm.rank])
-            for k, (order, place) in enumerate(_orders(comm, found))]
+    made = _contexts(c, found)
     parts = split_bounds(length(flat), len(made))
     views = [flat[parts[k]:parts[k + 1]] for k in range(len(made))]
-    make = type(c)
-    done = await c.together([ring(make(on, c.seq, c.call, c.algorithm), view, op)
-                             for on, view in zip(made, views)])
+    done = await c.together([ring(on, view, op) for on, view in zip(made, views)])
     for view, value in zip(views, done):
         view[:] = value
+
+
+def splittable(obj: Any) -> bool:
+    """True when ``gather_rings`` can split ``obj``: an array with at least one axis."""
+    return arrays.is_array(obj) and len(getattr(obj, "shape", ())) >= 1
+
+
+async def gather_rings(c: CollContext, found: Layout, obj: Any,
+                       ring: Callable[[CollContext, Any], Coroutine[Any, Any, list[Any]]]) -> list[Any]:
+    """All_gather the array ``obj`` (``splittable``): part ``k`` of it, cut along its first axis,
+    by ``ring`` (all_gather's) on ring ``k``'s communicator, the rings side by side; every rank's
+    parts joined back in rank order."""
+    made = _contexts(c, found)
+    bounds = split_bounds(int(obj.shape[0]), len(made))
+    done = await c.together([ring(on, obj[bounds[k]:bounds[k + 1]]) for k, on in enumerate(made)])
+    places = [place for _, place, _ in _orders(c.comm, found)]
+    return [arrays.concat([got[place[r]] for got, place in zip(done, places)]) for r in range(c.size)]
+
+
+async def scatter_rings(c: CollContext, found: Layout, flats: list[Flat], op: ReduceOp,
+                        ring: Callable[[CollContext, list[Any], ReduceOp], Coroutine[Any, Any, Any]]) -> Flat:
+    """Reduce-scatter the 1-D arrays ``flats`` (item ``j`` for rank ``j``): part ``k`` of every
+    item by ``ring`` (reduce_scatter's) on ring ``k``'s communicator, whose rank ``i`` takes the
+    item of the comm rank at place ``i``; this rank's item, its parts joined back."""
+    made = _contexts(c, found)
+    orders = _orders(c.comm, found)
+    cuts = [split_bounds(length(flat), len(made)) for flat in flats]
+    done = await c.together([
+        ring(on, [flats[j][cuts[j][k]:cuts[j][k + 1]] for j in order], op)
+        for k, (on, (_, _, order)) in enumerate(zip(made, orders))])
+    return arrays.concat(list(done))
 
 
 # ---- the double binary tree ----
@@ -135,9 +176,9 @@ async def double_tree(c: CollContext, leaders: CollContext, found: Layout, flat:
 
 def algorithm(comm: Any, collective: str, nbytes: int) -> str | None:
     """What NCCL would run for ``collective`` of ``nbytes`` on ``comm``: for all_reduce ``choose``'s
-    pick, for all_gather and reduce_scatter its ring; where the members share nodes of a platform
-    with ``gpus``, at message fidelity. None elsewhere, or where ``run(algorithms=...)`` names one
-    (the torch backend asks: NCCL is torch's GPU backend)."""
+    pick, for all_gather and reduce_scatter its rings (``nccl_ring``); where the members share
+    nodes of a platform with ``gpus``, at message fidelity. None elsewhere, or where
+    ``run(algorithms=...)`` names one (the torch backend asks: NCCL is torch's GPU backend)."""
     from . import _nodes
 
     engine = comm.group.engine
@@ -147,7 +188,7 @@ def algorithm(comm: Any, collective: str, nbytes: int) -> str | None:
     found = _nodes.layout(comm)
     if found is None:
         return None
-    return choose(comm, found, nbytes) if collective == "all_reduce" else "ring"
+    return choose(comm, found, nbytes) if collective == "all_reduce" else "nccl_ring"
 
 
 def choose(comm: Any, found: Layout, nbytes: int) -> str:

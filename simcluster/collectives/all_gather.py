@@ -12,6 +12,9 @@ Algorithms (``p`` ranks, ``n`` bytes per item, AlphaBeta costs):
 - ``bruck``: ``ceil(log2 p)`` steps; in step ``k`` every rank sends the items
   it holds to ``rank - 2**k``; ``ceil(log2 p) * alpha + (p-1) * n*beta`` on
   any size, then a local rotation.
+- ``nccl_ring``: NCCL's rings across nodes, one per NIC of a node, each
+  carrying ``1/C`` of every item (``_nccl``); ``ring`` where the members
+  share no node. The torch backend runs it on a platform with ``gpus``.
 
 Default rule: ``recursive_doubling`` when ``p`` is a power of two, ``bruck``
 otherwise; that is MPICH's rule for short messages, and under AlphaBeta both
@@ -105,11 +108,32 @@ async def bruck(c: CollContext, obj: Any) -> list[Any]:
     return [held[(i - rank) % size] for i in range(size)]
 
 
+async def nccl_ring(c: CollContext, obj: Any) -> list[Any]:
+    """NCCL's rings across nodes: as many rings side by side as the nodes have NICs, each visiting
+    the nodes in order and carrying its part of every item, cut along the item's first axis
+    (``_nccl.gather_rings``).
+
+    Every ring takes ``p - 1`` steps of ``n/C`` bytes, ``C`` rings, each
+    leaving every node through its own NIC. For arrays with at least one
+    axis on a platform whose members share nodes; elsewhere it is ``ring``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+
+    found = _nodes.layout(c.comm)
+    if found is not None:
+        from . import _nccl
+
+        if _nccl.splittable(obj):
+            return await _nccl.gather_rings(c, found, obj, ring)
+    return await ring(c, obj)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("all_gather", "ring", ring, _cost.all_gather_ring, analytic.all_gather),
     Algorithm("all_gather", "recursive_doubling", recursive_doubling, _cost.all_gather_recursive_doubling,
               analytic.all_gather),
     Algorithm("all_gather", "bruck", bruck, _cost.all_gather_bruck, analytic.all_gather),
+    Algorithm("all_gather", "nccl_ring", nccl_ring, _cost.all_gather_ring, analytic.all_gather, shaped=True),
 )
 """All_gather algorithms by name."""
 

@@ -17,6 +17,10 @@ AlphaBeta costs with ``gamma = 0``):
 - ``linear``: every rank sends its whole list to rank 0, which reduces in
   rank order and sends item ``j`` to rank ``j``:
   ``alpha + (p-1)*n*beta + alpha + (p-1)/p * n*beta``.
+- ``nccl_ring``: NCCL's rings across nodes, one per NIC of a node, each
+  carrying ``1/C`` of every item (``_nccl``); for commutative elementwise
+  ops on arrays on a platform whose members share nodes, else ``ring``.
+  The torch backend runs it on a platform with ``gpus``.
 
 - ``gloo_items``: torch's list ``reduce_scatter`` on gloo: every item
   all_reduced by gloo's ring (``all_reduce``'s ``gloo_ring``), one after
@@ -47,6 +51,7 @@ from ._reduction import (
     gloo_all_gather,
     gloo_reduce_scatter,
     Fold,
+    elementwise,
     finish,
     flatten,
     fold_in,
@@ -172,6 +177,29 @@ async def linear(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
     return finish(op, value, c.size, objs[c.rank])
 
 
+async def nccl_ring(c: CollContext, objs: list[Any], op: ReduceOp) -> Any:
+    """NCCL's rings across nodes: as many rings side by side as the nodes have NICs, each visiting
+    the nodes in order and carrying its part of every item (``_nccl.scatter_rings``).
+
+    Every ring takes ``p - 1`` steps of ``n/(p*C)`` bytes, ``C`` rings, each
+    leaving every node through its own NIC. For commutative elementwise ops
+    on lists of arrays on a platform whose members share nodes; elsewhere
+    it is ``ring``.
+    """
+    from . import _nodes  # (only runs on a platform with nodes load it)
+
+    found = _nodes.layout(c.comm) if op.commutative and all(elementwise(item, op) for item in objs) else None
+    if found is None:
+        return await ring(c, objs, op)
+    from . import _nccl
+    from ..ops import ReduceOp as _ReduceOp  # (at run time: ops builds on the collectives' helpers)
+
+    inner = _ReduceOp.SUM if op is _ReduceOp.AVG else op  # AVG: divided once, at the end
+    mine = objs[c.rank]
+    flat = await _nccl.scatter_rings(c, found, [flatten(item, inner) for item in objs], inner, ring)
+    return finish(op, unflatten(flat, mine), c.size, mine)
+
+
 ALGORITHMS: Final = declare(
     Algorithm("reduce_scatter", "recursive_halving", recursive_halving,
               _cost.reduce_scatter_recursive_halving, analytic.reduce_scatter(analytic.BALANCED)),
@@ -185,6 +213,8 @@ ALGORITHMS: Final = declare(
               analytic.reduce_scatter(analytic.GLOO_WHOLE)),
     Algorithm("reduce_scatter", "linear", linear, _cost.reduce_scatter_linear,
               analytic.reduce_scatter(analytic.LEFT)),
+    Algorithm("reduce_scatter", "nccl_ring", nccl_ring, _cost.reduce_scatter_ring,
+              analytic.reduce_scatter(analytic.RING), shaped=True),
 )
 """Reduce-scatter algorithms by name."""
 

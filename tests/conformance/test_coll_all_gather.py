@@ -139,7 +139,7 @@ def test_two_iall_gathers_outstanding_at_once(transport: str) -> None:
 def test_all_gather_with_unknown_algorithm_lists_the_valid_ones(transport: str) -> None:
     async def main(comm: sc.Comm) -> None:
         with pytest.raises(ValueError, match=r"^all_gather\(algorithm='nope'\): unknown algorithm; "
-                                             r"valid: bruck, recursive_doubling, ring$"):
+                                             r"valid: bruck, nccl_ring, recursive_doubling, ring$"):
             comm.iall_gather(1, algorithm="nope")
 
     sc.run(main, world_size=2, transport=transport)
