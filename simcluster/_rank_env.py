@@ -9,10 +9,13 @@ environment, as a process would.
 
 Rule: switching is cheap where ranks differ only in their own variables.
 Each rank keeps the variables it has unlike the launcher's (``own``: a
-value, or None for deleted); a switch writes the union of the two ranks'
-keys, and a rank's ``own`` is worked out again only when the environment
-changed while it ran (a C-level copy and compare of ``os.environ``'s dict
-tells). The launcher's environment is written back when the run ends.
+value, or None for deleted); a switch writes only the variables whose
+values differ between the two ranks (worked out once per pair of ranks, and
+written already encoded, as ``os.environ`` would), and a rank's ``own`` is
+worked out again only when the environment changed while it ran (a C-level
+copy and compare of ``os.environ``'s dict tells; then the switch reads the
+environment back instead). The launcher's environment is written back when
+the run ends.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class RankEnvironments:
         self.base: dict[str, str] = {}
         self.owner: dict[str, str | None] | None = None  # the ``own`` of the rank whose env is in
         self.seen: dict[Any, Any] = {}
+        # (id(old own), id(new own)) -> (old, new, what a switch from one to the other writes);
+        # forgotten whenever a rank changed its variables
+        self.plans: dict[tuple[int, int], tuple[Any, Any, list[tuple[str, str | None, bytes, bytes]]]] = {}
 
     def install(self) -> None:
         self.base = dict(os.environ)
@@ -46,14 +52,20 @@ class RankEnvironments:
     def enter(self, own: dict[str, str | None]) -> None:
         """A rank with variables ``own`` (unlike the launcher's) resumes."""
         if self.owner is not own:
-            self._write(self.owner or {}, own)
+            if self.owner is not None and _snapshot() == self.seen:
+                self._switch(self.owner, own)  # the environment is the launcher's plus owner's own
+            else:
+                self._write(self.owner or {}, own)
             self.owner = own
         self.seen = _snapshot()
 
     def leave(self, own: dict[str, str | None]) -> None:
         """The rank stops: keep what it changed in ``own``."""
-        if _snapshot() == self.seen:
+        now = _snapshot()
+        if now == self.seen:
             return
+        self.seen = now
+        self.plans.clear()
         env, base = dict(os.environ), self.base
         own.clear()
         own.update({k: v for k, v in env.items() if base.get(k) != v})
@@ -67,6 +79,35 @@ class RankEnvironments:
                 env.pop(key, None)
             elif env.get(key) != value:
                 env[key] = value
+
+    def _switch(self, old: dict[str, str | None], new: dict[str, str | None]) -> None:
+        """``_write`` where the environment is known to be the launcher's plus ``old``: only the
+        variables whose values differ are written, and nothing is read back (``os.environ``'s
+        reads encode every key)."""
+        plan = self.plans.get((id(old), id(new)))
+        if plan is None or plan[0] is not old or plan[1] is not new:
+            plan = self.plans[id(old), id(new)] = (old, new, self._plan(old, new))
+        env, data = os.environ, getattr(os.environ, "_data", None)
+        fast = type(data) is dict and os.name == "posix"
+        for key, value, raw_key, raw_value in plan[2]:
+            if value is None:
+                env.pop(key, None)
+            elif fast:  # os.environ[key] = value, its encoding done once
+                os.putenv(raw_key, raw_value)
+                data[raw_key] = raw_value  # type: ignore[index]
+            else:
+                env[key] = value
+
+    def _plan(self, old: dict[str, str | None], new: dict[str, str | None]
+              ) -> list[tuple[str, str | None, bytes, bytes]]:
+        """The variables that differ from ``old`` to ``new``: (name, value, both as os.environ stores them)."""
+        base, plan = self.base, []
+        for key in sorted(old.keys() | new.keys()):
+            value = new[key] if key in new else base.get(key)
+            if value != (old[key] if key in old else base.get(key)):
+                plan.append((key, value, os.fsencode(key), os.fsencode(value or "")))
+        return plan
+
 
 
 def mpich_variables(rank: int, size: int, local: int, on_node: int, host: str) -> dict[str, str | None]:

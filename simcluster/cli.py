@@ -29,7 +29,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)  # __all__ alone does not filter dir()
 
 
-BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch", "rank_imports", "compute")
+BENCHMARKS = ("p2p", "collectives", "transports", "scale", "torch", "rank_imports", "compute", "mpi")
 
 
 def _parser() -> argparse.ArgumentParser:

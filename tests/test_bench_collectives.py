@@ -21,3 +21,17 @@ def test_the_tables_have_every_collective_and_each_builds_targets(capsys: pytest
         assert got["ring"] > 0
         assert f"{build}  4-rank all_reduce of a one-element array, per call" in out
     assert "ring all_reduce of 1 MiB on 8 ranks" in out
+    assert "ring all_reduce of 1 MiB of float64 on 8 ranks against SimGrid's Python bindings" in out
+    simgrid = figures["simgrid"]
+    if simgrid is None:
+        assert "skipped: no Python with SimGrid's bindings" in out
+    else:  # the same ring on the same platform: the same virtual end, and the sums checked
+        for got in figures["targets"].values():
+            assert got["ring_virtual"] == pytest.approx(simgrid["virtual"], rel=1e-9)
+        assert simgrid["value"] == 8 and simgrid["wall"] > 0
+        assert "SimGrid/simcluster" in out
+
+
+def test_the_simgrid_row_says_why_it_is_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    collectives._print_simgrid(None, {}, 8)  # what main prints where simgrid_python() finds none
+    assert "skipped: no Python with SimGrid's bindings" in capsys.readouterr().out

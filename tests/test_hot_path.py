@@ -19,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simcluster as sc
+from simcluster import _build
+from simcluster.collectives import _reduction
 from simcluster.engine import protocol as _protocol
 from simcluster.engine.kernel import READY, Task
 from simcluster.engine.delivery import LocalDelivery
@@ -333,6 +335,29 @@ def test_inlined_barrier_and_all_reduce_equal_the_generic_path(world_size: int, 
     spans = [[(s.rank, s.name, s.start, s.end) for s in r.trace.spans] for r in runs]
     assert spans[0] == spans[1] and spans[0]
     assert runs[0].stats == runs[1].stats
+
+
+# ---- twins: the ring reduce-scatter's array loop and its general loop ----
+
+
+@pytest.mark.skipif(_build.active.compiled, reason="the compiled build binds _reduction._NDARRAY at build time")
+@pytest.mark.parametrize("world_size", [2, 5, 8])
+@pytest.mark.parametrize("gamma", [0.0, 3e-10])
+def test_the_ring_reduce_scatter_array_loop_equals_the_general_loop(world_size: int, gamma: float,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main(comm: sc.Comm) -> Any:
+        x = np.arange(13, dtype=np.float64) * (comm.rank + 1) + 0.1
+        total = await comm.all_reduce(x, algorithm="ring")
+        return total.tobytes(), comm.now
+
+    def run() -> sc.RunResult:
+        return sc.run(main, world_size, latency=AlphaBeta(1e-6, 1e-9, gamma=gamma), trace=True)
+    fast = run()
+    monkeypatch.setattr(_reduction, "_NDARRAY", type("NotAnArray", (), {}))  # every array takes the general loop
+    general = run()
+    assert list(fast) == list(general) and fast.times == general.times
+    messages = [[(m.src, m.dst, m.nbytes, m.sent, m.recv) for m in r.trace.messages] for r in (fast, general)]
+    assert messages[0] == messages[1] and messages[0]
 
 
 # ---- an instant's bookings in posting order ----

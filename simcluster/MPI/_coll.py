@@ -15,6 +15,11 @@ at once, nonblocking ones when their request completes (``Wait``/``Test``).
 receive buffer of ``Scatter(v)`` at the root; ``None`` there means IN_PLACE too,
 as in mpi4py.
 
+The reductions (``Allreduce``, ``Scan``, ``Exscan``) of two plain numpy arrays
+with a predefined op take a fast path (``_plain_operands``) once a call of the
+same name, op and datatype has passed the general path's checks: one copy of
+the send array, no spec parsing; anything else takes the general path.
+
 Rule 1: nothing is written into a receive buffer before its collective completes.
 Rule 2: a result that does not fit its receive buffer is ``ERR_TRUNCATE``, a
 send and receive buffer of different datatypes or counts is ``ERR_TYPE`` /
@@ -34,6 +39,7 @@ from ..engine.coll_check import calls as _calls
 from ._blocking import block
 from ._buffers import Buf, blocked, is_in_place, message, per_rank, vector
 from ._constants import ERR_ARG, ERR_COUNT, ERR_OP, ERR_TRUNCATE, ERR_TYPE
+from ._datatypes import Datatype, from_dtype
 from ._errors import error
 from ._ops import MAXLOC, MINLOC, SUM, Op, as_buffer_op
 from ._requests import Prequest, Request
@@ -402,14 +408,24 @@ class Collectives:
                    family: str = "all_reduce") -> Request | None:
         st = self._st
         sc = st.sc
-        call = f"{name}(op={_op_name(op)})"
-        rb, sb, data = self._operands(st, sendbuf, recvbuf, call, True)
-        assert rb is not None
-        rop = self._reduce_op(st, op, sb, data, call)
+        fast = _plain_operands(sendbuf, recvbuf, op, name)
+        if fast is not None:  # two plain arrays, a predefined op seen before: nothing to parse
+            call, rop, data, rflat = fast
 
-        def finish(value: Any) -> None:
-            if value is not None:  # exscan gives rank 0 nothing: its recvbuf stays as it was
-                rb.put(rb.displ, value, rb.count)
+            def finish(value: Any) -> None:
+                if value is not None:  # exscan gives rank 0 nothing: its recvbuf stays as it was
+                    _put_plain(rflat, recvbuf, value)
+        else:
+            call = f"{name}(op={_op_name(op)})"
+            rb, sb, data = self._operands(st, sendbuf, recvbuf, call, True)
+            assert rb is not None
+            rop = self._reduce_op(st, op, sb, data, call)
+            if isinstance(op, Op) and op._predefined and _plain(sendbuf) is sb.datatype:
+                _PLAIN_OPS[name, op._id, sb.datatype._id] = (call, rop)
+
+            def finish(value: Any) -> None:
+                if value is not None:  # exscan gives rank 0 nothing: its recvbuf stays as it was
+                    rb.put(rb.displ, value, rb.count)
 
         def start(nb: bool) -> Any:
             if family == "scan":
@@ -586,6 +602,62 @@ class Collectives:
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
         """Persistent ``Exscan``."""
         return self._init(self.Iexscan, sendbuf, recvbuf, op)
+
+
+# ---- the reductions' fast path: two plain arrays ----
+
+_PLAIN: dict[str, Datatype | None] = {}
+"""numpy type character -> the predefined datatype ``from_dtype`` gives it (None: none, or not one
+element of its own dtype); ``from_dtype`` depends on the character alone for unstructured dtypes."""
+_PLAIN_OPS: dict[tuple[str, int, int], tuple[str, ReduceOp]] = {}
+"""(call name, predefined op, datatype) -> (the call as errors name it, the checked ReduceOp)."""
+
+
+def _plain(arr: Any) -> Datatype | None:
+    """The datatype of a plain numpy array (C-contiguous, native byte order, a predefined type
+    of one element of its dtype), which ``message`` would read whole as a view of itself; else None."""
+    if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
+        return None
+    dtype = arr.dtype
+    if not dtype.isnative or dtype.fields is not None:
+        return None
+    char = dtype.char
+    if char in _PLAIN:
+        found = _PLAIN[char]
+    else:
+        found = from_dtype(dtype)
+        if found is not None and (found._base is not found or found._elements() != 1 or found._freed):
+            found = None
+        _PLAIN[char] = found
+    return found if found is not None and found._np == dtype else None
+
+
+def _plain_operands(sendbuf: Any, recvbuf: Any, op: Any, name: str
+                    ) -> tuple[str, ReduceOp, Any, Any] | None:
+    """(call, op, a private copy of the send data, the receive buffer's elements) when both
+    buffers are plain arrays (``_plain``) of one datatype and size, the receive one writeable,
+    and ``op`` a predefined op that already passed ``_reduce_op``'s checks for the datatype;
+    else None (the general path parses and checks everything, and raises what it finds)."""
+    if not isinstance(op, Op):
+        return None
+    dt = _plain(sendbuf)
+    if dt is None or _plain(recvbuf) is not dt or sendbuf.size != recvbuf.size \
+            or not recvbuf.flags.writeable:
+        return None
+    known = _PLAIN_OPS.get((name, op._id, dt._id))
+    if known is None:
+        return None
+    data = np.array(sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1), copy=True)
+    return known[0], known[1], data, recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
+
+
+def _put_plain(rflat: Any, recvbuf: Any, value: Any) -> None:
+    """Write a reduction's result into a plain receive buffer's elements (as ``Buf.put`` would)."""
+    if type(value) is np.ndarray and value.size == rflat.size:
+        rflat[...] = value.reshape(-1)
+    else:
+        b = message(recvbuf, -1, "", True)
+        b.put(0, value, b.count)
 
 
 def _req(req: Request | None) -> Request:

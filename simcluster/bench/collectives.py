@@ -10,13 +10,21 @@ every algorithm's wall time next to the memory-bandwidth floor measured in
 the same run: numpy reading the 8 inputs (one sum) and writing the 8 outputs.
 Last, in each build (compiled and interpreted): a 4-rank all_reduce of a
 float and of a one-element array, per call, without checks and under the
-default strict ones, and a ring all_reduce of 1 MiB on 1,024 ranks.
+default strict ones, and a ring all_reduce of 1 MiB on 1,024 ranks, next to the
+same ring run by SimGrid's Python bindings (``_simgrid_ring``) on the
+AlphaBeta model's platform, with both virtual times (skipped, with the reason,
+where no Python has SimGrid).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
-from time import perf_counter  # bound now: a rank's time.* reads virtual time
+import subprocess
+from pathlib import Path
+from time import perf_counter, process_time  # bound now: a rank's time.* reads virtual time
 from typing import Any
 
 import numpy as np
@@ -102,9 +110,43 @@ async def _ring(comm: Comm) -> float:
 
 def ring_all_reduce(ranks: int) -> float:
     """Wall seconds of a message-level ring all_reduce of 1 MiB on ``ranks`` ranks (AlphaBeta)."""
+    return ring_times(ranks)[0]
+
+
+def ring_times(ranks: int) -> list[float]:
+    """Wall, virtual and CPU seconds of the ring all_reduce of :func:`ring_all_reduce`."""
+    cpu = process_time()
     result = runner.run(_ring, ranks, latency=MODEL, checks="off")
+    cpu = process_time() - cpu
     assert result[0] == ranks  # every rank's ones, summed
-    return result.wall
+    return [result.wall, result.elapsed, cpu]
+
+
+def simgrid_python() -> str | None:
+    """A Python with SimGrid's bindings: ``SIMGRID_PYTHON``, else ``/usr/bin/python3``, else ``python3``."""
+    for candidate in (os.environ.get("SIMGRID_PYTHON"), "/usr/bin/python3", shutil.which("python3")):
+        if candidate and Path(candidate).is_file():
+            probe = subprocess.run([candidate, "-c", "import simgrid"], capture_output=True, check=False)
+            if probe.returncode == 0:
+                return candidate
+    return None
+
+
+def simgrid_ring(python: str, ranks: int) -> dict[str, float]:
+    """Run the ring of :func:`ring_all_reduce` under SimGrid (``_simgrid_ring``, in ``python``).
+
+    Returns its ``wall`` and ``cpu`` seconds (actors created and run; platform
+    loading excluded), ``virtual`` end time and rank 0's ``value``.
+    """
+    numpy_path = str(Path(np.__file__).resolve().parent.parent)  # for a Python without numpy
+    script = Path(__file__).with_name("_simgrid_ring.py")
+    proc = subprocess.run([python, str(script), str(ranks), str(RING_BYTES), repr(MODEL.alpha),
+                           repr(MODEL.beta), numpy_path], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"SimGrid's ring failed: {proc.stderr.strip()[-500:]}")
+    figures: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["value"] == ranks
+    return figures
 
 
 def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters: int = ITERS,
@@ -117,8 +159,9 @@ def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters
     for build in BUILDS:
         off = in_build(build, __name__, "small_all_reduce", small_calls, "off")
         strict = in_build(build, __name__, "small_all_reduce", small_calls, "strict")
-        ring = in_build(build, __name__, "ring_all_reduce", ring_ranks)
-        targets[build] = {"off": off, "strict": strict, "ring": ring}
+        ring, ring_virtual, ring_cpu = in_build(build, __name__, "ring_times", ring_ranks)
+        targets[build] = {"off": off, "strict": strict, "ring": ring, "ring_virtual": ring_virtual,
+                          "ring_cpu": ring_cpu}
         target_rows += [
             [build, "4-rank all_reduce of a float, per call", f"{off['float']:.1f} us",
              f"{strict['float']:.1f} us", "under 50 us"],
@@ -126,6 +169,8 @@ def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters
              f"{strict['array']:.1f} us", "under 50 us"],
             [build, f"ring all_reduce of 1 MiB on {ring_ranks:,} ranks", f"{ring:.2f} s", "",
              "under 15 s" if ring_ranks == RING_RANKS else ""]]
+    python = simgrid_python()
+    simgrid = simgrid_ring(python, ring_ranks) if python is not None else None  # right after ours
     rows = []
     for name in ("all_reduce", "broadcast", "all_gather"):
         for world in worlds:
@@ -156,4 +201,23 @@ def main(sizes: tuple[int, ...] = SIZES, worlds: tuple[int, ...] = WORLDS, iters
     print(f"\ncompiled-build targets ({small_calls} calls per run, medians of 5 runs; the ring under "
           f"{MODEL!r})")
     print(table(target_rows, ["build", "what", "checks='off'", "strict checks", "target"]))
-    return {"floor": floor, "algorithms": best, "rows": rows, "targets": targets}
+    _print_simgrid(simgrid, targets, ring_ranks)
+    return {"floor": floor, "algorithms": best, "rows": rows, "targets": targets, "simgrid": simgrid}
+
+
+def _print_simgrid(simgrid: dict[str, float] | None, targets: dict[str, dict[str, Any]], ranks: int) -> None:
+    print(f"\nring all_reduce of 1 MiB of float64 on {ranks:,} ranks against SimGrid's Python bindings "
+          f"running the same ring (S4U actors, numpy chunks put and got on mailboxes, summed), one "
+          f"link per neighbour pair of {MODEL.alpha * 1e6:g} us and {1e-9 / MODEL.beta:g} GB/s under "
+          "SimGrid's CM02; wall and CPU seconds exclude starting Python and loading the platform; "
+          "one run each, SimGrid's right after ours")
+    if simgrid is None:
+        print("skipped: no Python with SimGrid's bindings (Debian: apt install python3-simgrid; "
+              "or set SIMGRID_PYTHON)")
+        return
+    rows = [[build, f"{got['ring']:.2f}", f"{simgrid['wall']:.2f}", f"{simgrid['wall'] / got['ring']:.1f}x",
+             f"{got['ring_cpu']:.2f}", f"{simgrid['cpu']:.2f}", f"{simgrid['cpu'] / got['ring_cpu']:.1f}x",
+             f"{got['ring_virtual'] * 1e3:.6f}", f"{simgrid['virtual'] * 1e3:.6f}",
+             "at least 60x" if ranks == RING_RANKS else ""] for build, got in targets.items()]
+    print(table(rows, ["build", "wall s", "SimGrid wall s", "SimGrid/simcluster", "CPU s", "SimGrid CPU s",
+                       "SimGrid/simcluster", "virtual ms", "SimGrid virtual ms", "target"]))

@@ -81,10 +81,8 @@ def split_bounds(n: int, parts: int) -> list[int]:
     Piece ``j`` is ``[bounds[j], bounds[j + 1])``, as ``numpy.array_split`` cuts.
     """
     base, extra = divmod(n, parts)
-    bounds = [0]
-    for j in range(parts):
-        bounds.append(bounds[-1] + base + (1 if j < extra else 0))
-    return bounds
+    # the first ``extra`` pieces hold ``base + 1`` items, the rest ``base``
+    return [j * base + (j if j < extra else extra) for j in range(parts + 1)]
 
 
 def fresh(obj: Any) -> Any:

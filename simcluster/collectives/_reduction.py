@@ -327,6 +327,16 @@ async def ring_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
     p, r = c.size, c.rank
     right, left = (r + 1) % p, (r - 1) % p
     tail: Flat = segment(flat, bounds, (r - 1) % p)
+    if type(flat) is _NDARRAY and op.commutative:
+        # no head ever travels: each step is one array out, one in, one combine (no coroutine)
+        free = c.free_reductions
+        k = (r - 2) % p  # the chunk this rank adds at step 0; one lower (mod p) each step
+        for _ in range(p - 1):
+            tail = apply_flat(op, await c.sendrecv(tail, right, left), flat[bounds[k]:bounds[k + 1]])
+            if not free:
+                await charge(c, tail)
+            k = k - 1 if k else p - 1
+        return tail
     head: Flat = None
     for step in range(p - 1):
         got = await c.sendrecv(tail if head is None and type(tail) is not list else [tail, head], right, left)

@@ -58,7 +58,6 @@ from ._reduction import (
     nbytes_of,
     ordered,
     ring_reduce_scatter,
-    segment,
     unflatten,
 )
 from ._registry import Algorithm, declare
@@ -134,9 +133,10 @@ async def ring(c: CollContext, obj: Any, op: ReduceOp) -> Any:
     bounds = split_bounds(length(flat), p)
     flat[bounds[r]:bounds[r + 1]] = await ring_reduce_scatter(c, flat, bounds, op)
     right, left = (r + 1) % p, (r - 1) % p
-    for step in range(p - 1):
-        got = await c.sendrecv(segment(flat, bounds, (r - step) % p), right, left)
-        k = (r - step - 1) % p
+    k = r  # send chunk k, receive chunk k - 1 (mod p) into place
+    for _ in range(p - 1):
+        got = await c.sendrecv(flat[bounds[k]:bounds[k + 1]], right, left)
+        k = k - 1 if k else p - 1
         flat[bounds[k]:bounds[k + 1]] = got
     return finish(op, unflatten(flat, obj), p, obj)
 
