@@ -38,6 +38,7 @@ live in this process, so ``--transport shm|tcp`` is refused, not approximated.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -102,6 +103,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
                         default=SIGNALS, metavar="SIGNALS",
                         help=f"the TORCHELASTIC_SIGNALS_TO_HANDLE ranks see (default {SIGNALS})")
+    parser.add_argument("--fake", action="store_true",
+                        help="shape-only run: every floating-point tensor is a FakeTensor (shape, "
+                             "dtype, device, no data); collectives are timed from their sizes; "
+                             "a value read from one (loss.item()) is an error (docs/predict.md)")
     mpirun.add_script_options(
         parser, transport="memory (the only one: torch ranks are threads of this process)",
         prepend=("--prepend-rank", "--prepend_rank"), module=("-m", "--module"))
@@ -185,7 +190,7 @@ def run_args(args: argparse.Namespace) -> int:
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
                     summary=args.summary, max_restarts=args.max_restarts, shared=args.shared,
-                    private=args.private, **keywords)
+                    private=args.private, fake=args.fake, **keywords)
 
 
 # ---- the launcher ----
@@ -247,7 +252,8 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
              prepend_rank: bool = False, master_addr: str | None = None,
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
              signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
-             shared: Sequence[str] = (), private: Sequence[str] = (), **keywords: Any) -> int:
+             shared: Sequence[str] = (), private: Sequence[str] = (), fake: bool = False,
+             **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nnodes`` x ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -271,6 +277,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     after a run that finished: its virtual time, wall time, messages and bytes.
     ``shared`` / ``private``: as ``mpirun``'s (each rank imports its own copy
     of pure-Python packages, accelerate and ignite among them).
+    ``fake``: a shape-only run (``--fake``; ``simcluster.torch._fake``).
 
     ``max_restarts``: after an attempt that fails (a rank raised, a crash of
     the fault plan, a nonzero exit), start the whole world again, as
@@ -331,6 +338,7 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
             session.ranks_per_node = nproc_per_node  # each rank's host name: its node's
             session.summary = summary
             session.attempt = attempt
+            session.fake = fake
             status = session.launch(keywords)
             if status in (0, 2) or attempt == max_restarts:  # 2: the script or options refused
                 return status
@@ -399,19 +407,25 @@ class _TorchrunSession(mpirun.Session):
         self.attempt = 0  # the restarts before this attempt (--max-restarts)
         self.torch_session: Any = None  # simcluster.torch._session.Session while the ranks run
         self.envs = None  # the torch session swaps each rank's environment in
+        self.fake = False  # --fake: a shape-only run
+        self.shapes: Any = None  # simcluster.torch._fake.Shapes while a shape-only run goes on
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
         from simcluster.torch._session import Session
 
         from . import runner
 
-        with Session(self.world_size) as torch_session, _BackendMap(self, torch_session):
+        from simcluster.torch._fake import Shapes
+
+        shapes = Shapes() if self.fake else contextlib.nullcontext()
+        with Session(self.world_size) as torch_session, _BackendMap(self, torch_session), shapes:
             self.torch_session = torch_session
+            self.shapes = shapes if self.fake else None
             try:
                 self.result = runner.run(_torch_script_rank, self.world_size, args=(self.spec,),
                                          **keywords)
             finally:
-                self.torch_session = None
+                self.torch_session = self.shapes = None
         trace = self.result.trace
         if self.attempt and trace is not None:  # a restarted world: mark it where it starts
             for rank in range(self.world_size):
@@ -424,6 +438,8 @@ class _TorchrunSession(mpirun.Session):
 
         state = self.rank_state(task)
         self.torch_session.start_rank()  # swaps the rank's c10d globals and environment in
+        if self.shapes is not None:
+            self.shapes.enter(task.rank)
         torch_enter = task.enter
 
         def enter() -> None:

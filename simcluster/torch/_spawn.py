@@ -18,6 +18,7 @@ from typing import Any
 from simcluster import _identity
 from simcluster.engine import sync as _sync
 from simcluster.runner import RunResult, run
+from simcluster.torch import _fake
 from simcluster.torch._session import Session
 
 RUN_KEYWORDS = ("latency", "seed", "trace", "checks", "timeout", "algorithms", "eager_limit",
@@ -48,11 +49,12 @@ def _check(fn: object, args: object, nprocs: object, join: object, daemon: objec
     for name in run_keywords:
         if name not in RUN_KEYWORDS:
             raise TypeError(f"spawn() got an unexpected keyword argument {name!r}; valid: fn, "
-                            f"args, nprocs, join, daemon, start_method, {', '.join(RUN_KEYWORDS)}")
+                            f"args, nprocs, join, daemon, start_method, tensors, {', '.join(RUN_KEYWORDS)}")
 
 
 def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
-          daemon: bool = False, start_method: str = "spawn", **run_keywords: Any) -> RunResult:
+          daemon: bool = False, start_method: str = "spawn", tensors: str = "real",
+          **run_keywords: Any) -> RunResult:
     """Run ``fn(rank, *args)`` on ``nprocs`` virtual ranks, as ``torch.multiprocessing.spawn`` does.
 
     Each rank is a thread of this process that the simulator runs one at a
@@ -76,6 +78,10 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
         **run_keywords: ``latency``, ``seed``, ``trace``, ``checks``,
             ``timeout``, ``algorithms``, ``eager_limit``, ``compute``, as for
             ``simcluster.run``.
+        tensors: ``"real"`` (the default), or ``"fake"``: a shape-only run,
+            every floating-point tensor a ``FakeTensor`` (shape, dtype and
+            device, no data), collectives timed from their sizes
+            (``_fake.py``, docs/predict.md).
 
     Returns:
         The ``RunResult``: what ``fn`` returned on each rank, with
@@ -88,18 +94,25 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
         DeadlockError: every rank waits and nothing can arrive.
     """
     _check(fn, args, nprocs, join, daemon, start_method, run_keywords)
+    shapes = _fake.Shapes() if _fake.check(tensors) == "fake" else None
     with Session(nprocs) as session:
         def rank_main(_comm_world: object) -> Any:
             rank = _sync.current()
             _sync.stop_clock(rank, None)  # measured compute: setting the rank up is not its work
             state = session.start_rank()
             _sync.start_clock(rank)
-            return fn(state.rank, *args)
+            if shapes is None:
+                return fn(state.rank, *args)
+            with shapes.rank(state.rank):
+                return fn(state.rank, *args)
 
         rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
         rank_main.__qualname__ = rank_main.__name__ = getattr(fn, "__name__", "fn")
         _identity.install()  # each rank's os.getpid() and host name, as a process's
         try:
-            return run(rank_main, nprocs, **run_keywords)
+            if shapes is None:
+                return run(rank_main, nprocs, **run_keywords)
+            with shapes:
+                return run(rank_main, nprocs, **run_keywords)
         finally:
             _identity.uninstall()
