@@ -1,7 +1,8 @@
 """Predict GPU time: a device description and an op time model (issue 44, item 2).
 
 ``simcluster.predict`` holds the ``Device`` dataclass and the presets and does not import torch;
-``simcluster.predict.compute`` times aten ops and holds the ``GpuClock`` dispatch mode (needs torch).
+``simcluster.predict.compute`` times aten ops and holds the ``GpuClock`` dispatch mode (needs torch);
+``simcluster.predict.memory`` counts live tensor bytes per rank, ``MemoryTracker`` (item 5, needs torch).
 See docs/predict.md.
 """
 
