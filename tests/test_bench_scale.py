@@ -35,7 +35,8 @@ def test_the_table_has_a_row_per_build_and_the_per_message_cost_of_each(capsys: 
                                                                           ) -> None:
     from simcluster.bench import BUILDS
 
-    figures = scale.main(sizes=(64,), budget=60.0, idle_ranks=64, round_trips=200, resumes=2000)
+    figures = scale.main(sizes=(64,), budget=60.0, idle_ranks=64, round_trips=200, resumes=2000,
+                         asyncio_cases=(("barrier", 64),), repeats=1, sharing_ranks=64)
     rows = figures["rows"]
     assert {(r[0], r[1], r[2]) for r in rows} == {
         (b, f, c) for b in BUILDS for f in scale.FIDELITIES for c in scale.COLLECTIVES}
@@ -48,3 +49,32 @@ def test_the_table_has_a_row_per_build_and_the_per_message_cost_of_each(capsys: 
     out = capsys.readouterr().out
     assert out.count("per message (post, match, complete, resume)") == len(BUILDS)
     assert out.count("message events per second") == len(BUILDS)
+    assert "against bare asyncio passing the same messages" in out and "CPU ratio" in out
+    [case] = figures["asyncio"]
+    assert (case["collective"], case["ranks"], case["failed"]) == ("barrier", 64, {})
+    assert sorted(case["median"]) == sorted(["asyncio", *BUILDS])
+    # links shared against unshared: both runs in each build, the same virtual time, the ratio and its target
+    assert "links shared against unshared: message-level all_reduce(1.0) on 2^6 ranks of dgx_h100:8" in out
+    assert sorted(figures["sharing"]) == sorted(BUILDS)
+    for got in figures["sharing"].values():
+        assert got["failed"] == {} and got["wall_shared"] > 0 and got["wall_unshared"] > 0
+        # (tiny flows: the same end, within the 1 ns in which flows end together)
+        assert got["elapsed"]["shared"] == pytest.approx(got["elapsed"]["unshared"], abs=1e-9)
+    assert out.count(f"at most {scale.SHARING_TARGET:g}x") == len(BUILDS)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 8, 64])
+def test_the_asyncio_baseline_passes_the_messages_of_the_collective(ranks: int) -> None:
+    barrier = scale._child_asyncio("barrier", ranks)
+    all_reduce = scale._child_asyncio("all_reduce", ranks)
+    log2 = (ranks - 1).bit_length()
+    assert barrier["messages"] == all_reduce["messages"] == ranks * log2
+    assert scale._child_collective("message", "barrier", ranks, scale.LATENCY)["messages"] == ranks * log2
+    assert barrier["value"] is None and barrier["cpu"] >= 0 and barrier["wall"] >= 0
+    assert all_reduce["value"] == float(ranks)  # every rank's 1.0, summed
+
+
+def test_the_asyncio_barrier_takes_any_size_and_its_all_reduce_a_power_of_two() -> None:
+    assert scale._child_asyncio("barrier", 7)["messages"] == 7 * 3
+    with pytest.raises(ValueError, match="power of two"):
+        scale._child_asyncio("all_reduce", 7)

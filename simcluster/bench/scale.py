@@ -21,8 +21,17 @@ resumed, a message arriving, a request finishing), messages, peak RSS, bytes
 per rank (peak RSS minus the RSS before the world was built, over the ranks)
 and the virtual time the run ended at.
 
-Two more figures, each beside a baseline measured in the same run:
+Four more figures, each beside a baseline measured in the same run:
 
+* the message-level barrier on 2^16 ranks, and barrier and all_reduce on
+  2^20 (``--quick``: the 2^16 barrier only), against a bare asyncio program
+  passing the same messages (a task per rank, a ``Future`` per message in a
+  dict, the cyclic collector paused as simcluster's run pauses it): fresh
+  processes, alternated, medians of 3, and the ratio;
+* the message-level all_reduce on 2^16 ranks of ``dgx_h100`` with its links
+  shared (flows re-shared max-min at every change) against the same run
+  unshared (``dgx_h100:8192,unshared``; ``--quick``: 2^12 ranks): fresh
+  processes, alternated, medians of 3, the ratio and its target (1.2x);
 * per-message engine cost (a 2-rank ping-pong: wall / messages; each message
   is posted, matched, completed and its receiver resumed) against the bare
   cost of resuming a coroutine (``coro.send(None)`` on a coroutine that
@@ -35,11 +44,13 @@ Two more figures, each beside a baseline measured in the same run:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import time
-from time import perf_counter  # bound now: a rank's time.* reads virtual time
+from time import perf_counter, process_time  # bound now: a rank's time.* reads virtual time
 from collections.abc import Generator, Sequence
 from typing import Any, TextIO
 
@@ -120,13 +131,13 @@ def _child_collective(fidelity: str, collective: str, ranks: int, model: str,
     else:
         fn = _barrier if collective == "barrier" else _all_reduce
     before = _rss_kib()
-    start = perf_counter()
+    start, cpu = perf_counter(), process_time()
     result = runner.run(fn, ranks, checks="off", latency=platform.parse(model), transport=transport,
                         fidelity="analytic" if fidelity == "analytic" else "message")
-    wall = perf_counter() - start
+    wall, cpu = perf_counter() - start, process_time() - cpu
     peak = _rss_kib("VmHWM")
     events = _KERNELS[0].events if _KERNELS else None  # (rank 0 is in this process)
-    return {"wall": wall, "events": events, "messages": result.stats.total_messages,
+    return {"wall": wall, "cpu": cpu, "events": events, "messages": result.stats.total_messages,
             "peak_kib": peak, "bytes_per_rank": (peak - before) * 1024 / ranks,
             "elapsed": result.elapsed, "rounds": result.rounds}
 
@@ -278,10 +289,72 @@ def _child_bare_frames(ranks: int) -> dict[str, Any]:
     return {"per_rank": per_rank}
 
 
+# ---- the asyncio baseline: the same messages between plain asyncio tasks ----
+
+
+async def _asyncio_collective(collective: str, ranks: int) -> list[Any]:
+    """Pass the messages of a message-level barrier or all_reduce between ``ranks`` asyncio tasks.
+
+    The program someone would write with asyncio alone: a task per rank, and a
+    message is an ``asyncio.Future`` in a dict keyed by (round, receiver),
+    made by whichever of sender and receiver comes first. ``barrier``:
+    dissemination (in round ``k`` rank ``i`` sends ``None`` to ``i + 2**k``
+    and waits for ``i - 2**k``, mod ``ranks``); ``all_reduce``: recursive
+    doubling of ``1.0`` (rank ``i`` swaps partial sums with ``i ^ 2**k``;
+    ``ranks`` a power of two). ``ranks * ceil(log2 ranks)`` messages either way.
+    """
+    loop = asyncio.get_running_loop()
+    boxes: dict[tuple[int, int], asyncio.Future[Any]] = {}
+
+    def box(key: tuple[int, int]) -> asyncio.Future[Any]:
+        fut = boxes.get(key)
+        if fut is None:
+            fut = boxes[key] = loop.create_future()
+        return fut
+
+    async def barrier(me: int) -> None:
+        dist, step = 1, 0
+        while dist < ranks:
+            box((step, (me + dist) % ranks)).set_result(None)
+            await box((step, me))
+            del boxes[step, me]
+            dist, step = dist << 1, step + 1
+
+    async def all_reduce(me: int) -> float:
+        value, dist, step = 1.0, 1, 0
+        while dist < ranks:
+            box((step, me ^ dist)).set_result(value)
+            value += await box((step, me))
+            del boxes[step, me]
+            dist, step = dist << 1, step + 1
+        return value
+
+    if collective == "all_reduce" and ranks & (ranks - 1):
+        raise ValueError(f"the asyncio all_reduce needs a power of two, got {ranks} ranks")
+    rank = barrier if collective == "barrier" else all_reduce
+    return await asyncio.gather(*(rank(me) for me in range(ranks)))
+
+
+def _child_asyncio(collective: str, ranks: int) -> dict[str, Any]:
+    from ..engine import gc as _gc
+
+    before = _rss_kib()
+    start, cpu = perf_counter(), process_time()
+    with _gc.paused():  # as simcluster's run does: with the collector, 2^16 ranks took 1.7x as long
+        results = asyncio.run(_asyncio_collective(collective, ranks))
+    wall, cpu = perf_counter() - start, process_time() - cpu
+    peak = _rss_kib("VmHWM")
+    messages = ranks * (ranks - 1).bit_length()
+    return {"wall": wall, "cpu": cpu, "messages": messages, "peak_kib": peak,
+            "bytes_per_rank": (peak - before) * 1024 / ranks, "value": results[0]}
+
+
 def _child(argv: Sequence[str]) -> None:
     kind, *rest = argv
     if kind == "collective":
         out = _child_collective(rest[0], rest[1], int(rest[2]), rest[3])
+    elif kind == "asyncio":
+        out = _child_asyncio(rest[0], int(rest[1]))
     elif kind == "speed":
         out = _child_speed(int(rest[0]), int(rest[1]))
     elif kind == "idle":
@@ -361,17 +434,126 @@ def _series(build: str, fidelity: str, collective: str, sizes: Sequence[int], bu
             return
 
 
+def _against_asyncio(cases: Sequence[tuple[str, int]], repeats: int, model: str,
+                     status: _Status) -> list[dict[str, Any]]:
+    """Time each (collective, ranks) at message level in each build and as the bare asyncio program.
+
+    Fresh processes, alternated (asyncio, then each build, ``repeats`` times),
+    medians of each; a failed or killed run leaves its word in place of the figures.
+    """
+    found = []
+    for collective, ranks in cases:
+        walls: dict[str, list[float]] = {"asyncio": [], **{build: [] for build in BUILDS}}
+        cpus: dict[str, list[float]] = {name: [] for name in walls}
+        peaks: dict[str, list[float]] = {name: [] for name in walls}
+        failed: dict[str, str] = {}
+        for i in range(repeats):
+            for name in walls:
+                if name in failed:
+                    continue
+                label = f"{name} {collective} on {_log2(ranks)} ranks, run {i + 1} of {repeats}"
+                args = (["asyncio", collective, str(ranks)] if name == "asyncio"
+                        else ["collective", "message", collective, str(ranks), model])
+                got = _measure(args, label, status, HARD_LIMIT, BUILDS[0] if name == "asyncio" else name)
+                if isinstance(got, str):
+                    failed[name] = got
+                    continue
+                walls[name].append(got["wall"])
+                cpus[name].append(got["cpu"])
+                peaks[name].append(got["peak_kib"])
+        medians = {name: statistics.median(w) for name, w in walls.items() if w and name not in failed}
+        cpu = {name: statistics.median(c) for name, c in cpus.items() if c and name not in failed}
+        found.append({"collective": collective, "ranks": ranks, "walls": walls, "cpus": cpus,
+                      "failed": failed, "median": medians, "median_cpu": cpu,
+                      "peak_kib": {name: max(p) for name, p in peaks.items() if p}})
+    return found
+
+
+def _ratio(mine: float | None, base: float | None) -> str:
+    return f"{mine / base:.2f}x" if mine is not None and base else ""
+
+
+def _asyncio_rows(found: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for case in found:
+        median, cpu, failed = case["median"], case["median_cpu"], case["failed"]
+        base = median.get("asyncio")
+        for build in BUILDS:
+            wall = median.get(build)
+            rows.append([build, case["collective"], _log2(case["ranks"]),
+                         failed.get(build, f"{wall:.2f}" if wall is not None else ""),
+                         failed.get("asyncio", f"{base:.2f}" if base is not None else ""),
+                         _ratio(wall, base), _ratio(cpu.get(build), cpu.get("asyncio")),
+                         f"{case['peak_kib'].get(build, 0) / 1024:,.0f}",
+                         f"{case['peak_kib'].get('asyncio', 0) / 1024:,.0f}"])
+    return rows
+
+
+ASYNCIO_CASES = (("barrier", 1 << 16), ("barrier", 1 << 20), ("all_reduce", 1 << 20))
+"""(collective, ranks) timed against the bare asyncio program passing the same messages."""
+
+SHARING_RANKS = 1 << 16
+"""Ranks of the message-level all_reduce on ``dgx_h100`` timed with links shared and without."""
+SHARING_TARGET = 1.2
+"""The most the shared run may cost, against the unshared one (issue 42)."""
+
+
+def _against_unshared(ranks: int, repeats: int, status: _Status) -> dict[str, dict[str, Any]]:
+    """Time the message-level ``all_reduce(1.0)`` on ``dgx_h100`` with its links shared and
+    unshared (``,unshared``), in each build: fresh processes, alternated, ``repeats`` times each."""
+    found = {}
+    for build in BUILDS:
+        runs: dict[str, list[dict[str, Any]]] = {"shared": [], "unshared": []}
+        failed: dict[str, str] = {}
+        for i in range(repeats):
+            for name, suffix in (("shared", ""), ("unshared", ",unshared")):
+                if name in failed:
+                    continue
+                got = _measure(["collective", "message", "all_reduce", str(ranks), f"dgx_h100:{ranks // 8}{suffix}"],
+                               f"{build} all_reduce on {_log2(ranks)} ranks, links {name}, run {i + 1} of {repeats}",
+                               status, HARD_LIMIT, build)
+                if isinstance(got, str):
+                    failed[name] = got
+                else:
+                    runs[name].append(got)
+        found[build] = {"failed": failed, "runs": runs, **{
+            f"{key}_{name}": statistics.median(run[key] for run in runs[name])
+            for name in runs if runs[name] and name not in failed for key in ("wall", "cpu")},
+            "elapsed": {name: [run["elapsed"] for run in runs[name]] for name in runs}}
+    return found
+
+
+def _sharing_rows(found: dict[str, dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for build, got in found.items():
+        shared, unshared = got.get("wall_shared"), got.get("wall_unshared")
+        virtual = {t for times in got["elapsed"].values() for t in times}
+        rows.append([build, got["failed"].get("shared", f"{shared:.2f}" if shared is not None else ""),
+                     got["failed"].get("unshared", f"{unshared:.2f}" if unshared is not None else ""),
+                     _ratio(shared, unshared), _ratio(got.get("cpu_shared"), got.get("cpu_unshared")),
+                     f"at most {SHARING_TARGET:g}x", " / ".join(f"{t * 1e6:.4g} us" for t in sorted(virtual))])
+    return rows
+
+
 def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int = IDLE_RANKS,
-         round_trips: int = PINGPONG, resumes: int = RESUMES, latency: str = LATENCY) -> dict[str, Any]:
+         round_trips: int = PINGPONG, resumes: int = RESUMES, latency: str = LATENCY,
+         asyncio_cases: Sequence[tuple[str, int]] = ASYNCIO_CASES, repeats: int = 3,
+         sharing_ranks: int = SHARING_RANKS) -> dict[str, Any]:
     """Measure and print the scale table, the per-message cost and the memory per idle rank.
 
     The collectives and the per-message cost are measured on each build
     (``BUILDS``: the compiled one, when active, and the interpreted one).
+    ``asyncio_cases`` are timed against a bare asyncio program passing the
+    same messages (``_asyncio_collective``), ``repeats`` alternated runs each.
+    The all_reduce on ``sharing_ranks`` ranks of ``dgx_h100`` is timed with
+    links shared against the same run unshared, ``repeats`` alternated runs each.
     """
     status = _Status(sys.stderr)
     rows: list[list[str]] = []
     skipped: list[str] = []
     try:
+        against = _against_asyncio(asyncio_cases, repeats, latency, status)
+        sharing = _against_unshared(sharing_ranks, repeats, status)
         for fidelity in FIDELITIES:
             for collective in COLLECTIVES:
                 for build in BUILDS:
@@ -390,7 +572,19 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
     if skipped:
         print(f"skipped (a smaller size of the series took more than {budget:g} s): "
               + ", ".join(skipped))
-    figures: dict[str, Any] = {"rows": rows, "skipped": skipped}
+    figures: dict[str, Any] = {"rows": rows, "skipped": skipped, "asyncio": against}
+    if against:
+        print()
+        print(f"against bare asyncio passing the same messages (a task per rank, a Future per message "
+              f"in a dict, cyclic GC paused as in a run; fresh processes, alternated, median of {repeats})")
+        print(table(_asyncio_rows(against), ["build", "collective", "ranks", "simcluster s", "asyncio s",
+                                             "ratio", "CPU ratio", "simcluster MiB", "asyncio MiB"]))
+    print()
+    print(f"links shared against unshared: message-level all_reduce(1.0) on {_log2(sharing_ranks)} ranks of "
+          f"dgx_h100:{sharing_ranks // 8} (fresh processes, alternated, median of {repeats})")
+    print(table(_sharing_rows(sharing), ["build", "shared s", "unshared s", "ratio", "CPU ratio", "target",
+                                         "virtual time"]))
+    figures["sharing"] = sharing
     print()
     speed_rows = []
     for build, speed in speeds.items():
@@ -418,7 +612,8 @@ def main(sizes: Sequence[int] = SIZES, budget: float = BUDGET, idle_ranks: int =
 
 
 QUICK = {"sizes": (1 << 10, 1 << 12, 1 << 14), "budget": 10.0, "idle_ranks": 1 << 14,
-         "round_trips": 2000, "resumes": 200_000}
+         "round_trips": 2000, "resumes": 200_000, "asyncio_cases": (("barrier", 1 << 16),),
+         "sharing_ranks": 1 << 12}
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":

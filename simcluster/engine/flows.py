@@ -33,15 +33,25 @@ flows' rates over its bandwidth) as a counter track whenever it changes.
 The cost. Max-min rates split along connected components (flows joined by
 shared links), so a change re-shares only the component of the links it
 touched, once per instant however many flows joined or ended at it. A flow
-keeps its bytes left as of its last change of rate, and its end sits in a
-heap, so an instant costs nothing for the flows it does not touch.
+keeps its bytes left as of its last change of rate, so an instant costs
+nothing for the flows it does not touch. An instant's joins and ends are
+batches: the flows that join at one time are one list, the flows a share
+gives one end time are one entry of the ends' heap, and each channel is a
+chain of its flows. Within a share, a link only one flow crosses is that
+flow's alone: it never takes part in the filling, and a flow whose links
+are all its own takes the lowest of their levels (or its bound) directly.
+
+What keeps the shortcuts honest: every rate is the one progressive filling
+over the whole component gives, bit for bit (they leave out only steps that
+change nothing), and the flows of an instant join, end and arrive in their
+order of posting (``seq``), whatever batches they came in.
+tests/test_platforms_exact.py pins every time of a set of runs.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -56,47 +66,67 @@ __all__ = ["Flows"]
 
 
 class _Flow:
-    __slots__ = ("booking", "route", "back", "left", "since", "rate", "finish", "version", "done", "seq",
-                 "fixed", "share", "weight", "bound")
+    __slots__ = ("booking", "route", "back", "left", "since", "rate", "batch", "done", "seq", "fixed", "share",
+                 "weight", "bound", "next", "head")
 
-    def __init__(self, booking: Booking, route: tuple[int, ...], left: float, seq: int) -> None:
+    def __init__(self, booking: Booking, route: tuple[int, ...], left: float, seq: int, weight: float,
+                 bound: float, back: tuple[int, ...]) -> None:
         self.booking = booking
         self.route = route
-        self.back: tuple[int, ...] = ()  # the reverse route, where its acknowledgements take a part
+        self.back = back  # the reverse route, where its acknowledgements take a part
         self.left = left  # bytes still to move at ``since``
         self.since = 0.0
         self.rate = 0.0  # bytes per second from ``since`` on
-        self.finish = 0.0  # when it ends at that rate
-        self.version = 0  # its entry in the ends' heap that counts
+        self.batch: _Batch | None = None  # its entry in the ends' heap that counts
         self.done = False
         self.seq = seq
         self.fixed = 0  # the share that last set ``share``, its rate in that share
         self.share = 0.0
-        self.weight = 1.0  # its part of a link, against its other flows'
-        self.bound = math.inf  # the most it may move per second
+        self.weight = weight  # its part of a link, against its other flows'
+        self.bound = bound  # the most it may move per second
+        self.next: _Flow | None = None  # the next flow on its channel
+        self.head = True  # no earlier flow on its channel is still to arrive
+
+
+class _Batch:
+    """The flows one share gave one end time: an entry of the ends' heap."""
+
+    __slots__ = ("flows", "live")
+
+    def __init__(self) -> None:
+        self.flows: list[_Flow] = []
+        self.live = 0  # how many of ``flows`` still end then (a later share moves the others)
 
 
 class Flows:
     """The flows in flight on one run's platform, and the kernel event of the next change."""
 
     def __init__(self, kernel: Kernel, platform: Platform, deliver: Callable[[Envelope], None],
-                 show: bool = True) -> None:
+                 show: bool = True, plain: bool = False) -> None:
         self.kernel = kernel
         self.show = show  # record link utilisation in a traced run (one hosting process does)
+        # every flow and every link in every share, no shortcut: what tests hold the shortcuts to
+        self.plain = plain
         self.platform = platform
         self.capacity = platform.capacity
         self.precision = platform.precision
         self.cross = platform.crosstraffic
+        links = len(platform.capacity)
         # each link's capacity not yet given out, and its flows not yet fixed, in a share
-        self.left = [0.0] * len(platform.capacity)
-        self.count = [0.0] * len(platform.capacity)  # the weights of a link's flows not yet fixed
+        self.left = [0.0] * links
+        self.count = [0.0] * links  # the weights of a link's flows not yet fixed
+        self.mark = [0] * links  # the share in which a link was last one flows share
         self.deliver = deliver
-        self.joining: list[tuple[float, int, _Flow]] = []  # (when it joins the links, seq, flow)
-        self.ends: list[tuple[float, int, int, _Flow]] = []  # (finish, seq, version, flow)
-        self.users: dict[int, dict[int, _Flow]] = {}  # link -> the flows moving bytes on it, by seq
+        self.join_at: dict[float, list[_Flow]] = {}  # when flows join their links -> those flows
+        self.join_times: list[float] = []  # the keys of ``join_at``, a heap
+        self.ends: list[tuple[float, int, _Batch]] = []  # (end, batches made before, batch)
+        self.batches = 0
+        # each link's flows moving bytes, in their order of joining (None: none)
+        self.users: list[list[_Flow] | None] = [None] * links
+        self.used = 0  # the links with flows
         self.moving: dict[int, _Flow] = {}  # every flow moving bytes, by seq
         self.dirty: set[int] = set()  # links whose flows changed since the last share
-        self.channels: dict[tuple[int, int], deque[_Flow]] = {}
+        self.tails: dict[tuple[int, int], _Flow] = {}  # (src, dst) -> its last flow still to arrive
         self.seq = 0
         self.token = 0  # the wake event that counts (earlier ones are stale)
         self.wake_at: float | None = None
@@ -130,19 +160,27 @@ class Flows:
         flow starts (rule 1)."""
         now = self.kernel.now if instant is None else instant
         self.seq += 1
+        src, dst = booking.src, booking.dst
         if booking.kind == RTS:
-            flow = _Flow(booking, (), 0.0, self.seq)
+            flow = _Flow(booking, (), 0.0, self.seq, 1.0, math.inf, ())
+            joins = max(booking.time, now)  # as ``joins`` says
         else:
-            route, _, weight, bound, back = self._terms(booking.src, booking.dst)
-            flow = _Flow(booking, route, float(booking.nbytes), self.seq)
-            flow.weight, flow.bound, flow.back = weight, bound, back
-        joins = self.joins(booking, now)
-        key = (booking.src, booking.dst)
-        channel = self.channels.get(key)
-        if channel is None:
-            channel = self.channels[key] = deque()
-        channel.append(flow)
-        heapq.heappush(self.joining, (joins, self.seq, flow))
+            route, latency, weight, bound, back = self._terms(src, dst)
+            flow = _Flow(booking, route, float(booking.nbytes), self.seq, weight, bound, back)
+            joins = max(booking.time + latency, now)
+        key = (src, dst)
+        tails = self.tails
+        before = tails.get(key)
+        if before is not None:
+            before.next = flow
+            flow.head = False
+        tails[key] = flow
+        batch = self.join_at.get(joins)
+        if batch is None:
+            self.join_at[joins] = [flow]
+            heapq.heappush(self.join_times, joins)
+        else:
+            batch.append(flow)
 
     def settle(self) -> None:
         """Re-share what changed (rule 2) and set the event of the next change: a join or an end."""
@@ -150,9 +188,9 @@ class Flows:
         if self.dirty:
             self._share(now)
         ends = self.ends
-        while ends and ends[0][2] != ends[0][3].version:  # superseded by a later rate
+        while ends and not ends[0][2].live:  # every flow of it given a later end
             heapq.heappop(ends)
-        nxt = self.joining[0][0] if self.joining else None
+        nxt = self.join_times[0] if self.join_times else None
         if ends and (nxt is None or ends[0][0] < nxt):
             nxt = ends[0][0]
         if nxt is not None and nxt != self.wake_at:
@@ -166,67 +204,125 @@ class Flows:
         self.wake_at = None
         now = self.kernel.now
         ended: list[_Flow] = []
-        joining, users, dirty = self.joining, self.users, self.dirty
-        while joining and joining[0][0] <= now:
-            flow = heapq.heappop(joining)[2]
-            if flow.left <= 0.0:
-                ended.append(flow)
-                continue
-            flow.since = now
-            flow.rate = 0.0
-            self.moving[flow.seq] = flow
-            for link in flow.route + flow.back:
-                found = users.get(link)
-                if found is None:
-                    users[link] = {flow.seq: flow}
-                else:
-                    found[flow.seq] = flow
-                dirty.add(link)
+        users, moving = self.users, self.moving
+        times, join_at = self.join_times, self.join_at
+        while times and times[0] <= now:  # the flows that join now, in their order of posting
+            for flow in join_at.pop(heapq.heappop(times)):
+                if flow.left <= 0.0:
+                    ended.append(flow)
+                    continue
+                flow.since = now
+                moving[flow.seq] = flow
+                for link in flow.route:
+                    on_link = users[link]
+                    if on_link is None:
+                        users[link] = [flow]
+                        self.used += 1
+                    else:
+                        on_link.append(flow)
+                self.dirty.update(flow.route)
+                if flow.back:
+                    self._enter(flow.back, flow)
         ends = self.ends
         limit = now + self.precision  # flows that end this close together end together
         while ends and ends[0][0] <= limit:
-            _, _, version, flow = heapq.heappop(ends)
-            if version != flow.version:
+            batch = heapq.heappop(ends)[2]
+            if not batch.live:
                 continue
-            ended.append(flow)
-            del self.moving[flow.seq]
-            for link in flow.route + flow.back:
-                on_link = users.get(link)
-                if on_link is None:  # a link on both its routes, left already
+            for flow in batch.flows:
+                if flow.batch is not batch:  # a later share gave it another end
                     continue
-                on_link.pop(flow.seq, None)
-                if not on_link:
-                    del users[link]
-                dirty.add(link)
-        ended.sort(key=lambda f: f.seq)
+                ended.append(flow)
+                del moving[flow.seq]
+                for link in flow.route:  # (``_leave``, inline: the common case)
+                    on_link = users[link]
+                    if on_link is None:  # a link on both its routes, left already
+                        continue
+                    if len(on_link) == 1:
+                        users[link] = None
+                        self.used -= 1
+                    else:
+                        on_link.remove(flow)
+                self.dirty.update(flow.route)
+                if flow.back:
+                    self._leave(flow.back, flow)
+        ended.sort(key=_seq)
+        tails, deliver = self.tails, self.deliver
         for flow in ended:
             flow.done = True
-            self._arrive(flow, now)
+            if flow.head:  # it arrives, and the ended flows behind it on its channel (rule 3)
+                booked = flow.booking
+                booked.time = now
+                deliver(booked.envelope())
+                behind = flow.next
+                if behind is None:  # it was its channel's last
+                    del tails[(booked.src, booked.dst)]
+                elif behind.done:
+                    self._arrive(behind, now)
+                else:
+                    behind.head = True
         self.settle()
 
+    def _enter(self, route: tuple[int, ...], flow: _Flow) -> None:
+        """Put ``flow`` on the links of ``route``."""
+        users = self.users
+        for link in route:
+            on_link = users[link]
+            if on_link is None:
+                users[link] = [flow]
+                self.used += 1
+            else:
+                on_link.append(flow)
+        self.dirty.update(route)
+
+    def _leave(self, route: tuple[int, ...], flow: _Flow) -> None:
+        """Take ``flow`` off the links of ``route``."""
+        users = self.users
+        for link in route:
+            on_link = users[link]
+            if on_link is None:  # a link on both its routes, left already
+                continue
+            if len(on_link) == 1:
+                users[link] = None
+                self.used -= 1
+            else:
+                on_link.remove(flow)
+        self.dirty.update(route)
+
     def _arrive(self, flow: _Flow, now: float) -> None:
-        """Hand over the channel's ended flows, from its head (rule 3)."""
-        b = flow.booking
-        channel = self.channels[(b.src, b.dst)]
-        while channel and channel[0].done:
-            head = channel.popleft()
-            booked = head.booking
+        """Hand over ``flow``, ended now, whose channel's earlier flows have all arrived, and the
+        ended flows behind it (rule 3)."""
+        deliver = self.deliver
+        while True:
+            booked = flow.booking
             booked.time = now
-            self.deliver(booked.envelope())
-        if not channel:
-            del self.channels[(b.src, b.dst)]
+            deliver(booked.envelope())
+            behind = flow.next
+            if behind is None:  # it was its channel's last
+                del self.tails[(booked.src, booked.dst)]
+                return
+            if not behind.done:
+                behind.head = True
+                return
+            flow = behind
 
     def _component(self) -> tuple[list[int], list[_Flow]]:
-        """The links and flows connected to the dirty links by shared links (in a fixed order)."""
+        """The links and flows connected to the dirty links by shared links (in a fixed order; the
+        links only where a traced run records them)."""
         users = self.users
         dirty = self.dirty
-        if 4 * len(dirty) >= len(users):  # most of them: all, without the search
+        if 4 * len(dirty) >= self.used or self.plain:  # most of them: all, without the search
             self.dirty = set()
             moving = self.moving
-            return list(dirty.union(users)), [moving[seq] for seq in sorted(moving)]  # links: any order
+            flows = [moving[seq] for seq in sorted(moving)]
+            if not self.show or self.kernel.trace is None:
+                return [], flows
+            for flow in flows:
+                dirty.update(flow.route + flow.back)
+            return list(dirty), flows  # links: any order
         seen_links: set[int] = set()
         seen_flows: dict[int, _Flow] = {}
-        todo = sorted(self.dirty)
+        todo = sorted(dirty)
         self.dirty = set()
         links = []
         while todo:
@@ -235,9 +331,12 @@ class Flows:
                 continue
             seen_links.add(link)
             links.append(link)
-            for seq, flow in users.get(link, {}).items():
-                if seq not in seen_flows:
-                    seen_flows[seq] = flow
+            on_link = users[link]
+            if on_link is None:
+                continue
+            for flow in on_link:
+                if flow.seq not in seen_flows:
+                    seen_flows[flow.seq] = flow
                     todo += [other for other in flow.route + flow.back if other not in seen_links]
         return links, [seen_flows[seq] for seq in sorted(seen_flows)]
 
@@ -249,30 +348,87 @@ class Flows:
         its reverse route counting ``crosstraffic`` times its weight), and a
         flow with a ``bound`` is fixed at it once the levels reach it. The
         lowest level goes first; levels only grow as flows are fixed.
+
+        A link one flow alone crosses (no reverse routes in the platform) keeps
+        the level ``capacity / w`` until that flow is fixed and has no flow
+        after, so only the lowest of a flow's own links can fix it and the
+        others are left out of the filling; a flow whose links are all its own
+        is fixed at once, by the lowest of them or by its bound, whichever the
+        filling would have come to first: the same rates, bit for bit.
         """
         links, flows = self._component()
         self.reshares += 1
-        users, capacity, left, weights = self.users, self.capacity, self.left, self.count
-        order: list[tuple[float, int, int]] = []  # (level, 0, link) or (level, 1, index in flows)
-        for link in links:
-            left[link] = capacity[link]
-            weights[link] = 0.0
+        stamp = self.reshares  # a flow whose ``fixed`` is this has its rate of this share
+        users, capacity, left, weights, mark = self.users, self.capacity, self.left, self.count, self.mark
         cross = self.cross
-        for flow in flows:
-            for link in flow.route:
-                weights[link] += flow.weight
-            for link in flow.back:
-                weights[link] += cross * flow.weight
-        for link in links:
+        shared: list[int] = []  # the links of the filling (``mark`` is ``stamp``)
+        order: list[tuple[float, int, int]] = []  # (level, 0, link) or (level, 1, index in flows)
+        for index, flow in enumerate(flows):
+            weight = flow.weight
+            best = math.inf  # the lowest level of the flow's own links, and which link
+            own = -1
+            tied = False  # it crosses a link another flow crosses
+            if cross or self.plain:  # (acknowledgements cross other links: no link is one flow's own)
+                tied = True
+                for link in flow.route:
+                    self._take(link, weight, stamp, shared)
+                for link in flow.back:
+                    self._take(link, cross * weight, stamp, shared)
+            else:
+                for link in flow.route:
+                    on_link = users[link]
+                    if on_link is not None and len(on_link) == 1:
+                        if weight > 1e-12:  # (a lighter flow's link is passed over in the filling)
+                            level = capacity[link] / weight
+                            if own < 0 or level < best or (level == best and link < own):
+                                best, own = level, link
+                        continue
+                    tied = True
+                    if mark[link] != stamp:
+                        mark[link] = stamp
+                        left[link] = capacity[link]
+                        weights[link] = 0.0
+                        shared.append(link)
+                    weights[link] += weight
+            bounded = flow.bound < math.inf
+            if tied:
+                if own >= 0:  # its lowest own link joins the filling
+                    mark[own] = stamp
+                    left[own] = capacity[own]
+                    weights[own] = 0.0 + weight
+                    shared.append(own)
+                if bounded:
+                    order.append((flow.bound / weight, 1, index))
+            elif own >= 0 and not (bounded and flow.bound / weight < best):
+                flow.fixed = stamp
+                flow.share = weight * (max(0.0, capacity[own]) / weight)
+            elif bounded:
+                flow.fixed = stamp
+                flow.share = flow.bound
+        for link in shared:
             if weights[link] > 0.0:
                 order.append((capacity[link] / weights[link], 0, link))
-        for index, flow in enumerate(flows):
-            if flow.bound < math.inf:
-                order.append((flow.bound / flow.weight, 1, index))
+        if order:
+            self._fill(order, flows, stamp)
+        self._rates(flows, now)
+        if self.show and self.kernel.trace is not None:
+            self._show(now, {link: 1.0 - max(0.0, self._left_of(link, stamp)) / capacity[link] for link in links})
+
+    def _take(self, link: int, part: float, stamp: int, shared: list[int]) -> None:
+        """Add ``part`` to the weights on ``link`` in the filling of share ``stamp``."""
+        if self.mark[link] != stamp:
+            self.mark[link] = stamp
+            self.left[link] = self.capacity[link]
+            self.count[link] = 0.0
+            shared.append(link)
+        self.count[link] += part
+
+    def _fill(self, order: list[tuple[float, int, int]], flows: list[_Flow], stamp: int) -> None:
+        """The progressive filling of a share: fix flows, lowest level first (``_share``)."""
+        users, left, weights = self.users, self.left, self.count
         # a sorted list, and a heap for the links looked at again, taken from in merged order
         order.sort()
         again: list[tuple[float, int, int]] = []
-        stamp = self.reshares  # a flow whose ``fixed`` is this has its rate of this share
         i, total = 0, len(order)
         while i < total or again:
             if again and (i == total or again[0] < order[i]):
@@ -292,10 +448,31 @@ class Flows:
             if current > level * (1 + 1e-12):  # others on it were fixed lower: look again later
                 heapq.heappush(again, (current, 0, key))
                 continue
-            for flow in users[key].values():
+            on_link = users[key]
+            assert on_link is not None
+            for flow in on_link:
                 if flow.fixed != stamp:
                     self._fix(flow, flow.weight * current, stamp)
+
+    def _fix(self, flow: _Flow, rate: float, stamp: int) -> None:
+        """Give ``flow`` its rate in this share and take it from its links in the filling."""
+        flow.fixed = stamp
+        flow.share = rate
+        left, weights, mark = self.left, self.count, self.mark
+        weight = flow.weight
+        for link in flow.route:
+            if mark[link] == stamp:
+                left[link] -= rate
+                weights[link] -= weight
+        cross = self.cross
+        for link in flow.back:
+            left[link] -= cross * rate
+            weights[link] -= cross * weight
+
+    def _rates(self, flows: list[_Flow], now: float) -> None:
+        """Move the flows whose rate changed to it: their bytes left, their end (a batch per end)."""
         ends = self.ends
+        made: dict[float, _Batch] = {}
         for flow in flows:
             rate = flow.share
             if rate == flow.rate:
@@ -303,24 +480,28 @@ class Flows:
             flow.left = max(0.0, flow.left - flow.rate * (now - flow.since))
             flow.since = now
             flow.rate = rate
-            flow.finish = now + flow.left / rate if rate > 0 else now
-            flow.version += 1
-            heapq.heappush(ends, (flow.finish, flow.seq, flow.version, flow))
-        if self.show and self.kernel.trace is not None:
-            self._show(now, {link: 1.0 - max(0.0, left[link]) / capacity[link] for link in links})
+            finish = now + flow.left / rate if rate > 0 else now
+            batch = made.get(finish)
+            if batch is None:
+                batch = made[finish] = _Batch()
+                self.batches += 1
+                heapq.heappush(ends, (finish, self.batches, batch))
+            batch.flows.append(flow)
+            batch.live += 1
+            before = flow.batch
+            if before is not None:
+                before.live -= 1
+            flow.batch = batch
 
-    def _fix(self, flow: _Flow, rate: float, stamp: int) -> None:
-        """Give ``flow`` its rate in this share and take it from its links."""
-        flow.fixed = stamp
-        flow.share = rate
-        left, weights = self.left, self.count
-        for link in flow.route:
-            left[link] -= rate
-            weights[link] -= flow.weight
-        cross = self.cross
-        for link in flow.back:
-            left[link] -= cross * rate
-            weights[link] -= cross * flow.weight
+    def _left_of(self, link: int, stamp: int) -> float:
+        """A link's capacity left after this share (a traced run's utilisation)."""
+        if self.mark[link] == stamp:
+            return self.left[link]
+        capacity = self.capacity[link]
+        on_link = self.users[link]
+        if on_link is not None and on_link[0].fixed == stamp:  # one flow's own link
+            return capacity - on_link[0].share
+        return capacity
 
     def _show(self, now: float, used: dict[int, float]) -> None:
         """Record in the trace the links of ``used`` whose utilisation changed (a counter track each)."""
@@ -335,3 +516,7 @@ class Flows:
                 shown[link] = value
             else:
                 shown.pop(link, None)
+
+
+def _seq(flow: _Flow) -> int:
+    return flow.seq
