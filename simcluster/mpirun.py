@@ -126,11 +126,13 @@ def add_script_options(parser: argparse.ArgumentParser, transport: str,
     parser.add_argument("--transport", default="memory", help=transport)
     parser.add_argument("--trace", default=None, help="write a Chrome trace JSON to this path")
     parser.add_argument("--compute", default=None,
-                        metavar="{wall|cpu}[:F][,threshold=T][,record=FILE]|replay:FILE",
+                        metavar="{wall|cpu}[:F][,threshold=T][,record=FILE]|replay:FILE|gpu:DEVICE",
                         help="charge the time a rank's own code runs between calls (wall: elapsed; "
                              "cpu: its thread's CPU time, as SMPI) x F to its virtual clock, bursts "
                              "under T (default 5us) left out; record=FILE writes the charges, "
-                             "replay:FILE charges them again")
+                             "replay:FILE charges them again; gpu:DEVICE (torchrun: h100_sxm, "
+                             "h100_hbm2e_500w, a100_sxm_80gb) charges the predicted GPU time of "
+                             "the rank's aten ops (docs/predict.md)")
     parser.add_argument("--timeout", type=float, default=None, help="wall seconds before giving up")
     parser.add_argument("--faults", default=None, metavar="PLAN",
                         help="a fault plan, e.g. 'crash:1@0.5ms', "

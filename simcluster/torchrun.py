@@ -440,6 +440,11 @@ class _TorchrunSession(mpirun.Session):
         self.torch_session.start_rank()  # swaps the rank's c10d globals and environment in
         if self.shapes is not None:
             self.shapes.enter(task.rank)
+        from .torch import _gpu
+
+        gpu = _gpu.attach(task)  # --compute gpu:DEVICE: the rank's ops timed on the modelled GPU,
+        if gpu is not None:  # for the rest of the rank's thread (above its ShapeOnlyMode)
+            gpu.__enter__()
         torch_enter = task.enter
 
         def enter() -> None:

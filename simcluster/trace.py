@@ -134,9 +134,14 @@ class Trace:
         for rank in range(self.world_size):
             events.append({"ph": "M", "name": "thread_name", "pid": rank // per_proc, "tid": rank,
                            "args": {"name": f"rank {rank}"}})
+        streams = sorted({s.rank for s in self.spans if s.args.get("stream") == "compute"})
+        for rank in streams:  # compute="gpu:...": each rank's compute stream, a track beside the rank's
+            events.append({"ph": "M", "name": "thread_name", "pid": rank // per_proc,
+                           "tid": self.world_size + rank, "args": {"name": f"rank {rank} compute"}})
         for s in self.spans:
+            tid = self.world_size + s.rank if s.args.get("stream") == "compute" else s.rank
             events.append({"ph": "X", "name": s.name, "cat": "op", "pid": s.rank // per_proc,
-                           "tid": s.rank, "ts": s.start * _US, "dur": (s.end - s.start) * _US,
+                           "tid": tid, "ts": s.start * _US, "dur": (s.end - s.start) * _US,
                            "args": s.args})
         for m in self.messages:
             if m.recv is None:

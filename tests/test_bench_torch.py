@@ -23,6 +23,26 @@ def test_the_simcluster_loop_checks_every_sum_and_times_each_round() -> None:
     assert len(out["per_call"]) == 3 and all(t > 0 for t in out["per_call"])
     assert out["median"] == sorted(out["per_call"])[1]
     assert out["virtual"] == 0.0  # the default latency model is zero
+    # each rank hands the baton over once a call (blocked in Work.wait): two switches each;
+    # counted between rank 0's reads at a round's ends, where the other ranks stand a call apart
+    assert out["switches_per_call"] == pytest.approx(2 * 4, abs=0.5)
+
+
+def test_the_breakdown_gives_each_part_of_a_call_and_puts_the_backend_back() -> None:
+    from simcluster.engine.sync import ThreadRank
+    from simcluster.torch._work import SimclusterWork
+
+    send, wait = ThreadRank.__dict__["send"], SimclusterWork.__dict__["wait"]
+    parts = bench.breakdown(world=4, calls=5)
+    assert set(parts) == {"engine", "switches", "torch", "backend", "wait"}
+    assert all(seconds > 0 for seconds in parts.values()), parts
+    assert ThreadRank.__dict__["send"] is send and SimclusterWork.__dict__["wait"] is wait
+
+
+def test_the_floor_is_a_bare_two_thread_hand_off_timed_per_round() -> None:
+    floor = bench.handoff_floor(handoffs=200, rounds=3)
+    assert len(floor["per_handoff"]) == 3 and all(t > 0 for t in floor["per_handoff"])
+    assert floor["median"] == sorted(floor["per_handoff"])[1]
 
 
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="this torch build has no gloo")
@@ -34,6 +54,21 @@ def test_gloo_and_simcluster_side_by_side_give_the_same_sums_and_the_ratio_of_me
         assert figures["last"] == figures["expected"] == 10.0
         assert figures["median"] > 0 and len(figures["per_call"]) == 2
     assert lat["ratio"] == pytest.approx(sim["median"] / gloo["median"])
+    floor = lat["floor"]  # measured before and after the simcluster loop: both rounds of each
+    assert len(floor["per_handoff"]) == 4 and floor["median"] > 0
+    assert lat["floor_ratio"] == pytest.approx(sim["median"] / floor["median"])
+
+
+def test_the_latency_table_prints_the_gloo_and_floor_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    sim = {"median": 500e-6, "switches_per_call": 8.0, "wrong": 0, "calls": 20}
+    gloo = {"median": 1000e-6, "wrong": 0}
+    lat = {"simcluster": sim, "gloo": gloo, "ratio": 0.5, "floor": {"median": 5e-6},
+           "floor_ratio": 100.0}
+    bench._latency_table(lat, 4, 5, 3)
+    out = capsys.readouterr().out
+    assert "0.50x" in out and "gloo, 4 processes, TCP on 127.0.0.1" in out
+    assert "100x" in out and "one bare hand-off between two threads" in out
+    assert "thread switches per call" in out and "40.0 us per call at the floor" in out
 
 
 @pytest.mark.parametrize("backend", ["simcluster", "threaded"])
@@ -92,6 +127,23 @@ def test_the_training_step_job_reports_each_phase_and_where_the_time_goes() -> N
     assert got["same_loss_in_each_dp_group"] is True  # the tp ranks of a dp group agree
     assert 0 < got["loss"] < 10
     assert 0 < got["setup"] < got["total"] and 0 < got["step"] < got["total"]
+    assert got["first_over_step"] == got["first_step"] / got["step"]  # printed beside its target
+    assert got["first_step_cpu"] > 0 and got["step_cpu"] > 0
+    assert got["first_over_step_cpu"] == got["first_step_cpu"] / got["step_cpu"]
+    assert got["where_first"] and abs(sum(got["where_first"].values()) - 1) < 1e-9
     assert got["virtual_step"] > 0  # the step's collectives cost time on the stated network
     assert 0 < got["peak_mib"] < 8192
     assert got["where"] and abs(sum(got["where"].values()) - 1) < 1e-9  # shares of the samples
+
+
+def test_the_training_table_prints_the_first_step_over_the_step_beside_its_target(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    got = {"setup": 1.0, "first_step": 3.0, "step": 2.0, "first_over_step": 1.5, "first_step_cpu": 4.0,
+           "step_cpu": 1.9, "first_over_step_cpu": 4.0 / 1.9, "total": 7.0, "peak_mib": 100.0, "virtual_step": 1e-3,
+           "same_loss_in_each_dp_group": True, "where": {"simcluster engine": 1.0},
+           "where_first": {"DTensor sharding propagation (Python, fake tensors)": 1.0}}
+    bench._train_table({(2, 2): got, (64, 8): "not finished"})
+    out = capsys.readouterr().out
+    assert "first/step (cpu <= 2x)" in out and "1.50x (2.11x cpu) missed" in out
+    assert "3.0 (4.0 cpu)" in out and "2.0 (1.9 cpu)" in out
+    assert "where the first step's wall time goes at 4 ranks: DTensor sharding propagation" in out

@@ -2,7 +2,7 @@
 
 The job ``simcluster bench torch`` runs at 64 ranks (8 x 8) and 512 ranks
 (64 x 8), each in a fresh process (``python -m simcluster.bench.torch_step
-DP TP``), printing one JSON line:
+DP TP [--unshared]``), printing one JSON line:
 
 * ``setup``: wall seconds from ``spawn`` to the first step (``init_process_group``,
   ``init_device_mesh``, building the model, ``parallelize_module`` over "tp",
@@ -10,6 +10,13 @@ DP TP``), printing one JSON line:
 * ``step``: wall seconds of one training step (forward, loss, backward,
   optimizer step) on every rank, from the first rank starting it to the last
   rank finishing it (ranks are threads under one GIL, run one at a time);
+  ``first_step`` the same of the first step (FSDP2's lazy initialisation,
+  DTensor's first sharding propagation of every op);
+* ``first_step_cpu``, ``step_cpu``: the process's CPU seconds over the same
+  spans, which other programs on the machine do not inflate as they do wall
+  time; ``first_over_step`` is first_step / step, ``first_over_step_cpu``
+  the same of the CPU seconds (target: at most ``FIRST_STEP_RATIO``, judged
+  on the CPU seconds, which a loaded machine disturbs less);
 * ``virtual_step``: the virtual seconds the step took under ``NETWORK``
   (compute charged as zero: the figure is the step's communication);
 * ``peak_mib``: the process's peak resident memory;
@@ -18,7 +25,8 @@ DP TP``), printing one JSON line:
   (``Sampler``), by the innermost frame that names a part: DTensor's and
   FSDP2's Python code, torch's autograd, optimizer and forward ops (whose
   DTensor dispatch runs in C++ and counts there), the simcluster backend
-  and engine.
+  and engine; ``where_first`` the same of the first step. The sampler runs
+  through both steps, so that it weighs on each alike.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from time import perf_counter  # bound now: a rank's time.* reads virtual time
+from time import perf_counter, process_time  # bound now: a rank's time.* reads virtual time
 from collections import Counter
 from typing import Any
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 128, 64, 8, 2, 16, 2
 """The model: 2 blocks of 8-head attention and a 4x MLP, width 64; 2 sequences of 16 per dp rank."""
+FIRST_STEP_RATIO = 2.0
+"""The first step should take at most this many times the steady (second) step."""
 NETWORK = (5e-6, 1 / 25e9)
 """alpha (s) and beta (s/byte) of the network the virtual step time is charged on: 5 us, 25 GB/s."""
 
@@ -46,8 +56,17 @@ _PARTS = (("/simcluster/torch/", "simcluster backend"), ("/simcluster/", "simclu
           ("/torch/", "forward: modules and ops (C++, DTensor ops inside)"))
 
 
+_PROPAGATION = "/torch/distributed/tensor/_sharding_prop.py"
+"""DTensor's sharding propagation: a part of its own wherever inside it the frame is."""
+
+
 def _part(frame: Any) -> str:
     """The part of the stack a running frame belongs to: the innermost frame that names one."""
+    outer = frame
+    while outer is not None:
+        if outer.f_code.co_filename.replace("\\", "/").endswith(_PROPAGATION):
+            return "DTensor sharding propagation (Python, fake tensors)"
+        outer = outer.f_back
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
         for marker, part in _PARTS:
@@ -68,20 +87,22 @@ class Sampler:
 
     def __init__(self, interval: float = 1e-3) -> None:
         self.interval = interval
-        self.counts: Counter[str] = Counter()
+        self.phases: dict[str, Counter[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self.on = False
+        self.phase: str | None = None  # the phase samples count in; None: not sampling
 
     def _run(self) -> None:
         me = threading.get_ident()
         while not self._stop.wait(self.interval):
-            if not self.on:
+            phase = self.phase
+            if phase is None:
                 continue
+            counts = self.phases.setdefault(phase, Counter())
             for ident, frame in sys._current_frames().items():
                 if ident == me or frame.f_code.co_filename == threading.__file__:
                     continue
-                self.counts[_part(frame)] += 1
+                counts[_part(frame)] += 1
 
     def __enter__(self) -> Sampler:
         self._thread.start()
@@ -91,9 +112,10 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def shares(self) -> dict[str, float]:
-        total = sum(self.counts.values()) or 1
-        return {part: n / total for part, n in self.counts.most_common()}
+    def shares(self, phase: str) -> dict[str, float]:
+        counts = self.phases.get(phase, Counter())
+        total = sum(counts.values()) or 1
+        return {part: n / total for part, n in counts.most_common()}
 
 
 # ---- the job ----
@@ -182,21 +204,32 @@ def _rank(rank: int, dp: int, tp: int, marks: dict[str, Any]) -> float:
     for name in ("first", "step"):  # the first step also runs FSDP2's lazy initialisation
         dist.barrier()
         start = now()
-        marks.setdefault(f"{name}_start", perf_counter())
-        marks["sampler"].on = name == "step"
+        if f"{name}_start" not in marks:
+            marks[f"{name}_start"], marks[f"{name}_start_cpu"] = perf_counter(), process_time()
+        marks["sampler"].phase = name
         loss = step()
         dist.barrier()
-        marks[f"{name}_end"] = perf_counter()
+        marks[f"{name}_end"], marks[f"{name}_end_cpu"] = perf_counter(), process_time()
         marks[f"virtual_{name}"] = max(marks.get(f"virtual_{name}", 0.0), now() - start)
-    marks["sampler"].on = False
+    marks["sampler"].phase = None
     dist.destroy_process_group()
     return loss
 
 
-def job(dp: int, tp: int) -> dict[str, Any]:
-    """Run the job on dp x tp ranks in this process; return its figures."""
+def job(dp: int, tp: int, share: bool = True) -> dict[str, Any]:
+    """Run the job on dp x tp ranks in this process; return its figures.
+
+    ``share=False`` (``--unshared``) has every rank propagate DTensor's
+    shardings for itself, as each process does under torch, instead of
+    sharing them (``simcluster/torch/_shared_propagation.py``): the other
+    side of the first step's breakdown in docs/benchmarks.md.
+    """
     import simcluster as sc
     import simcluster.torch as sctorch
+    from simcluster.torch import _shared_propagation
+
+    if not share:  # this process only: the job runs in a fresh one
+        _shared_propagation.install = lambda dispatcher: None
 
     from .scale import _rss_kib
 
@@ -208,12 +241,17 @@ def job(dp: int, tp: int) -> dict[str, Any]:
                                latency=sc.latency.AlphaBeta(*NETWORK))
     end = perf_counter()
     losses = list(result)
-    return {"ranks": dp * tp, "dp": dp, "tp": tp, "setup": marks["first_start"] - start,
-            "first_step": marks["first_end"] - marks["first_start"],
-            "step": marks["step_end"] - marks["step_start"], "total": end - start,
+    first, second = (marks[f"{name}_end"] - marks[f"{name}_start"] for name in ("first", "step"))
+    first_cpu, second_cpu = (marks[f"{name}_end_cpu"] - marks[f"{name}_start_cpu"]
+                             for name in ("first", "step"))
+    return {"ranks": dp * tp, "dp": dp, "tp": tp, "shared_propagation": share,
+            "setup": marks["first_start"] - start,
+            "first_step": first, "step": second, "first_over_step": first / second,
+            "first_step_cpu": first_cpu, "step_cpu": second_cpu,
+            "first_over_step_cpu": first_cpu / second_cpu, "total": end - start,
             "virtual_step": marks["virtual_step"], "peak_mib": _rss_kib("VmHWM") / 1024,
             "loss": losses[0], "same_loss_in_each_dp_group": _same_per_group(losses, dp, tp),
-            "where": sampler.shares()}
+            "where": sampler.shares("step"), "where_first": sampler.shares("first")}
 
 
 def _same_per_group(losses: list[float], dp: int, tp: int) -> bool:
@@ -222,4 +260,4 @@ def _same_per_group(losses: list[float], dp: int, tp: int) -> bool:
 
 
 if __name__ == "__main__":
-    print(json.dumps(job(int(sys.argv[1]), int(sys.argv[2]))))
+    print(json.dumps(job(int(sys.argv[1]), int(sys.argv[2]), share="--unshared" not in sys.argv)))

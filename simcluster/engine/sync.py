@@ -47,6 +47,9 @@ capture happen while the clock is stopped. ``block`` stops it too when called
 straight from the user's code, and reading one of ``time``'s clocks charges
 the burst so far (``_reading``). A run records its charges per rank and call
 (``record=FILE``) and ``replay:FILE`` charges them again instead of measuring.
+Modelled compute (``compute="gpu:h100_sxm"``): the same meter reads, instead of a clock, the
+predicted GPU seconds of the rank's aten ops (``simcluster.torch._gpu`` attaches it to torch
+ranks); each charge is a span ``compute`` on the rank's compute stream in the trace.
 """
 
 from __future__ import annotations
@@ -180,6 +183,13 @@ class _Cancelled(BaseException):
 _thread_ranks = threading.local()
 
 
+def _taken_lock() -> Any:
+    """A lock created held: whoever acquires it next waits until the other side releases it."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 class ThreadRank(SyncRank):
     """A synchronous rank on an OS thread of its own; one rank runs at a time.
 
@@ -192,12 +202,20 @@ class ThreadRank(SyncRank):
 
     __slots__ = ("_thread", "_go", "_back", "_handback", "_finished", "_lost")
 
+    switches = 0
+    """Thread switches made by every thread rank of the process so far: two per resume (the
+    engine's thread wakes the rank's, which wakes the engine's when it blocks or ends). For
+    ``simcluster bench torch``, which reports them per call."""
+
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                  comm: Any, rank: int, compute: Compute | None = None) -> None:
         super().__init__(fn, args, kwargs, comm, rank, compute)
         self._thread: threading.Thread | None = None
-        self._go = threading.Semaphore(0)  # the engine lets the rank run
-        self._back = threading.Semaphore(0)  # the rank hands control back
+        # The baton: two plain locks used as binary semaphores, each held ("taken") while its
+        # side must wait. A Lock's acquire and release are single C calls; a Semaphore's are
+        # Python methods over a Condition that allocate a lock per wait (about 5 us more a switch).
+        self._go = _taken_lock()  # released by the engine: the rank may run
+        self._back = _taken_lock()  # released by the rank: control is back with the engine
         self._handback: tuple[bool, Any] = (False, None)  # (finished, value) or (False, yielded)
         self._finished = False
         self._lost = False  # blocked past FAILING_GRACE in a failing run: never resumed again
@@ -230,8 +248,9 @@ class ThreadRank(SyncRank):
         try:
             if enter is not None:
                 enter()
+            ThreadRank.switches += 2
             self._go.release()
-            if not self._back.acquire(timeout=self._grace()):
+            if not self._back.acquire(True, self._grace()):
                 self._lost = True
                 raise RuntimeError(
                     f"rank {self.rank} did not hand control back within {FAILING_GRACE:g} s "
@@ -261,8 +280,8 @@ class ThreadRank(SyncRank):
         if thread is not None:
             thread.join(FAILING_GRACE)
 
-    def _grace(self) -> float | None:
-        """How long to wait for the rank to hand back: for ever, unless the run is failing.
+    def _grace(self) -> float:
+        """How long to wait for the rank to hand back: for ever (-1), unless the run is failing.
 
         Once a rank failed, the others still run the failure's instant (the
         kernel's Rule 3), but a rank on an OS thread blocked inside C++ (gloo
@@ -270,7 +289,7 @@ class ThreadRank(SyncRank):
         ``FAILING_GRACE`` seconds, then left behind.
         """
         kernel = getattr(self.comm, "kernel", None)
-        return None if kernel is None or not kernel.failing else FAILING_GRACE
+        return -1.0 if kernel is None or not kernel.failing else FAILING_GRACE
 
     def suspend(self, yielded: Any) -> None:
         self._handback = (False, yielded)
@@ -301,7 +320,7 @@ class ThreadRank(SyncRank):
             return None
         frame = sys._current_frames().get(thread.ident)
         while frame is not None and frame.f_code.co_filename == threading.__file__:
-            frame = frame.f_back  # the baton's semaphore: not where the rank is
+            frame = frame.f_back  # a wait inside threading's Python code: not where the rank is
         return frame
 
 
@@ -514,7 +533,8 @@ _UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6,
 _SPEC = ("compute must be None, 'wall', 'cpu', 'wall:FACTOR' or 'cpu:FACTOR' with FACTOR a "
          "positive number, optionally followed by ',threshold=T' (bursts shorter than T are not "
          "charged; default 5us) and ',record=FILE' (write what was charged), or 'replay:FILE' "
-         "(charge what FILE recorded)")
+         "(charge what FILE recorded), or 'gpu:DEVICE' (a simcluster.predict preset's name, or a "
+         "Device: the predicted GPU time of the aten ops each rank runs; torch ranks only)")
 
 
 class Compute:
@@ -524,13 +544,14 @@ class Compute:
     the user's code until its next call (elapsed, or the CPU time of the rank's
     thread), less what reading the clock costs; it is charged times ``factor``
     when at least ``threshold``. Replayed (``replay:FILE``): the charges a
-    measured run recorded, call by call.
+    measured run recorded, call by call. Modelled (``gpu:DEVICE``, clock
+    ``gpu``): the predicted seconds of the rank's ops on ``device``, all charged.
     """
 
     def __init__(self, text: str, clock: str = "wall", factor: float = 1.0,
                  threshold: float = DEFAULT_THRESHOLD, record: str | None = None,
                  replay: str | None = None, replayed: dict[int, list[list[Any]]] | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, device: Any = None) -> None:
         self.text = text
         self.clock = clock
         self.factor = factor
@@ -539,6 +560,7 @@ class Compute:
         self.replay = replay  # the record replayed, whose charges are ``replayed``
         self.replayed = replayed
         self.world_size = world_size  # of the replayed record
+        self.device = device  # clock "gpu": the simcluster.predict.Device each rank's ops are timed on
         self.charges: dict[int, list[list[Any]]] = {}  # rank -> [[call index, call, seconds], ...]
         self.floor = -1.0  # what reading the clock costs (measured when the first rank starts)
 
@@ -547,7 +569,7 @@ class Compute:
         if self.replayed is not None:
             return Meter(self, rank, None, self.replayed.get(rank, []))
         if self.floor < 0:
-            self.floor = _floor(CLOCKS[self.clock])
+            self.floor = _floor(CLOCKS[self.clock]) if self.device is None else 0.0
         charges = None
         if self.record is not None:
             charges = self.charges[rank] = []
@@ -595,7 +617,8 @@ class Meter:
                  replay: list[list[Any]] | None) -> None:
         self.compute = compute
         self.rank = rank
-        self.clock = CLOCKS[compute.clock]
+        # clock "gpu": reads 0 until the torch launcher attaches the rank's GpuClock (torch._gpu)
+        self.clock = CLOCKS.get(compute.clock, _no_time)
         self.factor = compute.factor
         self.threshold = compute.threshold
         self.floor = compute.floor
@@ -642,8 +665,31 @@ def _charge(rank: SyncRank, meter: Meter, call: str) -> None:
             charges.append([index, call, spent])
     else:
         spent = meter.replayed(index, call)
+    if meter.clock is _no_time:
+        raise UsageError(rank.rank, f"run(compute={meter.compute.text!r})", "a gpu: compute mode "
+                         "times the aten ops of torch ranks, and this rank is not one",
+                         "run the program with simcluster.torch.spawn or simcluster torchrun, or "
+                         "charge measured time (compute='cpu')")
     if spent > 0.0 and not rank.closing:
-        block(rank.comm.sleep(spent), rank)
+        if meter.compute.device is None:
+            block(rank.comm.sleep(spent), rank)
+        else:
+            block(_compute_stream(rank.comm, spent, call), rank)
+
+
+async def _compute_stream(comm: Any, seconds: float, call: str) -> None:
+    """Charge ``seconds`` of the rank's modelled GPU work: a virtual sleep, traced as a span
+    ``compute`` on the rank's compute stream (``stream="compute"``: a track of its own)."""
+    kernel = comm.kernel
+    start = kernel.now
+    await kernel.post_sleep(seconds, "compute")
+    if kernel.trace is not None:
+        kernel.trace.span(comm.world_rank, "compute", start, kernel.now, stream="compute",
+                          seconds=seconds, before=call)
+
+
+def _no_time() -> float:
+    return 0.0
 
 
 def stop_clock(rank: SyncRank | None, call: str | None) -> None:
@@ -680,8 +726,8 @@ def parse_compute(compute: object) -> Compute | None:
     """
     if compute is None:
         return None
-    if not isinstance(compute, str):
-        raise ValueError(f"run(compute={compute!r}): {_SPEC}")
+    if not isinstance(compute, str) or compute.startswith("gpu:"):
+        return _gpu_compute(compute)
     if compute.startswith("replay:"):
         return _load(compute, compute[len("replay:"):])
     head, *options = compute.split(",")
@@ -708,6 +754,18 @@ def parse_compute(compute: object) -> Compute | None:
         else:
             raise ValueError(f"run(compute={compute!r}): {option!r} is not an option: {_SPEC}")
     return Compute(compute, clock, factor, threshold, record)
+
+
+def _gpu_compute(compute: object) -> Compute:
+    """``compute="gpu:NAME"`` (a preset of ``simcluster.predict.DEVICES``) or a ``Device``."""
+    from ..predict import DEVICES, Device
+
+    if isinstance(compute, Device):
+        return Compute(f"gpu:{compute.name}", "gpu", 1.0, 0.0, device=compute)
+    if isinstance(compute, str) and compute[len("gpu:"):] in DEVICES:
+        return Compute(compute, "gpu", 1.0, 0.0, device=DEVICES[compute[len("gpu:"):]])
+    names = ", ".join(f"'gpu:{name}'" for name in DEVICES)
+    raise ValueError(f"run(compute={compute!r}): {_SPEC}; the GPU presets are {names}")
 
 
 def _load(text: str, path: str) -> Compute:

@@ -30,6 +30,9 @@ identity map of the world ({0: 0, ..., n-1: n-1}), O(n) per rank and O(n^2)
 for a spawn (about 1 GiB on 4096 ranks); when a rank's state is saved, a map
 equal to it is replaced by one shared map of the session (torch only reads
 those maps; it adds and deletes groups' entries, never a map's own).
+Rule 4: likewise DTensor's sharding propagation, once DTensor is imported:
+computed by the first rank to meet an op's schema and rebound to each
+other rank's own meshes (``_shared_propagation.py``).
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ from simcluster.engine.assembly import current_task
 from simcluster.errors import SimclusterError
 from simcluster.torch._profiler import RankProfilers
 from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
+from simcluster.torch import _shared_propagation
 from simcluster.torch._rendezvous import Handlers, RunStore
+from simcluster.torch._shared_propagation import SharedPropagation
 
 _C10D_NAMES = ("_world", "_pg_map", "_pg_names", "_pg_group_ranks", "_pg_backend_config",
                "_group_count", "_tags_to_pg", "_pg_to_tag", "_backend", "_default_pg_init_method")
@@ -64,13 +69,16 @@ def _fresh_c10d() -> dict[str, Any]:
             "_backend": None, "_default_pg_init_method": None}
 
 
+_c10d_globals = vars(c10d)
+
+
 def _read_c10d() -> dict[str, Any]:
     return {name: getattr(c10d, name) for name in _C10D_NAMES}
 
 
 def _write_c10d(values: dict[str, Any]) -> None:
-    for name, value in values.items():
-        setattr(c10d, name, value)
+    # one C call (a plain module: the same as setattr for each name); every rank switch writes them
+    _c10d_globals.update(values)
 
 
 def _write_env(target: dict[str, str]) -> None:
@@ -168,6 +176,7 @@ class Session:
         self._process_dtensor_ops: dict[Any, Any] | None = None
         self._fresh_ops: dict[Any, Any] | None = None
         self._process_flags = _FRESH_FLAGS
+        self._sharing: SharedPropagation | None = None  # DTensor's propagation, shared (Rule 4)
         self._ddp_logging: Any = None  # DDP's _get_ddp_logging_data, restored at exit
         self._profilers = RankProfilers()  # torch's profiler, per rank (_profiler.py)
         self._gloo = _GlooGuard(self)
@@ -187,6 +196,7 @@ class Session:
         self._dispatcher = _dtensor_dispatcher()
         if self._dispatcher is not None:
             self._process_dtensor_ops = self._dispatcher._custom_op_handlers
+            self._sharing = _shared_propagation.install(self._dispatcher)
         self._handlers.install()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         ddp = torch.nn.parallel.DistributedDataParallel
@@ -205,6 +215,8 @@ class Session:
             torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data = self._ddp_logging
             self._handlers.restore()
             dispatcher = self._dispatcher or _dtensor_dispatcher()
+            if self._sharing is not None:
+                _shared_propagation.restore(self._sharing)
             if dispatcher is not None:
                 ops = self._process_dtensor_ops
                 if ops is None:  # DTensor was imported during the run
@@ -241,16 +253,19 @@ class Session:
             self._process_flags = flags
             _write_c10d(state.c10d)
             _write_env(state.env)
+            seen = _env_snapshot()
         else:
             owner.flags = flags
             owner.c10d = _read_c10d()
-            if _env_snapshot() != self._env_seen:  # the owner changed its environment
+            seen = _env_snapshot()
+            if seen != self._env_seen:  # the owner changed its environment
                 owner.env = dict(os.environ)
             self._share_rank_maps(owner.c10d["_pg_group_ranks"])
             _write_c10d(state.c10d)
             if state.env is not owner.env and state.env != owner.env:
                 _write_env(state.env)
-        self._env_seen = _env_snapshot()
+                seen = _env_snapshot()
+        self._env_seen = seen
         _write_flags(state.flags, flags)
         self._switch_dtensor_ops(owner, state)
         self._owner = state
@@ -262,6 +277,7 @@ class Session:
             dispatcher = self._dispatcher = _dtensor_dispatcher()
             if dispatcher is None:
                 return
+            self._sharing = _shared_propagation.install(dispatcher)
         if owner is not None:
             owner.dtensor_ops = dispatcher._custom_op_handlers
         if state.dtensor_ops is None:

@@ -18,7 +18,7 @@ from typing import Any
 from simcluster import _identity
 from simcluster.engine import sync as _sync
 from simcluster.runner import RunResult, run
-from simcluster.torch import _fake
+from simcluster.torch import _fake, _gpu
 from simcluster.torch._session import Session
 
 RUN_KEYWORDS = ("latency", "seed", "trace", "checks", "timeout", "algorithms", "eager_limit",
@@ -100,10 +100,12 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
             rank = _sync.current()
             _sync.stop_clock(rank, None)  # measured compute: setting the rank up is not its work
             state = session.start_rank()
+            gpu = _gpu.attach(rank)  # compute="gpu:...": the rank's ops timed on the modelled GPU
             _sync.start_clock(rank)
             if shapes is None:
-                return fn(state.rank, *args)
-            with shapes.rank(state.rank):
+                with _gpu.clocked(gpu):
+                    return fn(state.rank, *args)
+            with shapes.rank(state.rank), _gpu.clocked(gpu):
                 return fn(state.rank, *args)
 
         rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
