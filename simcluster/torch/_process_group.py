@@ -73,6 +73,24 @@ _OPS: dict[Any, ReduceOp] = {
 """torch's ReduceOp kinds (``opts.reduceOp.op``) and the simcluster op for each."""
 
 
+_NUMPY_FLOATS = frozenset({torch.float32, torch.float64})
+_NUMPY_INTS = frozenset({torch.int32, torch.int64})
+
+
+def _engine_view(tensor: torch.Tensor, op: ReduceOp | None = None) -> Any:
+    """What the engine is given for ``tensor``: a plain CPU tensor of a dtype numpy adds, compares
+    and multiplies as torch does, bit for bit (float32 and float64; int32 and int64 but for AVG), as
+    the numpy array over its memory, so a result written into that array lands in the tensor; any
+    other tensor as itself. The engine's codec, copies and reductions cost several times less on a
+    numpy array than on a tensor (docs/benchmarks.md); the messages and their sizes are the same."""
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided or tensor.device.type != "cpu":
+        return tensor
+    dtype = tensor.dtype
+    if dtype in _NUMPY_FLOATS or (dtype in _NUMPY_INTS and op is not ReduceOp.AVG):
+        return tensor.detach().numpy()
+    return tensor
+
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return int(tensor.numel() * tensor.element_size())
 
@@ -209,7 +227,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             return self._sparse_all_reduce(tensors[0])
         if len(tensors) == 1:
             tensor = tensors[0]
-            req = self._comm.iall_reduce(tensor, op, algorithm=self._gloo("all_reduce", _nbytes(tensor)))
+            req = self._comm.iall_reduce(_engine_view(tensor, op), op,
+                                         algorithm=self._gloo("all_reduce", _nbytes(tensor)))
             return self._work(req, tensors, op="all_reduce")
         return self._coalesced_all_reduce(tensors, op)
 
@@ -229,7 +248,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     n = t.numel()
                     t.copy_(flat[offset:offset + n].view(t.shape))
                     offset += n
-        req = self._comm.iall_reduce(flat, op, algorithm=self._gloo("all_reduce", _nbytes(flat)))
+        req = self._comm.iall_reduce(_engine_view(flat, op), op, algorithm=self._gloo("all_reduce", _nbytes(flat)))
         return self._work(req, tensors, finish, "all_reduce_coalesced")
 
     def _sparse_all_reduce(self, tensor: torch.Tensor) -> SimclusterWork:
@@ -272,7 +291,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def reduce(self, tensors: list[torch.Tensor],
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("reduce", tensors)
-        req = self._comm.ireduce(tensor, opts.rootRank, self._op("reduce", opts),
+        op = self._op("reduce", opts)
+        req = self._comm.ireduce(_engine_view(tensor, op), opts.rootRank, op,
                                  algorithm=self._gloo("reduce", _nbytes(tensor)))
         return self._work(req, tensors, op="reduce")
 
@@ -313,7 +333,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def broadcast(self, tensors: list[torch.Tensor],
                   opts: BroadcastOptions = BroadcastOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("broadcast", tensors)
-        return self._work(self._comm.ibroadcast(tensor, opts.rootRank), tensors, op="broadcast")
+        return self._work(self._comm.ibroadcast(_engine_view(tensor), opts.rootRank), tensors, op="broadcast")
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                 opts: ScatterOptions = ScatterOptions()) -> SimclusterWork:  # noqa: B008
