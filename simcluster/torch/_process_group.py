@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
@@ -312,8 +313,11 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             raise ValueError(f"{self._who()}: reduce_scatter_tensor: input has "
                              f"{input.numel()} elements, not world size {size} x output's "
                              f"{output.numel()}; size input as {size} outputs")
-        parts = list(input.detach().reshape(-1).chunk(size))
-        req = self._comm.ireduce_scatter(parts, self._op("reduce_scatter_tensor", opts),
+        op = self._op("reduce_scatter_tensor", opts)
+        flat = input.detach().reshape(-1)
+        view = _engine_view(flat, op)
+        parts = list(view.reshape(size, -1)) if view is not flat else list(flat.chunk(size))
+        req = self._comm.ireduce_scatter(parts, op,
                                          algorithm=self._gloo("reduce_scatter", 0, "gloo_whole"))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
@@ -357,7 +361,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                   opts: AllgatherOptions = AllgatherOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("all_gather", inputs)
         targets = list(outputs[0])
-        req = self._comm.iall_gather(tensor, algorithm=self._nccl("all_gather", 0))
+        req = self._comm.iall_gather(_engine_view(tensor), algorithm=self._nccl("all_gather", 0))
         return self._work(req, targets, _copy_list(targets), "all_gather")
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -368,7 +372,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             raise ValueError(f"{self._who()}: all_gather_into_tensor: output has "
                              f"{output.numel()} elements, not world size {size} x input's "
                              f"{input.numel()}; size output as {size} inputs")
-        req = self._comm.iall_gather(input, algorithm=self._nccl("all_gather", 0))
+        req = self._comm.iall_gather(_engine_view(input), algorithm=self._nccl("all_gather", 0))
         return self._work(req, [output], _concat_to(output), "all_gather_into_tensor")
 
     _allgather_base = all_gather_single  # the older name
@@ -536,10 +540,22 @@ def _monitor(side: Comm, size: int, seconds: float, wait_all: bool) -> None:
 # ---- finishing helpers ----
 
 
+def _put(output: torch.Tensor, value: Any) -> None:
+    """Copy a result into ``output``: a numpy result (``_engine_view``) straight into the tensor's
+    memory where numpy can write it, else as a tensor."""
+    if isinstance(value, np.ndarray):
+        target = _engine_view(output)
+        if isinstance(target, np.ndarray):
+            target[...] = value.reshape(target.shape)
+            return
+        value = torch.from_numpy(value.copy())
+    with torch.no_grad():
+        output.copy_(value.reshape(output.shape))
+
+
 def _copy_to(output: torch.Tensor) -> Finish:
     def finish(value: Any) -> None:
-        with torch.no_grad():
-            output.copy_(value.reshape(output.shape))
+        _put(output, value)
     return finish
 
 
@@ -547,14 +563,16 @@ def _copy_list(targets: list[torch.Tensor]) -> Finish:
     def finish(values: Any) -> None:
         if values is None:  # gather on a rank other than the root
             return
-        with torch.no_grad():
-            for target, value in zip(targets, values):
-                target.copy_(value.reshape(target.shape))
+        for target, value in zip(targets, values):
+            _put(target, value)
     return finish
 
 
 def _concat_to(output: torch.Tensor) -> Finish:
-    def finish(values: list[torch.Tensor]) -> None:
+    def finish(values: list[Any]) -> None:
+        if values and all(isinstance(v, np.ndarray) for v in values):
+            _put(output, np.concatenate([v.reshape(-1) for v in values]))
+            return
         with torch.no_grad():
             output.copy_(torch.cat([v.reshape(-1) for v in values]).view(output.shape))
     return finish
