@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-import time
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ import pytest
 import simcluster as sc
 
 MIB = 1 << 20
-# A hang never ends; a report comes at once. The bound leaves room for a loaded CI machine.
-PROMPT = 5.0  # seconds
+# A hang never ends; a report comes at once. pytest-timeout fails a test that runs past this
+# (the bound leaves room for a loaded CI machine); no test reads the wall clock.
+PROMPT = 30  # seconds
 
 
 def _line() -> int:
@@ -24,6 +24,7 @@ def _line() -> int:
     return frame.f_back.f_lineno
 
 
+@pytest.mark.timeout(PROMPT)
 def test_head_to_head_rendezvous_sends_deadlock_with_cycle() -> None:
     lines: dict[int, int] = {}
 
@@ -33,10 +34,8 @@ def test_head_to_head_rendezvous_sends_deadlock_with_cycle() -> None:
         await comm.send(np.zeros(MIB // 8), dst=other)
         await comm.recv(src=other)
 
-    start = time.perf_counter()
     with pytest.raises(sc.DeadlockError) as info:
         sc.run(main, world_size=2)
-    assert time.perf_counter() - start < PROMPT
     err = info.value
     assert isinstance(err, sc.SimclusterError)
     assert err.cycle == [0, 1, 0]
@@ -101,16 +100,15 @@ def test_deadlock_reports_the_virtual_time_it_happened_at() -> None:
         sc.run(main, world_size=1)
 
 
+@pytest.mark.timeout(PROMPT)
 def test_three_rank_cycle_of_receives() -> None:
     async def main(comm: sc.Comm) -> None:
         right = (comm.rank + 1) % comm.size
         await comm.recv(src=right)
         await comm.send("never", dst=right)
 
-    start = time.perf_counter()
     with pytest.raises(sc.DeadlockError) as info:
         sc.run(main, world_size=3)
-    assert time.perf_counter() - start < PROMPT
     err = info.value
     assert err.cycle == [0, 1, 2, 0]
     assert str(err).splitlines()[-1] == "wait-for cycle: 0 -> 1 -> 2 -> 0"
@@ -130,6 +128,7 @@ def test_cycle_among_some_ranks_while_others_finished() -> None:
     assert sorted(info.value.blocked) == [1, 3]
 
 
+@pytest.mark.timeout(PROMPT)
 def test_timeout_stops_a_rank_stuck_in_a_foreign_await() -> None:
     lines: dict[int, int] = {}
 
@@ -141,11 +140,8 @@ def test_timeout_stops_a_rank_stuck_in_a_foreign_await() -> None:
             lines[1] = _line() + 1
             await comm.recv(src=0, tag=1)
 
-    start = time.perf_counter()
     with pytest.raises(sc.RunTimeoutError) as info:
         sc.run(main, world_size=2, timeout=0.2)
-    wall = time.perf_counter() - start
-    assert 0.2 <= wall < PROMPT
     err = info.value
     assert isinstance(err, sc.SimclusterError)
     message = str(err)
@@ -157,15 +153,14 @@ def test_timeout_stops_a_rank_stuck_in_a_foreign_await() -> None:
     assert rank0[0].endswith(f"at test_deadlock.py:{lines[0]}"), rank0[0]
 
 
+@pytest.mark.timeout(PROMPT)
 def test_timeout_stops_a_rank_that_never_awaits_the_simulator() -> None:
     async def main(comm: sc.Comm) -> None:
         while True:
             await asyncio.sleep(0)  # a busy loop that yields only to asyncio
 
-    start = time.perf_counter()
     with pytest.raises(sc.RunTimeoutError):
         sc.run(main, world_size=2, timeout=0.2)
-    assert time.perf_counter() - start < PROMPT
 
 
 def test_timeout_must_be_positive() -> None:

