@@ -31,8 +31,8 @@ def star(nodes: int, sharing: bool = True) -> Platform:
 
 def sends(plan: dict[int, list[tuple[int, int, float]]]) -> Any:
     """A program: rank r sends, for each (dst, nbytes, at) of plan[r], nbytes to dst at time at,
-    and receives what is sent to it (its receives posted at 0)."""
-    async def main(comm: sc.Comm) -> None:
+    and receives what is sent to it (its receives posted at 0); returns when it finished."""
+    async def main(comm: sc.Comm) -> float:
         receives = [comm.irecv(src=src) for src, todo in plan.items()
                     for dst, _, _ in todo if dst == comm.rank]
         requests = []
@@ -41,6 +41,7 @@ def sends(plan: dict[int, list[tuple[int, int, float]]]) -> Any:
             requests.append(comm.isend(np.zeros(nbytes, np.uint8), dst=dst))
         for req in receives + requests:
             await req
+        return comm.now
     return main
 
 

@@ -19,24 +19,10 @@ import simcluster as sc
 from simcluster.engine import flows
 from simcluster.platform import CM02, LV08, FatTree, Link, Platform, Switch, Torus
 
+from test_platforms import sends  # the plan runner both files use
+
 GB = 1e9
 NIC = Link(1e-6, 1 * GB)
-
-
-def plan_program(plan: dict[int, list[tuple[int, int, float]]]) -> Any:
-    """Rank r sends, for each (dst, nbytes, at) of plan[r], nbytes to dst at time at, and receives
-    what is sent to it."""
-    async def main(comm: sc.Comm) -> float:
-        receives = [comm.irecv(src=src) for src, todo in sorted(plan.items())
-                    for dst, _, _ in todo if dst == comm.rank]
-        requests = []
-        for dst, nbytes, at in plan.get(comm.rank, []):
-            await comm.sleep(at - comm.now)
-            requests.append(comm.isend(np.zeros(nbytes, np.uint8), dst=dst))
-        for req in receives + requests:
-            await req
-        return comm.now
-    return main
 
 
 def random_plan(world_size: int, count: int, seed: int) -> dict[int, list[tuple[int, int, float]]]:
@@ -99,7 +85,7 @@ def test_every_time_is_the_plain_fillings_to_the_bit(name: str, plain: list[int]
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     make = PLATFORMS[name]
     world_size = make().nodes * make().ranks_per_node
-    runs = [(plan_program(random_plan(world_size, 6 * world_size, seed)), {"eager_limit": limit})
+    runs = [(sends(random_plan(world_size, 6 * world_size, seed)), {"eager_limit": limit})
             for seed, limit in ((1, 2**30), (2, 2**16), (3, 0))]
     runs.append((collectives, {}))
     expected = []
