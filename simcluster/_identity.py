@@ -89,41 +89,22 @@ def node_of(model: Any, rank: int) -> int:
 
 
 def node_of_model(model: Any, rank: int) -> int:
-    """The node a latency model places world rank ``rank`` on.
-
-    A platform's (``node_of``), ``Hierarchical``'s (``rank // ranks_per_node``),
-    through ``Jitter``; 0 for models that know no nodes.
-    """
-    shape = model_shape(model)
-    if shape is None:
-        return 0
-    inner = _unwrap(model)
-    node_of = getattr(inner, "node_of", None)
-    if node_of is not None:
-        return int(node_of(rank))
-    return rank // shape[0]
+    """The node a latency model places world rank ``rank`` on (its ``placement()``: a platform's
+    nodes, ``Hierarchical``'s, through ``Jitter``); 0 for models that know no nodes."""
+    placed = _placement(model)
+    return 0 if placed is None else placed.node_of(rank)
 
 
 def model_shape(model: Any) -> tuple[int, int | None] | None:
     """(ranks per node, nodes or None for no limit) of a model that places ranks on nodes, else None."""
+    placed = _placement(model)
+    return None if placed is None else (placed.ranks_per_node, placed.count)
+
+
+def _placement(model: Any) -> Any:
     from . import latency as _latency
 
-    inner = _unwrap(model)
-    if isinstance(inner, _latency.Hierarchical):
-        return inner.ranks_per_node, None
-    per = getattr(inner, "ranks_per_node", None)
-    if getattr(inner, "node_of", None) is not None and isinstance(per, int):
-        nodes = getattr(inner, "nodes", None)
-        return per, nodes if isinstance(nodes, int) else None
-    return None
-
-
-def _unwrap(model: Any) -> Any:
-    from . import latency as _latency
-
-    while isinstance(model, _latency.Jitter):
-        model = model.model
-    return model
+    return model.placement() if isinstance(model, _latency.LatencyModel) else None
 
 
 # ---- the replacements ----

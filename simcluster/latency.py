@@ -39,6 +39,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
 from typing import ClassVar, Final, NoReturn, cast
@@ -55,6 +56,7 @@ __all__ = [
     "Jitter",
     "LatencyModel",
     "LogGP",
+    "Placement",
     "Ports",
     "Zero",
     "parse",
@@ -142,6 +144,30 @@ class Ports(ABC):
                          "grow(world_size) method that sizes its per-rank state")
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a latency model puts the ranks: its answer to ``placement()``.
+
+    Rank ``r`` lives on node ``r // ranks_per_node`` (``node_of``), and that
+    node is the host a rank's ``socket.gethostname()`` names. ``count`` is the
+    number of nodes (None: as many as the ranks need). The rest says what a
+    platform adds: ``nics_per_node`` network endpoints per node (NCCL runs one
+    ring per NIC), ``gpus`` (the ranks are GPUs: the torch backend runs NCCL's
+    algorithms) and ``routed`` (the model itself routes each message over the
+    nodes' links, so node-aware collectives may ask it for routes).
+    """
+
+    ranks_per_node: int
+    count: int | None = None
+    nics_per_node: int = 1
+    gpus: bool = False
+    routed: bool = False
+
+    def node_of(self, rank: int) -> int:
+        """The node world rank ``rank`` lives on."""
+        return rank // self.ranks_per_node
+
+
 class LatencyModel(ABC):
     """A cost model for messages.
 
@@ -189,6 +215,10 @@ class LatencyModel(ABC):
         The default says so exactly when a subclass keeps the default ``reduce_time``.
         """
         return type(self).reduce_time is LatencyModel.reduce_time
+
+    def placement(self) -> Placement | None:
+        """Where this model puts the ranks, or None for a model that knows no nodes (the default)."""
+        return None
 
     def describe(self) -> str:
         """Return a short human description, e.g. ``AlphaBeta(alpha=1e-06, beta=1e-10)``."""
@@ -561,6 +591,10 @@ class Hierarchical(_Model):
         """As ``intra``'s."""
         return self.intra.free_reductions
 
+    def placement(self) -> Placement:
+        """``ranks_per_node`` ranks on each node."""
+        return Placement(self.ranks_per_node)
+
 
 _M64: Final = (1 << 64) - 1
 _GOLDEN: Final = 0x9E3779B97F4A7C15
@@ -668,6 +702,12 @@ class Jitter(_Model):
     def free_reductions(self) -> bool:
         """As the wrapped model's."""
         return self.model.free_reductions
+
+    def placement(self) -> Placement | None:
+        """The wrapped model's placement of ranks on nodes; routes and the rest stay the wrapped
+        model's own (collectives that follow a platform's links do not see through the noise)."""
+        inner = self.model.placement()
+        return None if inner is None else Placement(inner.ranks_per_node, inner.count)
 
 
 # ---- parse: models from command-line specs ----

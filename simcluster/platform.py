@@ -502,6 +502,10 @@ class Platform(LatencyModel):
         """The node rank ``rank`` lives on (collectives that know the shape group ranks by it)."""
         return rank // self.ranks_per_node
 
+    def placement(self) -> _latency.Placement:
+        """The platform's nodes, NICs per node and GPUs; it routes every message (``routed``)."""
+        return _latency.Placement(self.ranks_per_node, self.nodes, self.nics_per_node, self.gpus, routed=True)
+
     def nic(self, rank: int) -> int:
         """The network endpoint (NIC) rank ``rank`` sends and receives through."""
         node, local = divmod(rank, self.ranks_per_node)

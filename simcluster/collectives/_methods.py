@@ -40,7 +40,8 @@ R = TypeVar("R")
 
 def _on_nodes(comm: Any) -> bool:
     """Whether ``comm``'s members share nodes of the run's platform (``_nodes.layout``)."""
-    if getattr(comm.latency, "node_of", None) is None:  # the common case: no platform, no import
+    placed = comm.latency.placement()
+    if placed is None or not placed.routed:  # the common case: no platform, no import
         return False
     from . import _nodes
 

@@ -47,7 +47,7 @@ def _orders(comm: Any, found: Layout) -> list[tuple[list[int], list[int], list[i
     rank at each place; once per communicator."""
     known = found.shared.get("rings")
     if known is None:
-        nics = getattr(comm.latency, "nics_per_node", 1)
+        nics = comm.latency.placement().nics_per_node
         count = max(1, min(nics, min(len(members) for members in found.nodes)))
         world = comm.group.world_ranks
         known = []
@@ -182,7 +182,8 @@ def algorithm(comm: Any, collective: str, nbytes: int) -> str | None:
     from . import _nodes
 
     engine = comm.group.engine
-    if not getattr(comm.latency, "gpus", False) or collective in engine.algorithms \
+    placed = comm.latency.placement()
+    if placed is None or not placed.gpus or collective in engine.algorithms \
             or engine.fidelity != "message":
         return None
     found = _nodes.layout(comm)
@@ -207,7 +208,7 @@ def choose(comm: Any, found: Layout, nbytes: int) -> str:
     platform, world = comm.latency, comm.group.world_ranks
     nodes = [[world[r] for r in members] for members in found.nodes]
     p, m, q = len(found.node_of), len(nodes), min(len(members) for members in nodes)
-    count = max(1, min(getattr(platform, "nics_per_node", 1), q))
+    count = max(1, min(platform.placement().nics_per_node, q))
     inside = _route(platform, nodes[0][0], nodes[0][1]) if len(nodes[0]) > 1 else (0.0, math.inf)
     across = _route(platform, nodes[0][0], nodes[1][0])
     n = float(nbytes)

@@ -1,7 +1,7 @@
 """The nodes a communicator's members live on, for the algorithms that know the machine's shape.
 
-A latency model that places ranks on nodes (``simcluster.platform.Platform``:
-``node_of(world rank)``) gives a communicator a ``layout``: its ranks grouped
+A latency model that routes messages over the links of nodes (``simcluster.platform.Platform``,
+whose ``placement()`` is ``routed``) gives a communicator a ``layout``: its ranks grouped
 by node, nodes in the order of their first rank. ``contexts`` gives a member
 the call contexts to run a part of a collective among the ranks of its node,
 and, for a node's first rank, among those first ranks (the leaders): each on
@@ -62,12 +62,12 @@ def layout(comm: Members) -> Layout | None:
     if key in setups:
         found: Layout | None = setups[key][0]
         return found
-    node_of = getattr(comm.latency, "node_of", None)
+    placed = comm.latency.placement()
     result = None
-    if node_of is not None:
+    if placed is not None and placed.routed:
         by_node: dict[int, list[int]] = {}
         for rank, world in enumerate(comm.group.world_ranks):
-            by_node.setdefault(node_of(world), []).append(rank)
+            by_node.setdefault(placed.node_of(world), []).append(rank)
         nodes = list(by_node.values())
         if 1 < len(nodes) < comm.size:
             where = [0] * comm.size

@@ -274,7 +274,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
     def _nccl(self, collective: str, nbytes: int) -> str | None:
         """What NCCL would run on a platform with GPUs (``_nccl.algorithm``); else None: the default."""
-        if not getattr(self._comm.latency, "gpus", False):  # the common case: no platform, no import
+        placed = self._comm.latency.placement()
+        if placed is None or not placed.gpus:  # the common case: no platform, no import
             return None
         from simcluster.collectives import _nccl
 
@@ -283,7 +284,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def _gloo(self, collective: str, nbytes: int, gloo: str = "gloo_ring") -> str | None:
         """A reduction's algorithm: NCCL's on a platform with GPUs (``_nccl``), else gloo's, whose
         order of additions gives gloo's floats bit for bit (``collectives._gloo``)."""
-        if getattr(self._comm.latency, "gpus", False):  # NCCL's reduce: the default
+        placed = self._comm.latency.placement()
+        if placed is not None and placed.gpus:  # NCCL's reduce: the default
             return None if collective == "reduce" else self._nccl(collective, nbytes)
         from simcluster.collectives import _gloo
 
