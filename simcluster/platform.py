@@ -21,13 +21,14 @@ across nodes, through the network, choosing among equal paths (a fat tree's
 spines) by a stable hash of the pair (``zlib.crc32``, never Python's salted
 ``hash``), so times never depend on the seed or the run.
 
-``latency_factor`` and ``bandwidth_factor`` scale every route's latency
-and every link's bandwidth. ``weighting="latency"`` gives each flow a part
-of a link inversely proportional to its route's latency (plus ``weight_s``
-bytes over each link's bandwidth), ``tcp_window`` bounds each flow by a
-window per round trip, and ``crosstraffic`` charges a flow's
-acknowledgements to the links of the reverse route. ``**CM02`` and
-``**LV08`` set them as SimGrid's network models of those names do
+How flows share a link is a ``SharingModel`` record: ``latency_factor`` and
+``bandwidth_factor`` scale every route's latency and every link's bandwidth,
+``weighting="latency"`` gives each flow a part of a link inversely
+proportional to its route's latency (plus ``weight_s`` bytes over each link's
+bandwidth), ``tcp_window`` bounds each flow by a window per round trip, and
+``crosstraffic`` charges a flow's acknowledgements to the links of the
+reverse route. ``MAX_MIN`` (the default) is plain max-min fairness; ``CM02``
+and ``LV08`` are SimGrid's network models of those names
 (tests/test_platforms_simgrid.py checks every flow's time against SimGrid).
 
 Presets (``dgx_h100``, ``ethernet_cluster``, ``laptop``) give the numbers of
@@ -42,12 +43,13 @@ from abc import ABC, abstractmethod
 import random
 import zlib
 from dataclasses import dataclass
-from typing import Final, TypedDict
+from dataclasses import dataclass
+from typing import Final
 
 from . import latency as _latency
 from .latency import LatencyModel, Ports
 
-__all__ = ["CM02", "LV08", "PRESETS", "Dragonfly", "FatTree", "KAryFatTree", "Link", "Platform", "SimGridModel",
+__all__ = ["CM02", "LV08", "MAX_MIN", "PRESETS", "Dragonfly", "FatTree", "KAryFatTree", "Link", "Platform", "SharingModel",
            "Switch", "Torus", "dgx_h100", "ethernet_cluster", "laptop", "parse"]
 
 
@@ -396,25 +398,10 @@ class Platform(LatencyModel):
             ``Dragonfly``).
         nics_per_node: NICs per node; rank ``r`` uses NIC ``r % nics_per_node``
             of its node.
-        sharing: flows on a link share its bandwidth max-min fairly (memory
-            transport only); False: each message on its own.
-        latency_factor, bandwidth_factor: scale every route's latency and
-            every link's bandwidth.
-        weighting: ``"equal"`` (max-min fair) or ``"latency"``: a flow's part
-            of a link inversely proportional to its route's latency (TCP's
-            round-trip unfairness, SimGrid's CM02 model).
-        weight_s: with ``weighting="latency"``, bytes: a flow's part of a link
-            is inversely proportional to its route's latency plus
-            ``weight_s`` over the bandwidth of each link of its route (SimGrid's
-            weight-S; 0: the latency alone).
-        tcp_window: bytes; no flow moves more than this per round trip
-            (``tcp_window / (2 * latency)`` per second, of the latency before
-            ``latency_factor``; SimGrid's TCP-gamma).
-        crosstraffic: a flow also takes this part of its rate on each link of
-            the reverse route (its acknowledgements; SimGrid's cross traffic:
-            0.05); 0: none.
-        precision: flows that would end within this many seconds of the
-            first to end at an instant end with it (0: each at its own time).
+        sharing: flows on a link share its bandwidth (memory transport only);
+            False: each message on its own.
+        sharing_model: how they share it, a ``SharingModel``: ``MAX_MIN`` (the
+            default), SimGrid's ``CM02`` or ``LV08``, or one of your own.
         network_efficiency: the part of each network link's bandwidth (the
             NICs' cables and the links between switches) that payload gets,
             in (0, 1]: what protocols cost beyond the line rate (``dgx_h100``:
@@ -427,9 +414,7 @@ class Platform(LatencyModel):
     """
 
     def __init__(self, nodes: int, ranks_per_node: int, intra: Link, network: Network, *,
-                 nics_per_node: int = 1, sharing: bool = True, latency_factor: float = 1.0,
-                 bandwidth_factor: float = 1.0, weighting: str = "equal", weight_s: float = 0.0,
-                 tcp_window: float | None = None, crosstraffic: float = 0.0, precision: float = 1e-9,
+                 nics_per_node: int = 1, sharing: bool = True, sharing_model: SharingModel | None = None,
                  network_efficiency: float = 1.0, gpus: bool = False, name: str = "") -> None:
         for field, value in (("nodes", nodes), ("ranks_per_node", ranks_per_node),
                              ("nics_per_node", nics_per_node)):
@@ -440,22 +425,10 @@ class Platform(LatencyModel):
         if not isinstance(network, Network):
             raise TypeError(f"Platform(network={network!r}): expected a Switch, FatTree, KAryFatTree, Torus "
                             "or Dragonfly")
-        for field, factor in (("latency_factor", latency_factor), ("bandwidth_factor", bandwidth_factor)):
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
-                raise ValueError(f"Platform({field}={factor!r}): must be a number > 0")
-        if weighting not in ("equal", "latency"):
-            raise ValueError(f"Platform(weighting={weighting!r}): 'equal' (max-min) or 'latency' (each "
-                             "flow's part inversely proportional to its route's latency)")
-        if tcp_window is not None and (isinstance(tcp_window, bool) or not isinstance(tcp_window, (int, float))
-                                       or not 0 < tcp_window < math.inf):
-            raise ValueError(f"Platform(tcp_window={tcp_window!r}): bytes > 0 (SimGrid's default: 4194304), "
-                             "or None for no bound")
-        for field, term in (("weight_s", weight_s), ("crosstraffic", crosstraffic)):
-            if isinstance(term, bool) or not isinstance(term, (int, float)) or not 0 <= term < math.inf:
-                raise ValueError(f"Platform({field}={term!r}): must be a number >= 0 (SimGrid's LV08: "
-                                 f"{LV08.get(field)})")
-        if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
-            raise ValueError(f"Platform(precision={precision!r}): must be seconds >= 0, e.g. 1e-9")
+        model = MAX_MIN if sharing_model is None else sharing_model
+        if not isinstance(model, SharingModel):
+            raise TypeError(f"Platform(sharing_model={sharing_model!r}): expected a SharingModel, such as "
+                            "simcluster.platform.MAX_MIN, CM02 or LV08")
         if isinstance(network_efficiency, bool) or not isinstance(network_efficiency, (int, float)) \
                 or not 0 < network_efficiency <= 1:
             raise ValueError(f"Platform(network_efficiency={network_efficiency!r}): the part of the line rate "
@@ -471,13 +444,7 @@ class Platform(LatencyModel):
         self.intra = intra
         self.network = network
         self.sharing = bool(sharing)
-        self.latency_factor = float(latency_factor)
-        self.bandwidth_factor = float(bandwidth_factor)
-        self.weighting = weighting
-        self.weight_s = float(weight_s)
-        self.tcp_window = None if tcp_window is None else float(tcp_window)
-        self.crosstraffic = float(crosstraffic)
-        self.precision = float(precision)
+        self.sharing_model = model
         self.network_efficiency = float(network_efficiency)
         self.gpus = bool(gpus)
         self.name = name
@@ -492,7 +459,7 @@ class Platform(LatencyModel):
         network.build(links, hosts)
         self.links: Final = links
         first = 2 * nodes * ranks_per_node  # the ranks' own links come first, then the network's
-        self.capacity = [bw * self.bandwidth_factor * (self.network_efficiency if i >= first else 1.0)
+        self.capacity = [bw * model.bandwidth_factor * (self.network_efficiency if i >= first else 1.0)
                          for i, bw in enumerate(links.bandwidth)]
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
 
@@ -534,7 +501,7 @@ class Platform(LatencyModel):
             path = [self._rank_up[src], *self.network.route(a, b), self._rank_down[dst]] if a != b else \
                 [self._rank_up[src], self._rank_down[dst]]
         links = self.links
-        latency = sum(links.latency[i] for i in path) * self.latency_factor
+        latency = sum(links.latency[i] for i in path) * self.sharing_model.latency_factor
         found = (tuple(path), latency, min(self.capacity[i] for i in path))
         self._routes[key] = found
         return found
@@ -544,13 +511,14 @@ class Platform(LatencyModel):
         flows' weights, and the most it may move per second (``inf``: no bound)."""
         route = self.path(src, dst)[0]
         latency = sum(self.links.latency[i] for i in route)  # the links' own: before latency_factor
+        model = self.sharing_model
         weight = 1.0
-        if self.weighting == "latency":
-            penalty = latency + sum(self.weight_s / self.links.bandwidth[i] for i in route)
+        if model.weighting == "latency":
+            penalty = latency + sum(model.weight_s / self.links.bandwidth[i] for i in route)
             weight = 1.0 / penalty if penalty > 0 else 1.0
         bound = math.inf
-        if self.tcp_window and latency > 0:
-            bound = self.bandwidth_factor * self.tcp_window / (2 * latency)
+        if model.tcp_window and latency > 0:
+            bound = model.bandwidth_factor * model.tcp_window / (2 * latency)
         return weight, bound
 
     def flow_latency(self, src: int, dst: int) -> float:
@@ -578,7 +546,7 @@ class Platform(LatencyModel):
     def lookahead(self) -> float:
         """The least latency of any route: two of the smallest link latencies (every route crosses
         at least the sender's link up and the receiver's down)."""
-        return 2 * min(self.links.latency) * self.latency_factor
+        return 2 * min(self.links.latency) * self.sharing_model.latency_factor
 
     def describe(self) -> str:
         if self.name:
@@ -586,6 +554,7 @@ class Platform(LatencyModel):
         return (f"Platform(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, intra={self.intra!r}, "
                 f"network={self.network.describe()}, nics_per_node={self.nics_per_node}"
                 f"{'' if self.network_efficiency == 1 else f', network_efficiency={self.network_efficiency:g}'}"
+                f"{'' if self.sharing_model == MAX_MIN else f', sharing_model={self.sharing_model!r}'}"
                 f"{'' if self.sharing else ', sharing=False'})")
 
 
@@ -617,25 +586,83 @@ class _PlatformPorts(Ports):
         self.check_world(world_size)
 
 
-# ---- SimGrid's network models ----
+# ---- how flows share a link ----
 
-class SimGridModel(TypedDict, total=False):
-    """The ``Platform`` fields one of SimGrid's network models sets (``Platform(..., **LV08)``)."""
-
-    weighting: str
-    tcp_window: float
-    latency_factor: float
-    bandwidth_factor: float
-    weight_s: float
-    crosstraffic: float
+def _number(value: object, least: float, what: str, field: str, *, strict: bool = False) -> float:
+    """``value`` as a float at least ``least`` (above it when ``strict``), finite; else ValueError."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value < math.inf and (
+        value > least if strict else value >= least)
+    if not ok:
+        raise ValueError(f"SharingModel({field}={value!r}): {what}")
+    return float(value)  # type: ignore[arg-type]
 
 
-CM02: Final[SimGridModel] = {"weighting": "latency", "tcp_window": 4194304}
-"""``Platform(..., **CM02)`` shares as SimGrid's CM02 network model with its default TCP-gamma."""
+@dataclass(frozen=True)
+class SharingModel:
+    """How the flows that cross one link share its bandwidth (``Platform(sharing_model=...)``).
 
-LV08: Final[SimGridModel] = {"weighting": "latency", "tcp_window": 4194304, "latency_factor": 13.01,
-                             "bandwidth_factor": 0.97, "weight_s": 20537, "crosstraffic": 0.05}
-"""``Platform(..., **LV08)`` shares as SimGrid's LV08 network model (its default), cross traffic on."""
+    Fields:
+        weighting: ``"equal"`` (max-min fair) or ``"latency"``: a flow's part
+            of a link inversely proportional to its route's latency (TCP's
+            round-trip unfairness, SimGrid's CM02 model).
+        weight_s: with ``weighting="latency"``, bytes: a flow's part of a link
+            is inversely proportional to its route's latency plus
+            ``weight_s`` over the bandwidth of each link of its route (SimGrid's
+            weight-S; 0: the latency alone).
+        tcp_window: bytes; no flow moves more than this per round trip
+            (``tcp_window / (2 * latency)`` per second, of the latency before
+            ``latency_factor``; SimGrid's TCP-gamma). None: no bound.
+        crosstraffic: a flow also takes this part of its rate on each link of
+            the reverse route (its acknowledgements; SimGrid's cross traffic:
+            0.05); 0: none.
+        latency_factor, bandwidth_factor: scale every route's latency and
+            every link's bandwidth.
+        precision: flows that would end within this many seconds of the
+            first to end at an instant end with it (0: each at its own time).
+
+    Each field is checked when the record is made: a bad value is a ``ValueError`` naming it.
+    """
+
+    weighting: str = "equal"
+    weight_s: float = 0.0
+    tcp_window: float | None = None
+    crosstraffic: float = 0.0
+    latency_factor: float = 1.0
+    bandwidth_factor: float = 1.0
+    precision: float = 1e-9
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("equal", "latency"):
+            raise ValueError(f"SharingModel(weighting={self.weighting!r}): 'equal' (max-min) or 'latency' "
+                             "(each flow's part inversely proportional to its route's latency)")
+        fields = {
+            "weight_s": _number(self.weight_s, 0, "must be a number >= 0 (SimGrid's LV08: 20537)", "weight_s"),
+            "crosstraffic": _number(self.crosstraffic, 0, "must be a number >= 0 (SimGrid's LV08: 0.05)",
+                                    "crosstraffic"),
+            "latency_factor": _number(self.latency_factor, 0, "must be a number > 0", "latency_factor",
+                                      strict=True),
+            "bandwidth_factor": _number(self.bandwidth_factor, 0, "must be a number > 0", "bandwidth_factor",
+                                        strict=True),
+            "precision": _number(self.precision, 0, "must be seconds >= 0, e.g. 1e-9", "precision"),
+        }
+        if fields["precision"] >= 1:
+            raise ValueError(f"SharingModel(precision={self.precision!r}): must be seconds >= 0, e.g. 1e-9")
+        if self.tcp_window is not None:
+            fields["tcp_window"] = _number(self.tcp_window, 0, "bytes > 0 (SimGrid's default: 4194304), or "
+                                           "None for no bound", "tcp_window", strict=True)
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+
+MAX_MIN: Final = SharingModel()
+"""Max-min fairness: every flow on a link gets an equal part, bounded by its other links."""
+
+CM02: Final = SharingModel(weighting="latency", tcp_window=4194304)
+"""SimGrid's CM02 network model with its default TCP-gamma."""
+
+LV08: Final = SharingModel(weighting="latency", tcp_window=4194304, latency_factor=13.01,
+                           bandwidth_factor=0.97, weight_s=20537, crosstraffic=0.05)
+"""SimGrid's LV08 network model (its default), cross traffic on."""
 
 
 # ---- presets ----

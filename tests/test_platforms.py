@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import (CM02, LV08, Dragonfly, FatTree, KAryFatTree, Link, Platform, Switch, Torus, dgx_h100,
-                                 ethernet_cluster, laptop)
+from simcluster.platform import (CM02, LV08, MAX_MIN, Dragonfly, FatTree, KAryFatTree, Link, Platform, SharingModel,
+                                 Switch, Torus, dgx_h100, ethernet_cluster, laptop)
 
 GB = 1e9
 MB = 10**6
@@ -90,10 +90,10 @@ def test_without_sharing_each_message_costs_its_route_alone() -> None:
 def test_simgrids_lv08_model_charges_its_factors_and_its_acknowledgements() -> None:
     # alone: 13.01 times the latency, 97% of the bandwidth, with or without sharing
     for sharing in (True, False):
-        alone = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), sharing=sharing, **LV08))
+        alone = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), sharing=sharing, sharing_model=LV08))
         assert alone == {(0, 1): pytest.approx(13.01 * HOP + MB / (0.97 * GB))}
     # a pair sending both ways: each flow's acknowledgements take 5% of the other's links
-    both = arrivals({0: [(1, MB, 0.0)], 1: [(0, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), **LV08))
+    both = arrivals({0: [(1, MB, 0.0)], 1: [(0, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(NIC), sharing_model=LV08))
     assert both == {(0, 1): pytest.approx(13.01 * HOP + 1.05 * MB / (0.97 * GB)),
                     (1, 0): pytest.approx(13.01 * HOP + 1.05 * MB / (0.97 * GB))}
 
@@ -101,7 +101,7 @@ def test_simgrids_lv08_model_charges_its_factors_and_its_acknowledgements() -> N
 def test_a_tcp_window_bounds_a_flow_by_its_round_trip_with_or_without_sharing() -> None:
     far = Link(5e-4, 10 * GB)  # 1 ms each way across the switch: a 4 MiB window moves 2.1 GB/s
     for sharing in (True, False):
-        got = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(far), sharing=sharing, **CM02))
+        got = arrivals({0: [(1, MB, 0.0)]}, 2, Platform(2, 1, FAST, Switch(far), sharing=sharing, sharing_model=CM02))
         assert got == {(0, 1): pytest.approx(1e-3 + MB / (4194304 / 2e-3))}
 
 
@@ -254,9 +254,13 @@ def test_what_sharing_cannot_run_is_refused_with_the_way_out() -> None:
     (lambda: Platform(0, 1, FAST, Switch(NIC)), "nodes must be an int >= 1"),
     (lambda: Platform(32, 1, FAST, Torus((4, 4), NIC)), "it joins 16 NICs"),
     (lambda: FatTree(hosts_per_leaf=0, spines=2, link=NIC), "hosts_per_leaf must be an int >= 1"),
-    (lambda: Platform(1, 1, FAST, Switch(NIC), crosstraffic=-0.05), r"crosstraffic=-0.05\): must be a number >= 0"),
-    (lambda: Platform(1, 1, FAST, Switch(NIC), weight_s="big"), r"weight_s='big'\): must be a number >= 0 "
+    (lambda: SharingModel(crosstraffic=-0.05), r"^SharingModel\(crosstraffic=-0.05\): must be a number >= 0"),
+    (lambda: SharingModel(weight_s="big"), r"^SharingModel\(weight_s='big'\): must be a number >= 0 "
      r"\(SimGrid's LV08: 20537\)"),
+    (lambda: SharingModel(weighting="tcp"), r"^SharingModel\(weighting='tcp'\): 'equal' \(max-min\) or 'latency'"),
+    (lambda: SharingModel(tcp_window=0), r"^SharingModel\(tcp_window=0\): bytes > 0"),
+    (lambda: Platform(1, 1, FAST, Switch(NIC), sharing_model={"weighting": "latency"}),
+     r"^Platform\(sharing_model=\{'weighting': 'latency'\}\): expected a SharingModel"),
 ])
 def test_bad_platforms_are_refused_naming_the_field(bad: Any, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
@@ -301,18 +305,17 @@ def fluid(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[
     import math
 
     state = []
-    links = platform.links
+    links, model = platform.links, platform.sharing_model
     for src, dst, nbytes, at in flows:
         route = platform.route(src, dst)
         back = platform.route(dst, src)
         latency = sum(links.latency[i] for i in route)  # the links' own, before the factor
-        penalty = latency + sum(platform.weight_s / links.bandwidth[i] for i in route)
-        weight = 1 / penalty if platform.weighting == "latency" else 1.0
-        bound = platform.bandwidth_factor * platform.tcp_window / (2 * latency) if platform.tcp_window \
-            else math.inf
-        uses = {link: platform.crosstraffic for link in back if platform.crosstraffic}
+        penalty = latency + sum(model.weight_s / links.bandwidth[i] for i in route)
+        weight = 1 / penalty if model.weighting == "latency" else 1.0
+        bound = model.bandwidth_factor * model.tcp_window / (2 * latency) if model.tcp_window else math.inf
+        uses = {link: model.crosstraffic for link in back if model.crosstraffic}
         uses.update({link: 1.0 for link in route})
-        state.append({"uses": uses, "join": at + latency * platform.latency_factor, "left": float(nbytes),
+        state.append({"uses": uses, "join": at + latency * model.latency_factor, "left": float(nbytes),
                       "weight": weight, "bound": bound, "end": None})
     t = 0.0
     while any(f["end"] is None for f in state):
@@ -347,12 +350,12 @@ def fluid(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[
 WIDE = Link(5e-4, 10 * GB)  # a round trip of 2 ms: a TCP window of 4 MiB moves 2.1 GB/s at most
 
 
-@pytest.mark.parametrize("model, link", [({}, NIC), (CM02, NIC), (LV08, NIC), ({"crosstraffic": 0.5}, NIC),
-                                         (LV08, WIDE)],
+@pytest.mark.parametrize("model, link", [(MAX_MIN, NIC), (CM02, NIC), (LV08, NIC),
+                                         (SharingModel(crosstraffic=0.5), NIC), (LV08, WIDE)],
                          ids=["max-min", "CM02", "LV08", "cross traffic alone", "LV08 window-bound"])
 def test_flows_end_when_a_plain_reference_of_the_model_says(model: Any, link: Link) -> None:
     tree = FatTree(hosts_per_leaf=2, spines=2, link=link, oversubscription=2)
-    platform = Platform(8, 1, Link(1e-7, 1e11), tree, **model)
+    platform = Platform(8, 1, Link(1e-7, 1e11), tree, sharing_model=model)
     flows = [(s, (s + k) % 8, MB // k, 1e-5 * k) for s in range(8) for k in (1, 3, 5)]
     plan: dict[int, list[tuple[int, int, float]]] = {}
     for s, d, nbytes, at in flows:

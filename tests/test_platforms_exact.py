@@ -51,9 +51,9 @@ async def collectives(comm: sc.Comm) -> float:
 
 PLATFORMS = {
     "max-min": lambda: Platform(8, 1, Link(1e-7, 1e11), FatTree(2, 2, NIC, oversubscription=2)),
-    "CM02 (bounds)": lambda: Platform(8, 1, Link(1e-7, 1e11), FatTree(2, 2, Link(5e-4, 10 * GB)), **CM02),
+    "CM02 (bounds)": lambda: Platform(8, 1, Link(1e-7, 1e11), FatTree(2, 2, Link(5e-4, 10 * GB)), sharing_model=CM02),
     "LV08 (cross traffic)": lambda: Platform(8, 1, Link(1e-7, 1e11), FatTree(2, 2, NIC, oversubscription=2),
-                                             **LV08),
+                                             sharing_model=LV08),
     "nodes on a switch": lambda: Platform(4, 4, Link(2e-7, 5e10), Switch(NIC)),
     "torus": lambda: Platform(12, 2, Link(2e-7, 5e10), Torus((2, 3, 2), NIC)),
 }

@@ -18,7 +18,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.collectives import _nccl
-from simcluster.platform import Link, Platform, Switch, dgx_h100
+from simcluster.platform import Link, Platform, SharingModel, Switch, dgx_h100
 
 GB = 1e9
 DOC = Path(__file__).resolve().parent.parent / "docs" / "platforms.md"
@@ -129,7 +129,7 @@ def without_latency(platform: Platform) -> Platform:
     the bandwidth, what nccl-tests' large sizes measure."""
     return Platform(platform.nodes, platform.ranks_per_node, platform.intra, platform.network,
                     nics_per_node=platform.nics_per_node, network_efficiency=platform.network_efficiency,
-                    gpus=platform.gpus, latency_factor=1e-9)
+                    gpus=platform.gpus, sharing_model=SharingModel(latency_factor=1e-9))
 
 
 def bus_bandwidth(collective: str, nodes: int = 4, size: int = 2**22, algorithm: str = "") -> float:

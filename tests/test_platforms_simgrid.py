@@ -3,11 +3,11 @@
 SimGrid's CM02 network model shares links max-min fairly with each flow's
 part inversely proportional to its route's latency, and bounds each flow by
 its TCP window (``network/TCP-gamma``, 4194304 bytes by default): a
-``Platform(..., **CM02)`` is that model, run here without cross traffic.
+``Platform(..., sharing_model=CM02)`` is that model, run here without cross traffic.
 Its LV08 model (SimGrid's default) adds a latency factor of 13.01, a
 bandwidth factor of 0.97, a payload of 20537 bytes in each flow's weight,
 and cross traffic (each flow's acknowledgements take 5% of its rate on the
-reverse route): a ``Platform(..., **LV08)``. SimGrid runs its full, not its
+reverse route): a ``Platform(..., sharing_model=LV08)``. SimGrid runs its full, not its
 lazy, update of the shares (``network/optim:Full``; its lazy one, the
 default, gave one of the patterns below different times). Each case writes the platform's
 links and routes and the flows as JSON, runs ``tests/simgrid_flows.py``
@@ -93,7 +93,7 @@ def ours(platform: Platform, flows: list[tuple[int, int, int, float]]) -> list[f
 
 
 def machine(nodes: int, network: Any, ranks_per_node: int = 1) -> Callable[[str], Platform]:
-    return lambda model: Platform(nodes, ranks_per_node, RANK, network, **MODELS[model][1])
+    return lambda model: Platform(nodes, ranks_per_node, RANK, network, sharing_model=MODELS[model][1])
 
 
 PATTERNS = {

@@ -109,8 +109,8 @@ class Flows:
         self.plain = plain
         self.platform = platform
         self.capacity = platform.capacity
-        self.precision = platform.precision
-        self.cross = platform.crosstraffic
+        self.precision = platform.sharing_model.precision
+        self.cross = platform.sharing_model.crosstraffic
         links = len(platform.capacity)
         # each link's capacity not yet given out, and its flows not yet fixed, in a share
         self.left = [0.0] * links

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import simcluster as sc
-from simcluster.platform import LV08, FatTree, Link, Platform
+from simcluster.platform import LV08, MAX_MIN, FatTree, Link, Platform
 
 import mpi_jobs
 
@@ -33,7 +33,7 @@ def platform(model: str, sharing: bool = True) -> Platform:
     """4 nodes of 2 ranks, 2 NICs each, on a 2:1 fat tree: links that flows from both ends share."""
     tree = FatTree(hosts_per_leaf=4, spines=1, link=Link(1e-6, 1e9), oversubscription=2)
     return Platform(4, 2, Link(1e-7, 1e10), tree, nics_per_node=2, sharing=sharing,
-                    **(LV08 if model == "LV08" else {}))
+                    sharing_model=LV08 if model == "LV08" else MAX_MIN)
 
 
 # ---- the programs ----
