@@ -64,6 +64,7 @@ from ._status import Status
 from ._topo import INTRACOMM_METHODS as _TOPOLOGY_METHODS
 from ._topo import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
 from ._typeinfo import _typealign, _typecode  # mpi4py's private helpers, for util.dtlib
+from ._comm import _comm_lock, _comm_lock_table  # mpi4py's private helpers, for util.pkl5
 
 _CONSTANTS = {name: value for name, value in vars(_constants).items()
               if name.isupper() and isinstance(value, int)}

@@ -23,6 +23,7 @@ Rule 2: ``Abort`` ends the whole run with ``simcluster.errors.Aborted``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -639,3 +640,22 @@ def world_of(comm: ScComm) -> Intracomm:
     """Return the ``comm`` a synchronous rank's function gets: its ``COMM_WORLD`` (``_config.build_world``)."""
     handle: Intracomm = Intracomm._on(rank_state(comm).world_state)  # type: ignore[assignment]
     return handle
+
+
+def _comm_lock(comm: Comm, key: Any = None) -> threading.Lock:
+    """mpi4py's ``MPI._comm_lock``: the communicator's lock for ``key``, made on first use.
+
+    The lowercase collectives put theirs in the table as mpi4py's do (``bcast``, ``gather``,
+    ``scatter``, ``allgather``, ``alltoall``; ``@commctx_intra`` for the reductions), but do not
+    hold them: each is one simulated operation, which another call cannot interleave with.
+    """
+    if not isinstance(comm, Comm):
+        raise TypeError(f"_comm_lock(): expected an MPI.Comm, got {type(comm).__name__}")
+    return comm._st.lock(key)
+
+
+def _comm_lock_table(comm: Comm) -> dict[Any, threading.Lock]:
+    """mpi4py's ``MPI._comm_lock_table``: the communicator's table of locks, shared by its handles."""
+    if not isinstance(comm, Comm):
+        raise TypeError(f"_comm_lock_table(): expected an MPI.Comm, got {type(comm).__name__}")
+    return comm._st.locks

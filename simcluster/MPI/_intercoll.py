@@ -75,9 +75,13 @@ class InterCollectives(Collectives):
         finish(block(br.local._run_collective(name, run)))
         return None
 
-    def _pickles(self, call: str) -> None:
-        """The lowercase methods' check: pickles go only where the run accepts them."""
-        check_transport(self._st.sc, lambda: call)
+    def _pickles(self, call: str, lock: str = "") -> None:
+        """The lowercase methods' check: pickles go only where the run accepts them; ``lock``: the
+        key of the lock mpi4py makes in the communicator's lock table for this call."""
+        st = self._st
+        check_transport(st.sc, lambda: call)
+        if lock:
+            st.lock(lock)
 
     def _root(self, root: Any, call: str) -> int:
         br = self._br
@@ -137,7 +141,7 @@ class InterCollectives(Collectives):
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Return the root's object on the other group's ranks (None in the root's group)."""
         call = f"bcast(root={root!r})"
-        self._pickles(call)
+        self._pickles(call, "bcast")
         r = self._root(root, call)
         got: list[Any] = []
         self._coll(call, self._bcast_body(r, dumps(obj) if r == ROOT else None), got.append, False)
@@ -197,7 +201,7 @@ class InterCollectives(Collectives):
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Return the other group's objects on the root, None elsewhere."""
         call = f"gather(root={root!r})"
-        self._pickles(call)
+        self._pickles(call, "gather")
         r = self._root(root, call)
         got: list[Any] = []
         self._coll(call, self._gather_body(r, dumps(sendobj)), got.append, False)
@@ -253,7 +257,7 @@ class InterCollectives(Collectives):
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
         """Return item ``rank`` of the root's sequence on the other group, None in the root's."""
         call = f"scatter(root={root!r})"
-        self._pickles(call)
+        self._pickles(call, "scatter")
         r = self._root(root, call)
         br = self._br
         objs = None
@@ -310,7 +314,7 @@ class InterCollectives(Collectives):
 
     def allgather(self, sendobj: Any) -> list[Any]:
         """Return the remote group's objects, in remote rank order."""
-        self._pickles("allgather()")
+        self._pickles("allgather()", "allgather")
         got: list[Any] = []
         self._coll("allgather()", self._allgather_body(dumps(sendobj)), got.append, False)
         return [loads(x) for x in got[0]]
@@ -377,7 +381,7 @@ class InterCollectives(Collectives):
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Send item ``i`` to remote rank ``i``; return what each remote rank sent to this one."""
-        self._pickles("alltoall()")
+        self._pickles("alltoall()", "alltoall")
         br = self._br
         items = list(sendobj) if sendobj is not None else [None] * br.size
         if len(items) != br.size:

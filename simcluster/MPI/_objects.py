@@ -52,10 +52,14 @@ class ObjectCollectives:
         @property
         def _st(self) -> CommState: ...
 
-    def _begin(self, call: str) -> CommState:
+    def _begin(self, call: str, lock: str = "") -> CommState:
+        """The communicator's state, checked for an object call; ``lock``: the key of the lock
+        mpi4py makes in the communicator's lock table for this call (``MPI._comm_lock_table``)."""
         st = self._st
         check_transport(st.sc, lambda: call)
         st.rank_state.reap()
+        if lock:
+            st.lock(lock)
         return st
 
     @staticmethod
@@ -77,7 +81,7 @@ class ObjectCollectives:
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Return ``root``'s object on every rank (a fresh copy everywhere)."""
         call = f"bcast(root={root!r})"
-        st = self._begin(call)
+        st = self._begin(call, "bcast")
         sc = st.sc
         r = check_root(st, root, lambda: call)
         payload = (dumps(obj),) if sc.rank == r else None
@@ -87,7 +91,7 @@ class ObjectCollectives:
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
         """Return item ``rank`` of ``root``'s sequence (``sendobj`` is read on ``root`` only)."""
         call = f"scatter(root={root!r})"
-        st = self._begin(call)
+        st = self._begin(call, "scatter")
         sc = st.sc
         r = check_root(st, root, lambda: call)
         objs = None
@@ -102,21 +106,21 @@ class ObjectCollectives:
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Return the list of every rank's object on ``root``, None elsewhere."""
         call = f"gather(root={root!r})"
-        st = self._begin(call)
+        st = self._begin(call, "gather")
         r = check_root(st, root, lambda: call)
         got = self._block(st, call, lambda: st.sc.gather(dumps(sendobj), r))
         return None if got is None else [loads(x) for x in got]
 
     def allgather(self, sendobj: Any) -> list[Any]:
         """Return the list of every rank's object on every rank."""
-        st = self._begin("allgather()")
+        st = self._begin("allgather()", "allgather")
         payload = dumps(sendobj)
         return [loads(x) for x in self._block(st, "allgather()", lambda: st.sc.all_gather(payload))]
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Send item ``i`` to rank ``i``; return the items every rank sent to this one."""
         call = "alltoall()"
-        st = self._begin(call)
+        st = self._begin(call, "alltoall")
         sc = st.sc
         items = list(sendobj) if sendobj is not None else [None] * sc.size  # as mpi4py
         if len(items) != sc.size:
@@ -132,7 +136,7 @@ class ObjectCollectives:
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         """Reduce every rank's object with ``op`` onto ``root``; None elsewhere."""
         call = f"reduce(root={root!r})"
-        st = self._begin(call)
+        st = self._begin(call, "@commctx_intra")  # mpi4py's reductions run on a private context
         r = check_root(st, root, lambda: call)
         payload, rop = (dumps(sendobj),), self._op(st, op, call)
         got = self._block(st, call, lambda: st.sc.reduce(payload, r, rop))
@@ -141,21 +145,21 @@ class ObjectCollectives:
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         """Reduce every rank's object with ``op``; return the result on every rank."""
         call = "allreduce()"
-        st = self._begin(call)
+        st = self._begin(call, "@commctx_intra")  # mpi4py's reductions run on a private context
         payload, rop = (dumps(sendobj),), self._op(st, op, call)
         return loads(self._block(st, call, lambda: st.sc.all_reduce(payload, rop))[0])
 
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
         """Return the inclusive prefix reduction ``x0 op ... op x(rank)``."""
         call = "scan()"
-        st = self._begin(call)
+        st = self._begin(call, "@commctx_intra")  # mpi4py's reductions run on a private context
         payload, rop = (dumps(sendobj),), self._op(st, op, call)
         return loads(self._block(st, call, lambda: st.sc.scan(payload, rop))[0])
 
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
         """Return the exclusive prefix reduction ``x0 op ... op x(rank-1)``; None on rank 0."""
         call = "exscan()"
-        st = self._begin(call)
+        st = self._begin(call, "@commctx_intra")  # mpi4py's reductions run on a private context
         payload, rop = (dumps(sendobj),), self._op(st, op, call)
         got = self._block(st, call, lambda: st.sc.exscan(payload, rop))
         return None if got is None else loads(got[0])

@@ -22,20 +22,25 @@ from typing import Any
 import numpy as np
 
 from ..comm import Comm as ScComm
+from ._memory import buffer as _buffer
 from ..engine.assembly import current_task
+
+
+_THRESHOLD = 262144
+"""mpi4py's default out-of-band threshold, in bytes (``MPI.Pickle().THRESHOLD``)."""
 
 
 class Pickle:
     """How lowercase methods turn objects into bytes and back (mpi4py's ``MPI.Pickle``)."""
 
     def __init__(self, dumps: Callable[..., bytes] | None = None,
-                 loads: Callable[[Any], Any] | None = None, protocol: int | None = None,
+                 loads: Callable[..., Any] | None = None, protocol: int | None = None,
                  threshold: int | None = None) -> None:
         self._dumps = _pickle.dumps if dumps is None else dumps
         self._loads = _pickle.loads if loads is None else loads
         self._protocol: int | None = _pickle.HIGHEST_PROTOCOL if protocol is None and dumps is None \
             else protocol
-        self._threshold = 262144 if threshold is None else threshold
+        self._threshold = _THRESHOLD if threshold is None else threshold
 
     @property
     def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
@@ -44,7 +49,8 @@ class Pickle:
 
     @PROTOCOL.setter
     def PROTOCOL(self, value: int | None) -> None:  # noqa: N802
-        self._protocol = value
+        self._protocol = _pickle.HIGHEST_PROTOCOL if value is None and self._dumps is _pickle.dumps \
+            else value
 
     @property
     def THRESHOLD(self) -> int:  # noqa: N802
@@ -52,8 +58,8 @@ class Pickle:
         return self._threshold
 
     @THRESHOLD.setter
-    def THRESHOLD(self, value: int) -> None:  # noqa: N802
-        self._threshold = value
+    def THRESHOLD(self, value: int | None) -> None:  # noqa: N802
+        self._threshold = _THRESHOLD if value is None else value
 
     def dumps(self, obj: Any) -> bytes:
         """Return ``obj`` as bytes."""
@@ -66,12 +72,22 @@ class Pickle:
         return self._loads(data)
 
     def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
-        """Return ``obj`` as bytes and no out-of-band buffers."""
-        return self.dumps(obj), []
+        """Return ``obj`` pickled with protocol 5 (at least), and the buffers of ``THRESHOLD`` bytes or
+        more it holds (numpy arrays' memory), out of band as ``MPI.buffer``s, not copied."""
+        protocol = max(_pickle.HIGHEST_PROTOCOL if self.PROTOCOL is None else self.PROTOCOL, 5)
+        threshold, buffers = self.THRESHOLD, []
+
+        def out_of_band(view: _pickle.PickleBuffer) -> bool:
+            memory = _buffer.frombuffer(view)
+            if len(memory) >= threshold:
+                buffers.append(memory)
+                return False
+            return True
+        return self._dumps(obj, protocol, buffer_callback=out_of_band), buffers
 
     def loads_oob(self, data: Any, buffers: Any) -> Any:
-        """Return the object ``data`` holds (out-of-band buffers are not used)."""
-        return self.loads(data)
+        """Return the object ``data`` and its out-of-band ``buffers`` hold."""
+        return self._loads(data, buffers=buffers)
 
     def __repr__(self) -> str:
         return f"<MPI.Pickle protocol={self.PROTOCOL}>"
@@ -100,7 +116,7 @@ class _EachRank(Pickle):
         return _own().THRESHOLD
 
     @THRESHOLD.setter
-    def THRESHOLD(self, value: int) -> None:  # noqa: N802
+    def THRESHOLD(self, value: int | None) -> None:  # noqa: N802
         _own().THRESHOLD = value
 
     def dumps(self, obj: Any) -> bytes:
@@ -108,6 +124,12 @@ class _EachRank(Pickle):
 
     def loads(self, data: Any) -> Any:
         return _own().loads(data)
+
+    def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
+        return _own().dumps_oob(obj)
+
+    def loads_oob(self, data: Any, buffers: Any) -> Any:
+        return _own().loads_oob(data, buffers)
 
 
 _codecs: weakref.WeakKeyDictionary[Any, Pickle] = weakref.WeakKeyDictionary()

@@ -21,6 +21,7 @@ Rule 2: every check here raises the MPI error class MPI would (``ERR_RANK``,
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
@@ -93,7 +94,7 @@ class CommState:
     """What one rank's handle on one communicator refers to."""
 
     __slots__ = ("sc", "rank_state", "name", "freed", "attrs", "create_groups", "errhandler", "hints",
-                 "__weakref__")
+                 "locks", "__weakref__")
 
     def __init__(self, sc: ScComm, rank_state: RankState, name: str = "") -> None:
         self.sc = sc
@@ -104,6 +105,7 @@ class CommState:
         self.create_groups: dict[tuple[tuple[int, ...], int], int] = {}  # Create_group calls so far
         self.errhandler: Any = None  # the MPI.Errhandler set on it (None: ERRORS_RETURN)
         self.hints: dict[str, str] = {}  # the info hints it keeps (Set_info, Dup_with_info)
+        self.locks: dict[Any, threading.Lock] = {}  # MPI._comm_lock_table: one lock per key
         _states[sc] = self
 
     def child(self, sc: ScComm | None) -> CommState | None:
@@ -114,6 +116,13 @@ class CommState:
         if found is None:
             found = CommState(sc, self.rank_state)
             found.errhandler = self.errhandler  # a new communicator inherits the error handler
+        return found
+
+    def lock(self, key: Any) -> threading.Lock:
+        """The communicator's lock for ``key`` (mpi4py's ``_comm_lock``), made on first use."""
+        found = self.locks.get(key)
+        if found is None:
+            found = self.locks[key] = threading.Lock()
         return found
 
     def __repr__(self) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 NOT_PROVIDED: dict[str, str] = {
     "Get_address": "memory addresses of buffers are not simulated",
-    "_comm_lock": "an internal helper of mpi4py.util, which is not provided",
-    "_comm_lock_table": "an internal helper of mpi4py.util, which is not provided",
     "_commctx_inter": "an internal helper of mpi4py.util, which is not provided",
     "_commctx_intra": "an internal helper of mpi4py.util, which is not provided",
     "_datatype_create": "an internal helper of mpi4py.util.dtlib, which is not provided",
