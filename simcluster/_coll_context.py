@@ -89,7 +89,7 @@ class CollContext:
     def send(self, obj: object, dst: int) -> Awaitable[None]:
         """Send ``obj`` to member ``dst``; await the result."""
         req = self._p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                     op=("send", dst), nonblocking=False)
+                                     op="send", nonblocking=False)  # the call (send, dst) made if shown
         return COMPLETED if req is None else req
 
     def recv(self, src: int, buf: Any = None) -> Awaitable[Any]:
@@ -101,7 +101,7 @@ class CollContext:
         p2p = self._p2p
         rreq = p2p.post_recv(self._coll, buf, src, self._tag, op="irecv", nonblocking=False)
         sreq = p2p.post_send(self._coll, obj, dst, self._tag, sync=False,
-                                op=("sendrecv", dst), nonblocking=False)
+                                op="sendrecv", nonblocking=False)
         return rreq if sreq is None else _both(rreq, sreq)
 
     async def together(self, parts: list[Coroutine[Any, Any, A]]) -> list[A]:
@@ -125,10 +125,11 @@ class CollContext:
 
         Used instead of messages under ``run(fidelity="analytic")``: when the
         last member arrives, ``resolve(values, times)`` computes every member's
-        result and the virtual time at which all complete (``Engine.meet``).
+        result and the virtual time at which all complete (``engine.meetings``).
         """
-        return self._kernel.meet((self.comm.ctx, self.seq), self.size, self.rank, value,
-                                 "analytic meeting", resolve)
+        req: Request[Any] = self.comm.engine.meetings.meet((self.comm.ctx, self.seq), self.size, self.rank,
+                                                           value, "analytic meeting", resolve)
+        return req
 
     def payload_nbytes(self, obj: object) -> int:
         """Return the bytes a message carrying ``obj`` counts (arrays: ``nbytes``; objects: encoded length).

@@ -654,7 +654,7 @@ def build_world(config: RunConfig, fn: Callable[..., Any], *, transport: Transpo
     try:
         for task in local:
             comm = world.member(task.rank)
-            engine.kernel.start_rank(task, comm, fn, config.args, config.kwargs,
+            engine.start_rank(task, comm, fn, config.args, config.kwargs,
                               handle=_mpi_world(comm) if plain else None)
     except BaseException:
         engine.close()

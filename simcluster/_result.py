@@ -56,9 +56,12 @@ class RunResult(Sequence[Any]):
         calls: with a fault plan made with ``count_calls=True``, how many
             calls of each kind each rank made, as ``{(rank, kind): count}``
             (the crash points ``sc.testing.explore`` tries); else None.
+        report: the step report of a torch run asked for it
+            (``simcluster.torch.spawn(report=True)``, docs/predict.md); else None.
     """
 
-    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks", "rounds", "crashed", "calls")
+    __slots__ = ("_values", "elapsed", "times", "stats", "wall", "trace", "leaks", "rounds", "crashed", "calls",
+                 "report")
 
     def __init__(self, values: list[Any], times: list[float], stats: Stats, wall: float,
                  trace: Any = None, leaks: list[str] | None = None,
@@ -74,6 +77,7 @@ class RunResult(Sequence[Any]):
         self.rounds = rounds
         self.crashed = dict(crashed or {})
         self.calls = calls
+        self.report: Any = None
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

@@ -85,7 +85,7 @@ def start_ranks(engine: Engine, count: int, key: str, fn: Callable[..., Any], ar
     group.key = key
     for place, task in enumerate(tasks):
         comm = group.member(place)
-        engine.kernel.start_rank(task, comm, fn, args, {}, handle=handle(comm))
+        engine.start_rank(task, comm, fn, args, {}, handle=handle(comm))
     return ranks
 
 
@@ -401,7 +401,7 @@ class Comm(CollectiveMethods):
         self._check_probe(src, tag, op)
         status = self.p2p.iprobe(self, src, tag)
         if status is None:
-            self.kernel.spin(Request(self.kernel, None, op))
+            self.kernel.checks.spin(Request(self.kernel, None, op))
         return status
 
     async def probe(self, src: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
@@ -551,7 +551,7 @@ class Comm(CollectiveMethods):
         latency.
         """
         if self.kernel.current is None:
-            raise self.kernel.outside(self.rank, "revoke()")
+            raise self.kernel.checks.outside(self.rank, "revoke()")
         self.engine.failures().revoke(self)
 
     @property
@@ -584,7 +584,7 @@ class Comm(CollectiveMethods):
         if isinstance(flag, bool) or not isinstance(flag, int):
             raise TypeError(f"rank {self.rank}: agree(flag={flag!r}): flag must be an int")
         if self.kernel.current is None:
-            raise self.kernel.outside(self.rank, "agree()")
+            raise self.kernel.checks.outside(self.rank, "agree()")
         return self.engine.failures().meet(self, "agree", flag)
 
     async def agree(self, flag: int) -> int:
@@ -600,7 +600,7 @@ class Comm(CollectiveMethods):
     def ishrink(self) -> Request[Comm]:
         """Start ``shrink``; the request's result is the new communicator."""
         if self.kernel.current is None:
-            raise self.kernel.outside(self.rank, "shrink()")
+            raise self.kernel.checks.outside(self.rank, "shrink()")
         return self.kernel.spawn(self.shrink(), "shrink()")
 
     async def shrink(self) -> Comm:
@@ -609,7 +609,7 @@ class Comm(CollectiveMethods):
         Collective over the live members; works on a revoked communicator.
         """
         if self.kernel.current is None:
-            raise self.kernel.outside(self.rank, "shrink()")
+            raise self.kernel.checks.outside(self.rank, "shrink()")
         survivors: list[int] = await self.engine.failures().meet(self, "shrink", None)
         return self._derive("shrink", survivors)
 
@@ -654,7 +654,7 @@ class Comm(CollectiveMethods):
         """Start a blocking collective: return its context, the call it nests in, and the time."""
         task = self.kernel.current
         if task is None:
-            raise self.kernel.outside(self.rank, call)
+            raise self.kernel.checks.outside(self.rank, call)
         ctx = self._collective(call, algorithm, payload, op, forced)
         outer = task.collective
         task.collective = ctx
@@ -676,7 +676,7 @@ class Comm(CollectiveMethods):
                           forced: bool = False) -> Request[R]:
         """Start a nonblocking collective; its request completes with ``body``'s result."""
         if self.kernel.current is None:
-            raise self.kernel.outside(self.rank, "i" + call)
+            raise self.kernel.checks.outside(self.rank, "i" + call)
         try:
             ctx = self._collective(call, algorithm, payload, op, forced)
         except (ProcessFailedError, RevokedError) as exc:  # reported at completion, as MPI does

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Coroutine, Generator
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from .engine.kernel import Kernel, Task
+    from .engine.task import Task
+    from .trace import Trace
 
 T = TypeVar("T")
 
@@ -53,6 +54,69 @@ make_status: Final = partial(tuple.__new__, Status)
 (one per received message; ``tests/test_hot_path.py`` pins the field order)."""
 
 
+class Checks(Protocol):
+    """The run's checks on how ranks use their requests (``engine.checks.RunChecks``).
+
+    ``engine.assembly`` installs them on the kernel (``Waker.checks``); none
+    of them runs on the way of a request that is awaited from its own rank.
+    """
+
+    def spin(self, req: Request[Any]) -> None:
+        """Count a fruitless ``test()`` of ``req``; fail after ``SPIN_LIMIT`` in a row."""
+
+    def check_awaiter(self, req: Request[Any]) -> None:
+        """Raise the error for ``req`` awaited outside its rank's own coroutine."""
+
+    def check_hazard(self, req: Request[Any], guard: Any) -> None:
+        """Strict isend: check that the send's buffers did not change before the wait."""
+
+    def check_calls(self) -> None:
+        """After a rank's step in a strict run: fail its rank if a noted call can no longer be awaited."""
+
+    def outside(self, rank: object, op: str | tuple[Any, ...], verb: str = "called") -> RuntimeError:
+        """The error for a simcluster call made or awaited outside its rank's own coroutine."""
+        raise NotImplementedError
+
+    def track(self, req: Request[Any]) -> None:
+        """Strict runs: track a nonblocking request for the leak report until it is waited for."""
+
+    def untrack(self, req: Request[Any]) -> None:
+        """Stop tracking ``req`` for the leak report: it was waited for."""
+
+    def tracked_requests(self) -> list[Request[Any]]:
+        """The nonblocking requests not yet waited for."""
+        raise NotImplementedError
+
+
+class Waker:
+    """What a request needs of the kernel that completes it: the kernel's declared seam to requests.
+
+    ``engine.kernel.Kernel`` is the one implementation. A native base class
+    rather than a ``typing.Protocol``: compiled, a request's reads of the
+    clock and its call to hand its waiter back are direct, as they would be
+    on the kernel itself.
+    """
+
+    now: float  # the current virtual time
+    current: Task | None  # the task being stepped right now
+    strict: bool  # checks="strict": waits note their coroutines (``engine.awaits``)
+    trace: Trace | None  # run(trace=...): waits on nonblocking requests record spans
+    checks: Checks  # installed by ``engine.assembly``
+    calls: list[Any]  # strict: the calls not yet awaited (``engine.awaits.Note``); a wait notes its own
+
+    def resume_waiter(self, task: Task) -> None:
+        """Hand back ``task``, parked on a request that just completed."""
+        raise NotImplementedError
+
+    def wake(self, task: Task) -> None:
+        """Schedule ``task`` to resume now: the request it was parked on was cancelled."""
+        raise NotImplementedError
+
+    def cancel(self, req: Request[Any]) -> bool:
+        """Take a pending request out of the queue it waits in; return whether it was there."""
+        raise NotImplementedError
+
+
 class Request(Generic[T]):
     """A handle on a nonblocking operation; ``await req`` waits for it.
 
@@ -71,7 +135,7 @@ class Request(Generic[T]):
         "_op", "status", "_guard", "_retrieved", "_peer", "nonblocking", "__weakref__",
     )
 
-    def __init__(self, engine: Kernel, task: Task | None, op: str | tuple[Any, ...],
+    def __init__(self, engine: Waker, task: Task | None, op: str | tuple[Any, ...],
                  peer: int | None = None) -> None:
         self.kernel = engine
         self.task = task
@@ -155,7 +219,7 @@ class Request(Generic[T]):
                 rank awaiting anything (virtual time cannot advance).
         """
         if self._state == PENDING:
-            self.kernel.spin(self)
+            self.kernel.checks.spin(self)
             return False
         self.result()
         return True
@@ -195,7 +259,7 @@ class Request(Generic[T]):
         if self._state == PENDING:
             engine = self.kernel
             if engine.current is not self.task or self.task is None:
-                engine.check_awaiter(self)  # raises: awaited outside its rank's coroutine
+                engine.checks.check_awaiter(self)  # raises: awaited outside its rank's coroutine
             if self.nonblocking and engine.trace is not None:  # a nonblocking request, traced run
                 start = engine.now
                 while self._state == PENDING:
@@ -221,7 +285,7 @@ class Request(Generic[T]):
         self._retrieved = True
         if self._guard is not None:
             guard, self._guard = self._guard, None
-            self.kernel.reports.check_hazard(self, guard)
+            self.kernel.checks.check_hazard(self, guard)
         if self._error is not None:  # raised again on every later wait or test
             raise self._error
         value: T = self._value

@@ -107,6 +107,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="shape-only run: every floating-point tensor is a FakeTensor (shape, "
                              "dtype, device, no data); collectives are timed from their sizes; "
                              "a value read from one (loss.item()) is an error (docs/predict.md)")
+    parser.add_argument("--report", action="store_true",
+                        help="after the run, print the step report on stderr: step time, tokens/s "
+                             "per GPU, MFU, peak memory per rank, compute / exposed communication "
+                             "/ idle (a step ends at each optimizer.step(); docs/predict.md)")
+    parser.add_argument("--tokens-per-step", "--tokens_per_step", dest="tokens_per_step",
+                        type=int, default=None, metavar="N",
+                        help="with --report: tokens each rank processes per step (else what the "
+                             "script gives simcluster.predict.report.tokens)")
+    parser.add_argument("--flops-per-token", "--flops_per_token", dest="flops_per_token",
+                        type=float, default=None, metavar="F",
+                        help="with --report: model FLOPs per token for MFU (else the script's "
+                             "simcluster.predict.report.model_flops, else 6 x parameters)")
     mpirun.add_script_options(
         parser, transport="memory (the only one: torch ranks are threads of this process)",
         prepend=("--prepend-rank", "--prepend_rank"), module=("-m", "--module"))
@@ -165,6 +177,12 @@ def _options_refused(args: argparse.Namespace) -> str | None:
                 "nodes")
     if args.max_restarts < 0:
         return f"--max-restarts {args.max_restarts}: give how many restarts to allow, 0 or more"
+    if not args.report and (args.tokens_per_step is not None or args.flops_per_token is not None):
+        return "--tokens-per-step and --flops-per-token are options of the step report: add --report"
+    if args.tokens_per_step is not None and args.tokens_per_step < 1:
+        return f"--tokens-per-step {args.tokens_per_step}: give the tokens each rank processes per step, >= 1"
+    if args.flops_per_token is not None and not args.flops_per_token > 0:
+        return f"--flops-per-token {args.flops_per_token}: give the model FLOPs per token, > 0"
     if args.transport != "memory":
         return (f"--transport {args.transport}: torch ranks run as threads of this process "
                 "(torch keeps per-rank state in C++ thread-locals) and rendezvous in its memory, "
@@ -190,7 +208,9 @@ def run_args(args: argparse.Namespace) -> int:
                     master_port=args.master_port, run_id=args.rdzv_id,
                     standalone=args.standalone, signals_to_handle=args.signals_to_handle,
                     summary=args.summary, max_restarts=args.max_restarts, shared=args.shared,
-                    private=args.private, fake=args.fake, **keywords)
+                    private=args.private, fake=args.fake, report=args.report,
+                    tokens_per_step=args.tokens_per_step, flops_per_token=args.flops_per_token,
+                    **keywords)
 
 
 # ---- the launcher ----
@@ -253,7 +273,8 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
              master_port: int = MASTER_PORT, run_id: str | None = None, standalone: bool = False,
              signals_to_handle: str = SIGNALS, summary: bool = False, max_restarts: int = 0,
              shared: Sequence[str] = (), private: Sequence[str] = (), fake: bool = False,
-             **keywords: Any) -> int:
+             report: bool = False, tokens_per_step: int | None = None,
+             flops_per_token: float | None = None, **keywords: Any) -> int:
     """Run ``script`` (a path, or a module name with ``module=True``) on ``nnodes`` x ``nproc_per_node`` ranks.
 
     Every rank runs the script as ``__main__`` with torchrun's environment
@@ -278,6 +299,9 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
     ``shared`` / ``private``: as ``mpirun``'s (each rank imports its own copy
     of pure-Python packages, accelerate and ignite among them).
     ``fake``: a shape-only run (``--fake``; ``simcluster.torch._fake``).
+    ``report``: print the step report on stderr after a run that finished
+    (``--report``; ``simcluster.predict.report``), with ``tokens_per_step`` and
+    ``flops_per_token`` as given.
 
     ``max_restarts``: after an attempt that fails (a rank raised, a crash of
     the fault plan, a nonzero exit), start the whole world again, as
@@ -339,7 +363,10 @@ def torchrun(script: str, nproc_per_node: int, argv: Sequence[str] = (), *, modu
             session.summary = summary
             session.attempt = attempt
             session.fake = fake
+            session.report = (tokens_per_step, flops_per_token) if report else None
             status = session.launch(keywords)
+            if session.step_report is not None:
+                print(session.step_report.table(), file=sys.stderr)
             if status in (0, 2) or attempt == max_restarts:  # 2: the script or options refused
                 return status
             attempt += 1
@@ -409,6 +436,9 @@ class _TorchrunSession(mpirun.Session):
         self.envs = None  # the torch session swaps each rank's environment in
         self.fake = False  # --fake: a shape-only run
         self.shapes: Any = None  # simcluster.torch._fake.Shapes while a shape-only run goes on
+        self.report: tuple[int | None, float | None] | None = None  # --report: its options
+        self.recording: Any = None  # simcluster.torch._report.Recording while a reported run goes on
+        self.step_report: Any = None  # the StepReport of the run, once it finished
 
     def run_ranks(self, keywords: dict[str, Any]) -> None:
         from simcluster.torch._session import Session
@@ -417,15 +447,25 @@ class _TorchrunSession(mpirun.Session):
 
         from simcluster.torch._fake import Shapes
 
+        from simcluster.torch._report import Recording
+
         shapes = Shapes() if self.fake else contextlib.nullcontext()
-        with Session(self.world_size) as torch_session, _BackendMap(self, torch_session), shapes:
+        recording = Recording() if self.report is not None else None
+        with Session(self.world_size) as torch_session, _BackendMap(self, torch_session), shapes, \
+                recording or contextlib.nullcontext():
             self.torch_session = torch_session
             self.shapes = shapes if self.fake else None
+            self.recording = recording
             try:
                 self.result = runner.run(_torch_script_rank, self.world_size, args=(self.spec,),
                                          **keywords)
             finally:
-                self.torch_session = self.shapes = None
+                self.torch_session = self.shapes = self.recording = None
+        if recording is not None and self.report is not None:
+            tokens_per_step, flops_per_token = self.report
+            self.step_report = recording.report(tokens_per_step=tokens_per_step,
+                                                flops_per_token=flops_per_token,
+                                                trace=keywords.get("trace"))
         trace = self.result.trace
         if self.attempt and trace is not None:  # a restarted world: mark it where it starts
             for rank in range(self.world_size):
@@ -445,6 +485,8 @@ class _TorchrunSession(mpirun.Session):
         gpu = _gpu.attach(task)  # --compute gpu:DEVICE: the rank's ops timed on the modelled GPU,
         if gpu is not None:  # for the rest of the rank's thread (above its ShapeOnlyMode)
             gpu.__enter__()
+        if self.recording is not None:  # --report: its steps and memory, above the clock
+            self.recording.rank(task.rank, gpu).__enter__()
         torch_enter = task.enter
 
         def enter() -> None:

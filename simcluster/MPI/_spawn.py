@@ -355,7 +355,7 @@ def _meet(rank_state: RankState, call: str, port: str, side: int, mine: list[int
     world = rank_state.world
     key = f"{port}/{n}"
     # the n-th Accept on a port meets its n-th Connect: each learns the other's root
-    req = world.kernel.meet(("port", key), 2, side, world.world_rank, f"{call}({port!r})",
+    req = world.engine.meetings.meet(("port", key), 2, side, world.world_rank, f"{call}({port!r})",
                             lambda roots, times: ([roots[1], roots[0]], max(times)))
     other = block(req)
     pair = sorted([world.world_rank, other])

@@ -32,16 +32,37 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import frames as _frames
 from ..errors import SimclusterError
 
 if TYPE_CHECKING:
-    from .kernel import Kernel as Engine, Task
+    from .task import Task
 
 Note = tuple[Coroutine[Any, Any, Any], "Task", FrameType, int, str, "tuple[tuple[str, str], ...] | None"]
 """(coroutine, rank task, calling frame, offset of the call in it, call name, shown arguments)."""
+
+
+class Noting(Protocol):
+    """What a note uses of the kernel (``engine.kernel.Kernel``, as requests see it: ``request.Waker``)."""
+
+    calls: list[Note]  # the noted calls not yet awaited
+
+    @property
+    def current(self) -> Task | None:
+        """The task being stepped right now."""
+
+
+class Engine(Noting, Protocol):
+    """What the check of the notes uses of the kernel (``engine.kernel.Kernel``)."""
+
+    @property
+    def failure(self) -> tuple[Task, BaseException] | None:
+        """The task that stopped the run and its exception, if one did."""
+
+    def fail(self, task: Task, exc: BaseException) -> None:
+        """Stop the run now: ``task`` failed with ``exc``."""
 
 _HELD = 3
 """``sys.getrefcount`` of a noted coroutine that nobody else holds (the note, a local, the argument)."""
@@ -62,7 +83,7 @@ def _ours(code: CodeType) -> bool:
 
 # ---- noting calls ----
 
-def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
+def note(engine: Noting, coro: Coroutine[Any, Any, Any], name: str,
          args: tuple[tuple[str, str], ...] | None = None) -> None:
     """Remember ``coro``, returned by the call ``name``, made by the user code that called simcluster.
 
@@ -73,7 +94,7 @@ def note(engine: Engine, coro: Coroutine[Any, Any, Any], name: str,
     itself was called with.
     """
     task = engine.current
-    if task is None:  # outside any rank: the call fails when awaited (Engine._outside)
+    if task is None:  # outside any rank: the call fails when awaited (RunChecks.outside)
         return
     frame: FrameType | None = sys._getframe(1)
     for _ in range(_FACADE_DEPTH):
@@ -258,7 +279,7 @@ def _handed_to_asyncio(call: Note) -> RuntimeError:
 
 
 def advice(call: str) -> str:
-    """The fix for a simcluster call made or awaited outside its rank (``Engine._outside``)."""
+    """The fix for a simcluster call made or awaited outside its rank (``RunChecks.outside``)."""
     twin = _NONBLOCKING.get(_bare(call.partition("(")[0]))
     if twin is None:
         return "use the nonblocking forms (isend/irecv/i<collective>) and sc.wait_all instead"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import frames as _frames
-from .kernel import _TASK_STATES, BLOCKED, FINISHED, Task
+from .kernel import BLOCKED, FINISHED, TASK_STATES, Task
 from .protocol import checksum
 from ..errors import BufferHazardError, DeadlockError, SimclusterError
 from .waits import WaitAny as _WaitAny
@@ -186,7 +186,7 @@ class Diagnostics:
             elif task.state == BLOCKED:
                 ranks.append((task.rank, self.describe(task)[0]))
             elif task.state != FINISHED:
-                ranks.append((task.rank, f"rank {task.rank} {_TASK_STATES[task.state]} at "
+                ranks.append((task.rank, f"rank {task.rank} {TASK_STATES[task.state]} at "
                                          f"{_frames.coroutine_line(task.coro)}"))
         return summarise(ranks)
 

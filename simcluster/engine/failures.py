@@ -52,6 +52,7 @@ from .kernel import FINISHED
 
 if TYPE_CHECKING:
     from .kernel import Kernel, Task
+    from .meetings import Meetings
     from .protocol import P2P, Member, Roster
 
 __all__ = ["Failures"]
@@ -74,13 +75,15 @@ class Failures:
 
     ``crashes``: the planned crashes of the ranks hosted here; ``outbox``:
     where records for the other hosting processes go (None: every rank is
-    here).
+    here); ``meetings``: the engine's analytic meetings (``engine.meetings``),
+    which a crash or a revoke ends.
     """
 
     def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash],
-                 outbox: list[list[Any]] | None = None) -> None:
+                 outbox: list[list[Any]] | None = None, *, meetings: Meetings) -> None:
         self.kernel = kernel
         self.p2p = p2p
+        self.analytic = meetings  # the engine's analytic meetings: a crash or revoke ends them
         self.hop = p2p.rts_delay  # the model's smallest message latency: how late news comes
         self.outbox = outbox
         self.failed: dict[int, float] = {}  # world rank -> virtual time it crashed
@@ -223,7 +226,7 @@ class Failures:
             recv = p2p.rdv_recvs.pop(key)
             self.doomed.append((recv, self.error(recv.comm, recv.op, [rank])))
         self._fail_sends(lambda ctx, dst: dst == rank or (ctx & 1 == 1 and ctx in touched), [rank])
-        for req in self.kernel.drop_meetings({ctx for ctx in touched if ctx & 1 == 0}):
+        for req in self.analytic.drop({ctx for ctx in touched if ctx & 1 == 0}):
             self.doomed.append((req, ProcessFailedError(req.owner, _op(req), [rank], self.failed[rank])))
         for meeting_key, meeting in list(self.meetings.items()):
             if meeting_key[0] in touched:
@@ -413,7 +416,7 @@ class Failures:
                     self.doomed.append((preq, RevokedError(preq.owner, _op(preq), *by)))
                 mq.probes = None
         self._fail_sends(lambda c, dst: c & ~1 == ctx, [], by)
-        for req in self.kernel.drop_meetings({ctx}):
+        for req in self.analytic.drop({ctx}):
             self.doomed.append((req, RevokedError(req.owner, _op(req), *by)))
         self._release()
 

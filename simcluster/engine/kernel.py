@@ -14,17 +14,27 @@ The kernel's API, for the layers above it:
 
 * ``now``, ``current`` (the task being stepped), ``schedule(t, fn, arg)``
   (run ``fn(arg)`` at virtual time ``t``);
-* ``start``/``start_rank``/``spawn`` (add a rank or a helper task),
-  ``resume_waiter`` and ``wake`` (hand a parked task back), ``post_sleep``
-  and ``meet`` (requests the kernel completes itself);
-* ``attach(layer)``: the layer above (a ``Layer``: ``engine.protocol.P2P``) and
+* ``start``/``spawn`` (add a rank or a helper task), ``resume_waiter`` and
+  ``wake`` (hand a parked task back: the requests' seam, ``request.Waker``),
+  ``post_sleep`` (a timer: a request the kernel completes itself);
+* ``advance`` (run the events due, up to a time): ``engine.running`` drives it
+  from asyncio, with the run's timeout and its watchdog;
+* ``layer``: the layer above (a ``Layer``: ``engine.protocol.P2P``), set by the engine, and
   the instant hooks the kernel calls on it: ``end_instant`` (settle what the
   instant that just ended left behind: the protocol charges its messages
   there), ``instant_open``, ``owner`` (whom an event touches) and
   ``cancel`` (take a pending request out of its queue);
 * ``reports`` (a ``Reports``: the deadlock and timeout reports and the
   buffer-hazard check), which the engine hands the kernel when it is made
-  (``engine.diagnostics.Diagnostics``, a part of its own, not a layer).
+  (``engine.diagnostics.Diagnostics``, a part of its own, not a layer);
+* hooks that ``engine.assembly`` installs: ``checks`` (``engine.checks``: how
+  ranks use their requests, strict runs' unawaited calls) and ``slowdown``
+  (a fault plan's slow ranks: their timers stretch).
+
+Not here: how a rank's function becomes a task (``Engine.start_rank``:
+coroutine, greenlet or thread), the meetings of analytic collectives
+(``engine.meetings``), the run under asyncio with its timeout
+(``engine.running``).
 
 Rule 1: time only moves in ``_run_events``, to the earliest time that has
 events once none is left at the current one. A rank runs at the time of the
@@ -32,7 +42,7 @@ event that resumed it, so every rank's clock is the kernel's ``now`` while it
 runs, and time never jumps while a rank is still runnable (or is awaiting
 something foreign).
 Rule 2: events due at one virtual time run in batches, each in an order drawn
-from the run's seeded RNG (``_order``), so the same seed gives the same
+from the run's seeded RNG (``order``), so the same seed gives the same
 schedule and another seed may give another one. A request completed by an
 event resumes its rank right there (one event per message, not two); one
 completed while a rank runs wakes its waiter in the next batch.
@@ -44,44 +54,40 @@ that does not hand control back within ``engine.sync.FAILING_GRACE`` seconds the
 (blocked inside C++) is left behind.
 
 No event left, no rank runnable, no foreign await, and some rank unfinished:
-that is a deadlock, reported by ``_deadlock``.
+that is a deadlock, reported by ``reports.deadlock`` (``engine.running``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import inspect
 import random
-from time import monotonic as _monotonic  # bound now: a rank's time.* reads virtual time
 import types
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from . import awaits as _awaits, gc as _gc, schedule as _schedule, sync as _sync, watchdog as _watchdog
-from ..errors import RankCrashed, RunTimeoutError, SimclusterError, UsageTypeError
+from . import schedule as _schedule, sync as _sync
+from ..errors import RankCrashed, SimclusterError
+from .task import BLOCKED as BLOCKED, FINISHED as FINISHED, FOREIGN as FOREIGN, READY as READY
+from .task import RUNNING as RUNNING, TASK_STATES as TASK_STATES, CollectiveCall as CollectiveCall
+from .task import RankComm as RankComm, Task as Task
 from .waits import WaitAny as _WaitAny
-from ..request import SPIN_LIMIT, Request, format_op
+from ..request import SPIN_LIMIT, Request, Waker
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .settings import EngineSettings
     from ..trace import Trace
 
 Event = tuple[Callable[[Any], None], Any]
 """``fn(arg)``, due at some virtual time."""
 
-# A task's states. Plain ints (compared on every step), named here and nowhere else.
-READY: Final = 0  # scheduled to run at the current virtual time
-RUNNING: Final = 1  # being stepped right now
-BLOCKED: Final = 2  # parked on a pending request (or several: wait_any)
-FOREIGN: Final = 3  # awaiting an asyncio future (real I/O); virtual time waits for it
-FINISHED: Final = 4
-_TASK_STATES = ("ready", "running", "blocked", "awaiting a foreign future", "finished")
-
 _heappush: Final = heapq.heappush  # Final: compiled, a static rather than a module lookup
 _heappop: Final = heapq.heappop
 
-_BREATHE_EVERY = 1 << 14  # events between returns to the asyncio loop (timeout checks)
+BREATHE_EVERY: Final = 1 << 14
+"""Events ``advance`` runs by default between returns to the asyncio loop (timeout checks)."""
 
 _BARE_YIELD: Final = object()
 """``Task.waiting`` after a bare yield: polling spins keep counting across it."""
@@ -98,49 +104,13 @@ def current_task() -> Task | None:
     return _running[0]
 
 
-class Task:
-    """One rank: its coroutine and where it is parked."""
-
-    __slots__ = ("rank", "coro", "comm", "state", "waiting", "result", "time", "spins", "collective",
-                 "done_request", "serial")
-
-    def __init__(self, rank: int, coro: Coroutine[Any, Any, Any]) -> None:
-        self.rank = rank
-        self.coro = coro
-        self.comm: RankComm | None = None
-        self.state = READY
-        self.waiting: Any = None
-        self.result: Any = None
-        self.time = 0.0
-        self.spins = 0
-        # the collective call in progress, for reports: (ctx, comm name, number, call, comm rank)
-        self.collective: CollectiveCall | None = None
-        self.done_request: Request[Any] | None = None  # set for helper tasks (spawn)
-        self.serial = 0  # 0 for a rank, n for its n-th helper: orders its simultaneous messages
-
-    def __repr__(self) -> str:
-        return f"<Task rank={self.rank} {_TASK_STATES[self.state]} t={self.time:.9g}>"
-
-
-class RankComm(Protocol):
-    """A rank's world communicator, as the kernel keeps it for the layers above (``Task.comm``)."""
-
-    rank: int
-
-
-class CollectiveCall(Protocol):
-    """The collective call a task is inside (``Task.collective``), as reports and traces read it."""
-
-    call: str
-    seq: int
-    algorithm: str
-
-    @property
-    def info(self) -> tuple[int, str, int, str, int, int]: ...
-
-
 class Reports(Protocol):
-    """What the kernel asks of the reports (``engine.diagnostics.Diagnostics``): its declared seam."""
+    """What the engine asks of its reports (``Kernel.reports``: ``engine.diagnostics.Diagnostics``).
+
+    Its declared seam: the run under asyncio asks for the deadlock and
+    timeout reports (``engine.running``), the checks for the hazard check
+    (``engine.checks``).
+    """
 
     def check_hazard(self, req: Request[Any], guard: tuple[list[Any], list[int], str]) -> None: ...
 
@@ -178,11 +148,12 @@ class Layer:
         return False
 
 
-class Kernel:
+class Kernel(Waker):
     """Steps rank coroutines in virtual-time order; the layer above moves their messages.
 
-    ``engine.Engine`` puts it together with that layer (``attach``) and
-    hands it its ``reports``.
+    ``engine.Engine`` puts it together with that layer (``layer``), hands it
+    its ``reports`` and installs its hooks (``checks``, ``slowdown``). Its
+    base is the seam its requests call it through (``request.Waker``).
     """
 
     reports: Reports  # what went wrong, where (``engine.diagnostics``); the engine sets it when made
@@ -195,9 +166,7 @@ class Kernel:
         self.strict = settings.strict
         self.timeout = settings.timeout
         self.compute = settings.compute  # run(compute=...): how synchronous ranks' own work is charged
-        self._sync_ranks = False  # some rank is synchronous: per-rank state is being swapped
-        self._last_fn: tuple[object, bool] = (None, False)  # (fn, is it async): every rank runs the same fn
-        self.trace: Trace | None = trace  # run(trace=...)
+        self.trace = trace  # run(trace=...)
         self.now = 0.0
         # the real clocks now: inside a synchronous rank, time.time() and the others read
         # these plus ``now`` (engine.sync.Epoch); the differences stay virtual and deterministic
@@ -212,13 +181,11 @@ class Kernel:
         self.tasks: list[Task] = []
         self._helpers: dict[int, Task] = {}  # live helper tasks (nonblocking collectives)
         self._spawned = [0] * world_size  # helpers each rank has started (Task.serial)
-        self._tracked: dict[int, Request[Any]] = {}  # strict: nonblocking requests, for leaks
-        self.calls: list[_awaits.Note] = []  # strict: calls not yet awaited (awaits.check)
-        self._meetings: dict[Any, tuple[list[Any], list[float], list[Any], list[int]]] = {}
-        self.current: Task | None = None
+        self.calls = []  # strict: calls not yet awaited (engine.awaits.Note; checks.check_calls)
+        self.current = None
         self._looping = False  # inside _run_events: a request completed by an event resumes its rank at once
-        self._foreign = 0
-        self._wake_future: asyncio.Future[None] | None = None
+        self.foreign = 0  # ranks awaiting a foreign future: time waits for them
+        self.wake_future: asyncio.Future[None] | None = None  # engine.running waits on it for them
         self._failure: tuple[Task, BaseException] | None = None
         # a rank that failed while others may still run at this instant (Rule 3)
         self._failing: tuple[Task, BaseException] | None = None
@@ -228,15 +195,21 @@ class Kernel:
         self._unfinished = 0
         self.events = 0  # events run so far, brought up to date each time the loop breathes
         self._resume_key = self._resume  # bound once: an event per resumed rank names it
-        self.layer = Layer()  # the layer above (attach)
-        plan = settings.faults  # a Slow fault multiplies a rank's sleeps (its compute) in its window
-        self.slowdown: Callable[[int, float], float] | None = (
-            plan.slowdown if plan is not None and plan.shapes_messages else None)
-        self._use_schedule(settings.schedule)
-
-    def attach(self, layer: Layer) -> None:
-        """Put ``layer`` above this kernel: it settles each instant and cancels its own requests."""
-        self.layer = layer
+        self.layer = Layer()  # the layer above: the engine puts its P2P here
+        # a hook: a fault plan's Slow faults multiply a rank's timers (its compute) in their window
+        self.slowdown: Callable[[int, float], float] | None = None
+        # run(schedule=...): "batch" changes nothing; "shuffle" makes ``order`` shuffle each
+        # batch; a chooser (a list of choices, explore's search) runs ``_run_loop_chosen``
+        # instead of ``_run_loop``, and while its running event has a footprint set
+        # (``touched``), ``_step`` and the protocol's delivery note the ranks they touch
+        # (``engine.schedule``). Flags, not replaced methods: the compiled build's methods
+        # cannot be replaced on an instance.
+        schedule = settings.schedule
+        self._shuffle = schedule == "shuffle"
+        self.chooser: _schedule.Chooser | None = (
+            None if schedule == "batch" or self._shuffle else _schedule.chooser(schedule))
+        self.touched: set[int] | None = None  # ranks the running event touched (chooser runs)
+        self._footprints = self.chooser is not None and self.chooser.footprints  # the chooser wants touched
 
     @property
     def unfinished(self) -> int:
@@ -257,12 +230,6 @@ class Kernel:
         else:
             bucket.append((fn, arg))
 
-    def _next_time(self) -> float | None:
-        """Return the time of the earliest scheduled event, or None when there is none."""
-        if self._ready or self._due or self.layer.instant_open():
-            return self.now
-        return self._times[0] if self._times else None
-
     def runnable(self) -> bool:
         """Whether some event is due at ``now`` (to run in this batch or the next)."""
         return bool(self._ready or self._due)
@@ -271,57 +238,33 @@ class Kernel:
         """The time of the earliest event after the current batches, or None when there is none."""
         return self._times[0] if self._times else None
 
-    def _order(self, events: list[Event]
-               ) -> list[Event]:
+    def order(self, events: list[Event]
+              ) -> list[Event]:
         """Put one batch of simultaneous events in this run's seeded order (run from the end).
 
         The order is the batch rotated by a seeded offset and maybe reversed:
         any two simultaneous events run in either order under some seed, and
         the rest keep their neighbours, so a million-rank round walks memory
         in sequence (a full shuffle made big runs 1.6x slower by cache misses
-        alone).
+        alone). Under schedule="shuffle", a full seeded permutation instead:
+        every order of n simultaneous events occurs under some seed (the
+        rotations reach 2n of them); it costs a random draw per event and
+        scatters a big round's memory accesses, hence not the default. Under
+        a chooser (explore's search), the batch as it is: the chooser picks
+        each event as it runs (``_run_loop_chosen``).
         """
         n = len(events)
         if self.chooser is not None:  # the chooser orders each batch as it runs
             return events
         if self._shuffle:
-            return self._shuffled(events)
+            self.rng.shuffle(events)
+            return events
         if n > 1:
             k = int(self._random() * 2 * n)
             if k % n:
                 events = events[k % n:] + events[:k % n]
             if k >= n:
                 events.reverse()
-        return events
-
-    def _use_schedule(self, schedule: object) -> None:
-        """Set up run(schedule=...): "batch" changes nothing; the others set what the loop checks.
-
-        "shuffle" makes ``_order`` shuffle each batch; a chooser (a list of
-        choices, explore's search) runs ``_run_loop_chosen`` instead of
-        ``_run_loop``, and while its running event has a footprint set
-        (``touched``), ``_step`` and the protocol's delivery note the ranks
-        they touch (``engine.schedule``). Flags, not replaced methods: the compiled
-        build's methods cannot be replaced on an instance.
-        """
-        self.chooser: _schedule.Chooser | None = None
-        self.touched: set[int] | None = None  # ranks the running event touched (chooser runs)
-        self._footprints = False  # the chooser wants touched filled in
-        self._shuffle = schedule == "shuffle"
-        if schedule == "batch" or self._shuffle:
-            return
-        self.chooser = chooser = _schedule.chooser(schedule)
-        self._footprints = chooser.footprints
-
-    def _shuffled(self, events: list[Event]
-                  ) -> list[Event]:
-        """``_order`` under schedule="shuffle": a full seeded permutation of the batch.
-
-        Every order of n simultaneous events occurs under some seed (the
-        rotations of ``_order`` reach 2n of them); it costs a random draw per
-        event and scatters a big round's memory accesses, hence not the default.
-        """
-        self.rng.shuffle(events)
         return events
 
     def _run_events(self, limit: float, budget: int) -> int:
@@ -357,7 +300,7 @@ class Kernel:
             due = self._next_due(limit)
             if due is None:
                 break
-            self._ready = ready = self._order(due)
+            self._ready = ready = self.order(due)
         return budget
 
     def _next_due(self, limit: float) -> list[Event] | None:
@@ -369,12 +312,12 @@ class Kernel:
             if self._due:
                 due, self._due = self._due, []
                 return due
-            if not self._foreign and self.layer.end_instant():
+            if not self.foreign and self.layer.end_instant():
                 if self._failure is not None:
                     return None
                 continue  # what the instant left behind was settled and made more to do
             times = self._times
-            if not times or times[0] > limit or self._foreign:
+            if not times or times[0] > limit or self.foreign:
                 return None
             if self._failing is not None:  # a rank failed: the run ends with this instant
                 return None
@@ -386,7 +329,7 @@ class Kernel:
         """``_run_loop`` under a chooser: it picks each event of a batch in turn (``engine.schedule``).
 
         A batch keeps the order its events were scheduled in; the members of an
-        analytic collective completed by one ``_finish_each`` event count as one
+        analytic collective completed by one ``finish_each`` event count as one
         event each here, so their order is a choice too.
         """
         chooser = self.chooser
@@ -415,46 +358,12 @@ class Kernel:
         # by equality: a compiled method is a new bound object at each access
         if fn == self._resume:
             return {arg.rank}
-        if fn == finish_request or fn == _finish_one:
+        if fn == finish_request or fn == finish_one:
             task = (arg if fn == finish_request else arg[0]).task
             return None if task is None else {task.rank}
         return self.layer.owner(fn, arg)
 
     # ---- tasks: start, step, park, resume ----
-
-    def start_rank(self, task: Task, comm: RankComm, fn: Callable[..., Any], args: Sequence[Any],
-                   kwargs: dict[str, Any], *, handle: Any = None) -> None:
-        """Give ``task`` its world ``comm`` and start ``fn(handle, *args, **kwargs)`` as its rank.
-
-        ``handle`` is what ``fn`` gets first: ``comm`` unless given (the runner
-        gives a plain function ``simcluster.MPI``'s ``COMM_WORLD``). A plain
-        (non-async) ``fn`` becomes a synchronous rank (``engine.sync.SyncRank``).
-
-        Raises:
-            UsageTypeError: an ``async`` ``fn`` returned something other than a coroutine.
-        """
-        task.comm = comm
-        first = comm if handle is None else handle
-        last_fn, is_async = self._last_fn
-        if fn is not last_fn:  # inspecting it costs a microsecond: once per run, not per rank
-            is_async = _sync.is_async(fn)
-            self._last_fn = (fn, is_async)
-        if not is_async:  # a plain function: a synchronous rank on a stack of its own
-            if not self._sync_ranks:
-                self._sync_ranks = True
-                _sync.start_run(self.seed, self.compute)
-            stack = _sync.ThreadRank if getattr(fn, "__simcluster_stack__", "") == "thread" else _sync.SyncRank
-            task.coro = stack(fn, (first, *args), kwargs, comm, task.rank,  # type: ignore[assignment]
-                              self.compute)
-            self.start(task)
-            return
-        coro = fn(first, *args, **kwargs)
-        if not asyncio.iscoroutine(coro):
-            name = getattr(fn, "__name__", fn)
-            raise UsageTypeError(None, f"run({name})", f"{name}(comm) returned {type(coro).__name__}, "
-                                 "not a coroutine", "define it with async def")
-        task.coro = coro
-        self.start(task)
 
     def start(self, task: Task) -> None:
         """Add a rank and schedule its first step: at time 0, or now for a rank added during the run."""
@@ -486,7 +395,7 @@ class Kernel:
         helper.done_request = req
         self._helpers[id(helper)] = helper
         if self.strict:
-            self.track(req)
+            self.checks.track(req)
         self.schedule(self.now, self._resume_key, helper)
         return req
 
@@ -517,7 +426,7 @@ class Kernel:
     def _step(self, task: Task) -> None:
         """Run one rank until it parks, finishes or fails."""
         task.state = RUNNING
-        if self.touched is not None:  # exploring with footprints (_use_schedule)
+        if self.touched is not None:  # exploring with footprints (see __init__)
             self.touched.add(task.rank)
         if task.waiting is not _BARE_YIELD:
             task.spins = 0
@@ -556,7 +465,7 @@ class Kernel:
         finally:
             self.current = _running[0] = None
             if self.calls:  # strict runs only: was every simcluster call awaited?
-                _awaits.check(self)
+                self.checks.check_calls()
         if isinstance(yielded, Request):  # the common case, inline
             task.state = BLOCKED
             task.waiting = yielded
@@ -588,7 +497,7 @@ class Kernel:
             yielded._asyncio_future_blocking = False
             task.state = FOREIGN
             task.waiting = yielded
-            self._foreign += 1
+            self.foreign += 1
             yielded.add_done_callback(lambda f, task=task: self._foreign_done(task, f))
         else:
             self._failure = self._failure or (task, RuntimeError(
@@ -600,11 +509,11 @@ class Kernel:
             fut.exception()  # retrieved: the rank reads it when it resumes, unless the run stopped
         if task.state != FOREIGN:
             return
-        self._foreign -= 1
+        self.foreign -= 1
         task.state = READY
         task.waiting = None
         self.schedule(self.now, self._resume_key, task)
-        fut = self._wake_future
+        fut = self.wake_future
         if fut is not None and not fut.done():
             fut.set_result(None)
 
@@ -624,99 +533,20 @@ class Kernel:
         """The live helper tasks: ranks' nonblocking collectives, in the order they started."""
         return list(self._helpers.values())
 
-    def tracked_requests(self) -> list[Request[Any]]:
-        """Strict runs: the nonblocking requests not yet waited for, for the leak report."""
-        return list(self._tracked.values())
-
     # ---- the main loop ----
 
-    def _run_until_quiescent(self) -> None:
-        """Pop events in virtual-time order until none is left that may run now.
+    def advance(self, limit: float = float("inf"), budget: int = BREATHE_EVERY) -> None:
+        """Run the events due up to virtual time ``limit``, at most ``budget`` of them (-1: no bound).
 
-        This loop is the simulator. It returns when no event is left, when a
-        rank failed, when the next event lies in the future while some rank
-        awaits a foreign future (time must not jump past it), or every
-        ``_BREATHE_EVERY`` events so that the asyncio loop and the timeout get
-        a turn.
+        Returns when no event is left at or before ``limit``, when a rank
+        failed, when the next event lies in the future while some rank awaits a
+        foreign future (time must not jump past it), or after ``budget`` events,
+        so that the asyncio loop and the timeout get a turn (``engine.running``
+        drives it). Bounded runs count the events run (``events``).
         """
-        budget = self._run_events(float("inf"), _BREATHE_EVERY)
-        self.events += _BREATHE_EVERY - budget
-
-    async def run(self) -> None:
-        """Run every rank to completion, or raise what stopped the run.
-
-        Python's cyclic garbage collector is paused while the simulation runs
-        (``engine.gc.paused``): a large world keeps millions of live objects.
-        """
-        with _gc.paused():
-            await self._run()
-
-    async def _run(self) -> None:
-        if self.timeout is None:
-            await self._simulate(None)
-            return
-        deadline = _monotonic() + self.timeout
-        watchdog = _watchdog.Watchdog(self, deadline)  # for a rank that never yields
-        try:
-            await self._simulate(deadline)
-            return
-        except _watchdog.Overtime as exc:
-            overtime = exc
-        finally:
-            watchdog.stop()
-        failure = self._failure
-        if failure is not None and failure[1] is overtime:  # it landed in a rank's step
-            spinning: tuple[Task, str] | None = (failure[0], _watchdog.spinning_line(overtime))
-        else:
-            spinning = None
-        raise RunTimeoutError(None, "run", self.reports.timeout_report(spinning), "") from None
-
-    async def _simulate(self, deadline: float | None) -> None:
-        """Run events, breathing to asyncio, until every rank finished or something stopped the run."""
-        while True:
-            self._run_until_quiescent()
-            if self._failure is not None:
-                if isinstance(self._failure[1], _watchdog.Overtime):
-                    raise self._failure[1]  # the timeout interrupted a rank: _run reports it
-                return
-            if deadline is not None and _monotonic() > deadline:
-                raise RunTimeoutError(None, "run", self.reports.timeout_report(), "")
-            if self._foreign and not (self._ready or self._due):
-                loop = asyncio.get_running_loop()
-                self._wake_future = loop.create_future()
-                remaining = None if deadline is None else max(0.0, deadline - _monotonic())
-                try:
-                    await asyncio.wait_for(asyncio.shield(self._wake_future), remaining)
-                except asyncio.TimeoutError:
-                    raise RunTimeoutError(None, "run", self.reports.timeout_report(), "") from None
-                finally:
-                    self._wake_future = None
-                continue
-            if self._next_time() is not None:
-                await asyncio.sleep(0)  # let the event loop breathe on long runs
-                continue
-            break
-        if self._unfinished:
-            raise self.reports.deadlock()
-
-    async def run_until(self, limit: float) -> None:
-        """Run every event at a time ``<= limit``: a hosting process's STEP.
-
-        The bounded twin of ``run``, driven from outside (``hosting.host``, which
-        sets ``now`` to where the coordinator says the world stands); while a
-        rank awaits a foreign future, time waits for it.
-        """
-        self._run_events(limit, -1)  # a negative budget never runs out
-        while self._foreign and self._failure is None:  # a rank awaits real I/O: time waits
-            if self._ready or self._due:
-                self._run_events(limit, -1)
-                continue
-            self._wake_future = asyncio.get_running_loop().create_future()
-            try:
-                await self._wake_future
-            finally:
-                self._wake_future = None
-            self._run_events(limit, -1)
+        left = self._run_events(limit, budget)
+        if budget > 0:
+            self.events += budget - left
 
     def close(self) -> None:
         """Cancel every unfinished rank.
@@ -725,20 +555,15 @@ class Kernel:
         awaits a simcluster call fails, and that failure is dropped so it can
         neither hide the error that stopped the run nor keep others open.
         """
-        try:
-            for task in [*self.tasks, *self._helpers.values()]:
-                if task.state != FINISHED:
-                    if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
-                        task.waiting.cancel()
-                    task.state = FINISHED
-                    try:
-                        _close_task_coro(task.coro)
-                    except Exception:  # noqa: BLE001 - see the docstring
-                        pass
-        finally:
-            if self._sync_ranks:
-                self._sync_ranks = False
-                _sync.end_run(self.compute)
+        for task in [*self.tasks, *self._helpers.values()]:
+            if task.state != FINISHED:
+                if task.state == FOREIGN and hasattr(task.waiting, "cancel"):
+                    task.waiting.cancel()
+                task.state = FINISHED
+                try:
+                    _close_task_coro(task.coro)
+                except Exception:  # noqa: BLE001 - see the docstring
+                    pass
 
     def stop(self, task: Task) -> None:
         """Crash-stop ``task``'s rank now (a fault plan's crash): it and its helpers never run again.
@@ -756,7 +581,7 @@ class Kernel:
                 self._unfinished -= 1
             running = victim.state == RUNNING  # its coroutine has ended already (RankCrashed)
             if victim.state == FOREIGN:
-                self._foreign -= 1
+                self.foreign -= 1
                 if hasattr(victim.waiting, "cancel"):
                     victim.waiting.cancel()
             victim.state = FINISHED
@@ -781,13 +606,6 @@ class Kernel:
         finally:
             self._looping = looping
 
-    def drop_meetings(self, contexts: set[int]) -> list[Request[Any]]:
-        """End the analytic meetings of the communicators ``contexts``: return their members' requests."""
-        dropped: list[Request[Any]] = []
-        for key in [k for k in self._meetings if k[0] in contexts]:
-            dropped.extend(r for r in self._meetings.pop(key)[2] if r is not None)
-        return dropped
-
     def fail(self, task: Task, exc: BaseException) -> None:
         """Stop the run now: ``task`` failed with ``exc`` (a strict run's unawaited call)."""
         self._failure = (task, exc)
@@ -802,40 +620,16 @@ class Kernel:
         """The task that stopped the run and its exception, if one did."""
         return self._failure
 
-    # ---- requests the kernel completes itself; checks on who awaits ----
+    # ---- a request the kernel completes itself; what polling ranks ask ----
 
     def post_sleep(self, seconds: float, op: str) -> Request[None]:
         """Return a request that completes ``seconds`` of virtual time from now."""
         task = self.current
         req: Request[None] = Request(self, task, op)
-        slowdown = self.slowdown
+        slowdown = self.slowdown  # a hook: engine.assembly installs a fault plan's
         if slowdown is not None and task is not None:
             seconds *= slowdown(task.rank, self.now)
         self.schedule(self.now + seconds, finish_request, req)
-        return req
-
-    def meet(self, key: Any, size: int, rank: int, value: Any, op: str,
-             resolve: Callable[[list[Any], list[float]], tuple[list[Any], float]]) -> Request[Any]:
-        """Join a meeting of ``size`` members (an analytic collective); return a request.
-
-        Each member deposits ``value`` at its current time. When the last one
-        arrives, ``resolve(values, times)`` returns every member's result and
-        the virtual time at which all of them complete; each member's request
-        then completes at that time with its result.
-        """
-        req: Request[Any] = Request(self, self.current, op)
-        meeting = self._meetings.get(key)
-        if meeting is None:
-            meeting = self._meetings[key] = ([None] * size, [0.0] * size, [None] * size, [0])
-        values, times, reqs, count = meeting
-        values[rank], times[rank], reqs[rank] = value, self.now, req
-        count[0] += 1
-        if count[0] == size:
-            del self._meetings[key]
-            results, done_at = resolve(values, times)
-            # one event completes every member (an event per member cost 1/3 of an
-            # analytic collective), in this run's seeded order
-            self.schedule(max(done_at, self.now), _finish_each, self._order(list(zip(reqs, results))))
         return req
 
     def only_polls_pending(self) -> bool:
@@ -845,7 +639,7 @@ class Kernel:
         steps: it is asked by synchronous ranks' fruitless polls only. A process
         hosting some of the ranks (shm, tcp) sees only its own calendar.
         """
-        if self._foreign or self.layer.instant_open():
+        if self.foreign or self.layer.instant_open():
             return False
         pending = self.pollers
         n = len(self._ready) + len(self._due)
@@ -857,39 +651,9 @@ class Kernel:
                 return False
         return True
 
-    def spin(self, req: Request[Any]) -> None:
-        task = self.current
-        if task is None:
-            return
-        task.spins += 1
-        if task.spins > SPIN_LIMIT:
-            raise SimclusterError(
-                task.rank, f"{req.op}.test()",
-                f"polled {SPIN_LIMIT} times without awaiting, so virtual time cannot advance",
-                "await the request, or await comm.sleep(dt) between tests")
-
-    def check_awaiter(self, req: Request[Any]) -> None:
-        task = req.task
-        if self.current is not task or task is None:
-            raise self.outside("?" if task is None else task.rank, req.op, "awaited")
-
-    def outside(self, rank: object, op: str | tuple[Any, ...], verb: str = "called") -> RuntimeError:
-        """The error for a simcluster call made or awaited outside its rank's own coroutine."""
-        call = op if isinstance(op, str) else format_op(op)
-        who = "outside any rank" if self.current is None else f"by rank {self.current.rank}"
-        return RuntimeError(
-            f"rank {rank}: {call}: {verb} {who}, not from the rank's own coroutine "
-            f"(asyncio.gather/create_task run coroutines outside the simulator); {_awaits.advice(call)}")
-
-    def track(self, req: Request[Any]) -> None:
-        """Strict runs: track a nonblocking request for the leak report until it is waited for."""
-        self._tracked[id(req)] = req
-
-    def untrack(self, req: Request[Any]) -> None:
-        """Stop tracking ``req`` for the leak report: it was waited for."""
-        self._tracked.pop(id(req), None)
 
 def finish_request(req: Request[Any]) -> None:
+    """Complete ``req`` (a timer's event)."""
     req.complete()
 
 
@@ -908,26 +672,26 @@ def _close_task_coro(coro: Any) -> None:
     coro.close()
 
 
-def _finish_one(pair: tuple[Request[Any], Any]) -> None:
-    """Complete one (request, value) pair of a ``_finish_each`` (chosen schedules)."""
+def finish_one(pair: tuple[Request[Any], Any]) -> None:
+    """Complete one (request, value) pair of a ``finish_each`` (chosen schedules)."""
     pair[0].complete(pair[1])
 
 
 def _one_each(due: list[Event]) -> list[Event]:
-    """Return a batch with each ``_finish_each`` event split into one event per member."""
-    if all(fn is not _finish_each for fn, _ in due):
+    """Return a batch with each ``finish_each`` event split into one event per member."""
+    if all(fn is not finish_each for fn, _ in due):
         return due
     events: list[Event] = []
     for fn, arg in due:
-        if fn is _finish_each:
-            events.extend((_finish_one, pair) for pair in reversed(arg))
+        if fn is finish_each:
+            events.extend((finish_one, pair) for pair in reversed(arg))
         else:
             events.append((fn, arg))
     return events
 
 
-def _finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
-    """Complete each (request, value) pair, from the end of the list (``Kernel._order``)."""
+def finish_each(pairs: list[tuple[Request[Any], Any]]) -> None:
+    """Complete each (request, value) pair, from the end of the list (``Kernel.order``): a meeting's end."""
     for i in range(len(pairs) - 1, -1, -1):  # not reversed(): mypyc 2.4 fails on it here
         req, value = pairs[i]
         req.complete(value)

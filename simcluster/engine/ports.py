@@ -5,7 +5,7 @@
 model makes one of these per run instead, and the engine calls its
 ``transfer`` once per message. This module is compiled with the engine
 (``_build_manifest``), so when the run's ports are ``NativePorts`` that call
-is a native one (``P2P._native_ports``); other ports are called as Python
+is a native one (``P2P.native_ports``); other ports are called as Python
 objects. ``latency`` registers each of these classes as a virtual
 subclass of ``Ports`` (``Ports.register``), so they are ``Ports`` to
 everyone else.

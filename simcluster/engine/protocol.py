@@ -70,6 +70,7 @@ _Envelope: Final = Envelope
 
 
 _Status: Final = Status
+_NONE_HEADER: Final = PACKED_NONE.header  # post_send sends every None with this very header object
 
 
 def _new_envelope(fields: list[Any] | tuple[Any, ...]) -> Envelope:
@@ -91,11 +92,14 @@ class Booking:
     __slots__ = ("kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "header",
                  "buffers", "sync", "meta", "serial")
 
-    def __init__(self, kind: int, ctx: int, src: int, dst: int, tag: int, msg_id: int, nbytes: int,
+    def __init__(self, kind: int, ctx: int, src: Any, dst: Any, tag: int, msg_id: Any, nbytes: int,
                  time: float, header: Any, buffers: Any, sync: bool, meta: bytes,
                  serial: int) -> None:
         # header and buffers as the payload codec gives them: an in-process run's numbers
-        # travel as themselves (wire.INLINE), not as bytes and a tuple of buffers
+        # travel as themselves (wire.INLINE), not as bytes and a tuple of buffers.
+        # src, dst and msg_id (ints) are kept as the objects they came as: compiled, an int
+        # field is stored unboxed, and the envelope would box each again, a new object per
+        # field and message once ranks and ids pass 256
         self.kind = kind
         self.ctx = ctx
         self.src = src
@@ -414,7 +418,7 @@ class P2P(Layer):
         self.transport = transport
         self.ports = ports
         # a built-in model's compiled ports: called natively, not as a Python object
-        self._native_ports: NativePorts | None = ports if isinstance(ports, NativePorts) else None
+        self.native_ports: NativePorts | None = ports if isinstance(ports, NativePorts) else None
         self.zero_latency = bool(getattr(ports, "zero", False))
         # Rule 4: a model with port state charges each instant's messages together (book)
         self.book_later = not self.zero_latency and bool(getattr(ports, "ordered", True))
@@ -458,7 +462,6 @@ class P2P(Layer):
                       and _schedule.draws_noise(model))
         self.delivery = delivery
         delivery.bind(self)
-        kernel.attach(self)
         transport.open(world_size, delivery.deliver)
 
     def grow(self, world_size: int) -> None:
@@ -511,15 +514,21 @@ class P2P(Layer):
 
         Returns its request, or None for a blocking standard send that
         completed at once (eager), which needs no request at all, unless
-        ``need_request``.
+        ``need_request``. ``op`` is the call as ``request.format_op`` reads
+        it, or a collective's send by its name alone: its call ``(op, dst)``
+        is then built only where it is kept or shown (a request, a failure).
         """
         kernel = self.kernel
         task = kernel.current
-        src_w: int = comm.world_rank
+        member: Any = comm  # its world rank read as the int object it is (no unboxing, no boxing again)
+        src_obj: Any = member.world_rank
+        src_w: int = src_obj
         if task is None or task.rank != src_w:
-            raise kernel.outside(comm.rank, op)
+            raise kernel.checks.outside(comm.rank, (op, dst) if type(op) is str else op)
         failures = self.failures
         if failures is not None:
+            if type(op) is str:
+                op = (op, dst)
             failed = failures.posting(comm, op, comm.group.world_ranks[dst], True)
             if failed is not None:
                 return self._failed(Request(kernel, task, op, comm.group.world_ranks[dst]), failed, nonblocking)
@@ -541,10 +550,11 @@ class P2P(Layer):
             buffers = obj  # immutable: nothing to copy
             arrays = False
         group = comm.group
-        dst_w = group.world_ranks[dst]
+        world_ranks: list[Any] = group.world_ranks
+        dst_w: Any = world_ranks[dst]  # the int object: it goes into the envelope as it is
         ctx: int = comm.ctx
         self._msg_id += 1
-        msg_id = self._msg_id
+        msg_id: Any = self._msg_id  # boxed once, for the envelope and the tables
         self.msgs_sent[src_w] += 1
         self.bytes_sent[src_w] += nbytes
         self.last_nbytes = nbytes  # for the caller's trace span
@@ -556,24 +566,27 @@ class P2P(Layer):
         eager = nbytes <= self.eager_limit
         req: Request[None] | None = None
         if nonblocking or sync or not eager or need_request:
-            req = Request(kernel, task, op, dst_w)
+            req = Request(kernel, task, (op, dst) if type(op) is str else op, dst_w)
             req.nonblocking = nonblocking
             if kernel.strict and nonblocking:
                 if arrays:
                     held = [obj] if packed.single_array else list(buffers)
                     req.guard_buffers((held, [checksum(a) for a in held], _frames.user_line()))
-                kernel.track(req)
+                kernel.checks.track(req)
         if eager:
             if arrays:
-                buffers = tuple(np.array(b, copy=True, order="K") if type(b) is _NDARRAY
-                                else b.copy() for b in buffers)  # ObjectBuffer: its own library
+                if len(buffers) == 1 and type(buffers[0]) is _NDARRAY:  # one array: no generator
+                    buffers = (np.array(buffers[0], copy=True, order="K"),)
+                else:
+                    buffers = tuple(np.array(b, copy=True, order="K") if type(b) is _NDARRAY
+                                    else b.copy() for b in buffers)  # ObjectBuffer: its own library
             if self.book_later:  # charged with the rest of this instant (Rule 4)
-                self.bookings.append(Booking(EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, now,
+                self.bookings.append(Booking(EAGER, ctx, src_obj, dst_w, tag, msg_id, nbytes, now,
                                              header, buffers, sync, b"", task.serial))
                 env = None
             else:
                 arrive = now if self.zero_latency else self.arrival(src_w, dst_w, nbytes, now)
-                env = _new_envelope((EAGER, ctx, src_w, dst_w, tag, msg_id, nbytes, arrive,
+                env = _new_envelope((EAGER, ctx, src_obj, dst_w, tag, msg_id, nbytes, arrive,
                                      header, buffers, sync, b""))
             if sync:
                 self.sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
@@ -601,7 +614,7 @@ class P2P(Layer):
         """``req``, completed at once with ``error`` (engine.failures): a call that cannot complete."""
         req.nonblocking = nonblocking
         if nonblocking and self.kernel.strict:
-            self.kernel.track(req)
+            self.kernel.checks.track(req)
         req.complete(None, error)
         return req
 
@@ -626,7 +639,7 @@ class P2P(Layer):
         kernel = self.kernel
         task = kernel.current
         if task is None or task.rank != comm.world_rank:
-            raise kernel.outside(comm.rank, (op, buf, src, tag))
+            raise kernel.checks.outside(comm.rank, (op, buf, src, tag))
         failures = self.failures
         failed = None if failures is None else failures.posting(comm, (op, buf, src, tag), -1, False)
         mq = comm.match_queue
@@ -637,7 +650,7 @@ class P2P(Layer):
         if failed is not None:
             return self._failed(req, failed, nonblocking)
         if nonblocking and kernel.strict:
-            kernel.track(req)
+            kernel.checks.track(req)
         if env is None:
             mq.post(src, tag, req)
         else:
@@ -674,7 +687,7 @@ class P2P(Layer):
 
     def arrival(self, src: int, dst: int, nbytes: int, t: float) -> float:
         """Charge one message to the ports; return when it arrives (``ports.transfer(...)[1]``)."""
-        native = self._native_ports
+        native = self.native_ports
         if native is not None:
             return native.arrival(src, dst, nbytes, t)
         arrive: float = self.ports.transfer(src, dst, nbytes, t)[1]
@@ -744,12 +757,17 @@ class P2P(Layer):
         if trace is not None:
             trace.received(env.src, env.msg_id, self.kernel.now)
         buf = req.buf
+        header = env.header
+        if buf is None and (header is INLINE or header is _NONE_HEADER):
+            # nothing to decode: a scalar that travelled as itself, or None (what a barrier sends)
+            req.complete(env.buffers if header is INLINE else None)
+            return
         try:
             if buf is None:
-                value = wire.unpack(env.header, env.buffers, copy=copy, loads=self.loads,
+                value = wire.unpack(header, env.buffers, copy=copy, loads=self.loads,
                                     arrays=self.arrays)
             else:
-                _fill(buf, wire.unpack(env.header, env.buffers, copy=False, loads=self.loads,
+                _fill(buf, wire.unpack(header, env.buffers, copy=False, loads=self.loads,
                                        arrays=_arrays.HOST), req, source)
                 value = buf
         except Exception as exc:
@@ -812,7 +830,7 @@ def sort_by_source(items: list[Booking], world_size: int) -> None:
     if len(items) * 4 >= world_size:
         slots: list[Booking | None] = [None] * world_size
         for b in items:
-            src = b.src
+            src: int = b.src
             if slots[src] is not None:
                 break
             slots[src] = b

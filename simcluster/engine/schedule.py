@@ -4,7 +4,7 @@ Events due at one virtual time run in batches (engine, Rule 2); the run's
 schedule decides the order inside each batch:
 
 - ``"batch"`` (the default): the batch rotated by a seeded offset and maybe
-  reversed (``Engine._order``). Cheap at a million ranks, but it reaches only
+  reversed (``Kernel.order``). Cheap at a million ranks, but it reaches only
   2n of the n! orders of n events.
 - ``"shuffle"``: a full seeded permutation, so every order of n simultaneous
   events occurs under some seed (``sc.testing.explore`` uses it).

@@ -611,7 +611,7 @@ class Meter:
     """One rank's measured compute: its clock, and what it charged or replays."""
 
     __slots__ = ("compute", "rank", "clock", "factor", "threshold", "floor", "depth", "since",
-                 "calls", "charges", "replay", "at")
+                 "calls", "charges", "replay", "at", "streams")
 
     def __init__(self, compute: Compute, rank: int, charges: list[list[Any]] | None,
                  replay: list[list[Any]] | None) -> None:
@@ -628,6 +628,7 @@ class Meter:
         self.charges = charges  # recording: [[call index, call, seconds], ...] charged
         self.replay = replay  # replaying: the recorded charges of this rank
         self.at = 0  # the next of them
+        self.streams: Any = None  # compute="gpu:...": the rank's streams (torch._gpu.RankClock)
 
     def replayed(self, index: int, call: str) -> float:
         """The recorded charge of this rank's call number ``index`` (0.0: none recorded)."""

@@ -11,13 +11,13 @@ functions.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Awaitable, Coroutine, Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from . import awaits as _awaits
 
 if TYPE_CHECKING:
-    from ..request import Request
+    from .task import Task
 
 T = TypeVar("T")
 
@@ -26,19 +26,46 @@ DONE: Final = 1
 CANCELLED: Final = 2
 
 
+class Waitable(Protocol):
+    """What the waits use of a request (``request.Request``): declared here, so that this module
+    imports nothing that imports it (``request`` re-exports the waits)."""
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel that completes it (``request.Waker``)."""
+
+    @property
+    def task(self) -> Task | None:
+        """The rank's task that made it."""
+
+    @property
+    def retrieved(self) -> bool:
+        """Whether its result was taken."""
+
+    def done(self) -> bool: ...
+
+    def test(self) -> bool: ...
+
+    def result(self) -> Any: ...
+
+    def set_waiter(self, task: Task | None) -> None: ...
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+
 class WaitAny:
     """Yielded to the engine to park a rank on several requests at once."""
 
     __slots__ = ("requests",)
 
-    def __init__(self, requests: Sequence[Request[Any]]) -> None:
+    def __init__(self, requests: Sequence[Waitable]) -> None:
         self.requests = requests
 
     def __await__(self) -> Generator[Any, None, None]:
         yield self
 
 
-def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> None:
+def _trace_wait(requests: Sequence[Waitable], name: str, start: float) -> None:
     """Record a span for a wait on several requests that took virtual time."""
     engine = requests[0].kernel
     task = requests[0].task
@@ -46,17 +73,17 @@ def _trace_wait(requests: Sequence[Request[Any]], name: str, start: float) -> No
         engine.trace.span(task.rank, name, start, engine.now, requests=len(requests))
 
 
-def _unwait(requests: Sequence[Request[Any]]) -> None:
+def _unwait(requests: Sequence[Waitable]) -> None:
     """Forget the rank parked on several requests, so the ones still pending cannot wake it later."""
     for r in requests:
         r.set_waiter(None)
 
 
-async def wait_one(request: Request[T]) -> T:
+async def wait_one(request: Awaitable[T]) -> T:
     return await request
 
 
-async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
+async def _wait_all(reqs: list[Waitable]) -> list[Any]:
     results: list[Any] = []
     first_error: BaseException | None = None
     for r in reqs:
@@ -71,7 +98,7 @@ async def _wait_all(reqs: list[Request[Any]]) -> list[Any]:
     return results
 
 
-async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
+async def _wait_any(reqs: list[Waitable]) -> tuple[int, Any]:
     start = reqs[0].kernel.now
     while True:
         for i, r in enumerate(reqs):
@@ -82,7 +109,7 @@ async def _wait_any(reqs: list[Request[Any]]) -> tuple[int, Any]:
         _unwait(reqs)
 
 
-async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
+async def _wait_some(reqs: list[Waitable]) -> list[tuple[int, Any]]:
     active = [r for r in reqs if not r.retrieved]
     if not active:
         return []
@@ -95,7 +122,7 @@ async def _wait_some(reqs: list[Request[Any]]) -> list[tuple[int, Any]]:
             if r.done() and not r.retrieved]
 
 
-def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
+def _as_list(requests: Iterable[Waitable]) -> list[Waitable]:
     reqs = list(requests)
     for r in reqs:
         if not hasattr(r, "set_waiter"):  # a Request (request imports this module)
@@ -104,7 +131,7 @@ def _as_list(requests: Iterable[Request[Any]]) -> list[Request[Any]]:
     return reqs
 
 
-def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) -> Coroutine[Any, Any, T]:
+def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Waitable]) -> Coroutine[Any, Any, T]:
     """Return ``coro``; in strict runs, note it so that one never awaited fails its rank."""
     if reqs and reqs[0].kernel.strict:
         count = f"{len(reqs)} request{'s' if len(reqs) != 1 else ''}"
@@ -112,7 +139,7 @@ def _noted(name: str, coro: Coroutine[Any, Any, T], reqs: list[Request[Any]]) ->
     return coro
 
 
-def wait_all(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[Any]]:
+def wait_all(requests: Iterable[Waitable]) -> Coroutine[Any, Any, list[Any]]:
     """Wait for every request; return their results in order (``await sc.wait_all(reqs)``).
 
     Completes at the latest completion time among them. If one fails, its
@@ -125,7 +152,7 @@ def wait_all(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[Any]]
     return _noted("wait_all", _wait_all(reqs), reqs)
 
 
-def wait_any(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, tuple[int, Any]]:
+def wait_any(requests: Iterable[Waitable]) -> Coroutine[Any, Any, tuple[int, Any]]:
     """Wait until one request completes; return ``(index, result)`` (``await sc.wait_any(reqs)``).
 
     Among requests already complete, the lowest index wins.
@@ -140,7 +167,7 @@ def wait_any(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, tuple[int,
     return _noted("wait_any", _wait_any(reqs), reqs)
 
 
-def wait_some(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[tuple[int, Any]]]:
+def wait_some(requests: Iterable[Waitable]) -> Coroutine[Any, Any, list[tuple[int, Any]]]:
     """Wait until at least one request completes; return every completed ``(index, result)``.
 
     ``await sc.wait_some(reqs)``; requests already retrieved are skipped, and
@@ -150,17 +177,17 @@ def wait_some(requests: Iterable[Request[Any]]) -> Coroutine[Any, Any, list[tupl
     return _noted("wait_some", _wait_some(reqs), reqs)
 
 
-def test_all(requests: Iterable[Request[Any]]) -> bool:
+def test_all(requests: Iterable[Waitable]) -> bool:
     """Return True if every request has completed; never blocks."""
     reqs = _as_list(requests)
     if any(not r.done() for r in reqs):  # like MPI_Testall: nothing completes unless all do
         if reqs:
-            reqs[0].kernel.spin(reqs[0])
+            reqs[0].kernel.checks.spin(reqs[0])
         return False
     return all([r.test() for r in reqs])
 
 
-def test_any(requests: Iterable[Request[Any]]) -> tuple[int, Any] | None:
+def test_any(requests: Iterable[Waitable]) -> tuple[int, Any] | None:
     """Return ``(index, result)`` of the first completed request, or None; never blocks."""
     reqs = _as_list(requests)
     for i, r in enumerate(reqs):

@@ -16,6 +16,7 @@ from simcluster.transports.tcp import TcpTransport
 
 from . import control as _control, remote as _remote
 from ..engine.coll_check import CallCheck, HostedCallCheck, SignatureRecord
+from ..engine import running as _running
 from ..engine.kernel import finish_request
 from ..engine.protocol import (Booking, Delivery, by_source_and_id, pack_time, serial_of,
                                sort_by_source, transfer_start, unpack_time)
@@ -390,7 +391,8 @@ class HostedEngine(Engine):
         from ..engine.failures import Failures as _Failures
 
         lo, hi = self.lo, self.hi
-        return _Failures(self.kernel, self.p2p, [c for c in crashes if lo <= c.rank < hi], [])
+        return _Failures(self.kernel, self.p2p, [c for c in crashes if lo <= c.rank < hi], [],
+                         meetings=self.meetings)
 
     # ---- one round ----
 
@@ -429,7 +431,7 @@ class HostedEngine(Engine):
         delivery.land()
         delivery.closing = close or until is not None
         try:
-            await kernel.run_until(now if until is None else until)
+            await _running.run_until(kernel, now if until is None else until)
         finally:
             delivery.closing = False
         await self.transport.flush()

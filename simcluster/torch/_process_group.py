@@ -24,7 +24,8 @@ DistributedDataParallel's logging data, says gloo (``_session.py``).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -52,7 +53,7 @@ from simcluster.errors import RevokedError
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
 from simcluster.request import Request
-from simcluster.torch import _profiler
+from simcluster.torch import _gpu, _profiler
 from simcluster.torch._work import (
     GLOO_CLOSED,
     Expiry,
@@ -125,6 +126,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         # an operation that never completes is the deadlock report (_work.py, Rule 3)
         self._timeout = None if timeout == default_pg_timeout else seconds_of(timeout)
         self._closed = False  # an operation timed out on this rank: later ones fail, as gloo's
+        self._stream: _Stream | None = None  # compute="gpu:...": the rank's stream on this group
         self.named = BACKEND  # the backend the program asked for (torchrun maps gloo here):
         # the prefix of its operations' profiler spans ("gloo:all_reduce")
 
@@ -184,6 +186,21 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             expiry = Expiry(self._comm.now + seconds, seconds, self)
         return SimclusterWork(req, list(outputs), finish, op, expiry)
 
+    def _start(self, collective: str, *args: Any, **kwargs: Any) -> Request[Any]:
+        """Start the nonblocking ``collective`` on the group's communicator (``Comm.i<collective>``).
+
+        Under ``compute="gpu:..."`` the rank's collectives on one group run in issue order, as
+        NCCL runs a process group's kernels on one stream (``_gpu``, Rule 4): each is queued on the
+        group's ``_Stream``, which starts it when the one before it has completed.
+        """
+        comm = self._comm
+        if _gpu.streams() is None:
+            return getattr(comm, "i" + collective)(*args, **kwargs)  # type: ignore[no-any-return]
+        stream = self._stream
+        if stream is None:
+            stream = self._stream = _Stream(comm)
+        return stream.start(collective, getattr(comm, collective)(*args, **kwargs))
+
     def timed_out(self) -> None:
         """An operation of this group timed out on this rank: fail the later ones, as gloo does.
 
@@ -228,7 +245,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             return self._sparse_all_reduce(tensors[0])
         if len(tensors) == 1:
             tensor = tensors[0]
-            req = self._comm.iall_reduce(_engine_view(tensor, op), op,
+            req = self._start("all_reduce", _engine_view(tensor, op), op,
                                          algorithm=self._gloo("all_reduce", _nbytes(tensor)))
             return self._work(req, tensors, op="all_reduce")
         return self._coalesced_all_reduce(tensors, op)
@@ -249,7 +266,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                     n = t.numel()
                     t.copy_(flat[offset:offset + n].view(t.shape))
                     offset += n
-        req = self._comm.iall_reduce(_engine_view(flat, op), op, algorithm=self._gloo("all_reduce", _nbytes(flat)))
+        req = self._start("all_reduce", _engine_view(flat, op), op, algorithm=self._gloo("all_reduce", _nbytes(flat)))
         return self._work(req, tensors, finish, "all_reduce_coalesced")
 
     def _sparse_all_reduce(self, tensor: torch.Tensor) -> SimclusterWork:
@@ -258,7 +275,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         The tensor becomes the coalesced sum in place, on every rank.
         """
         local = tensor.detach().coalesce()
-        req = self._comm.iall_gather((local.indices(), local.values()))
+        req = self._start("all_gather", (local.indices(), local.values()))
 
         def finish(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
             # explicitly unchecked, as gloo's C++ makes them: the parts are coalesced tensors, and an
@@ -295,7 +312,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("reduce", tensors)
         op = self._op("reduce", opts)
-        req = self._comm.ireduce(_engine_view(tensor, op), opts.rootRank, op,
+        req = self._start("reduce", _engine_view(tensor, op), opts.rootRank, op,
                                  algorithm=self._gloo("reduce", _nbytes(tensor)))
         return self._work(req, tensors, op="reduce")
 
@@ -303,7 +320,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                        opts: ReduceScatterOptions = ReduceScatterOptions()  # noqa: B008
                        ) -> SimclusterWork:
         output = self._one("reduce_scatter", outputs)
-        req = self._comm.ireduce_scatter(list(inputs[0]), self._op("reduce_scatter", opts),
+        req = self._start("reduce_scatter", list(inputs[0]), self._op("reduce_scatter", opts),
                                          algorithm=self._gloo("reduce_scatter", 0, "gloo_items"))
         return self._work(req, outputs, _copy_to(output), "reduce_scatter")
 
@@ -319,7 +336,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         flat = input.detach().reshape(-1)
         view = _engine_view(flat, op)
         parts = list(view.reshape(size, -1)) if view is not flat else list(flat.chunk(size))
-        req = self._comm.ireduce_scatter(parts, op,
+        req = self._start("reduce_scatter", parts, op,
                                          algorithm=self._gloo("reduce_scatter", 0, "gloo_whole"))
         return self._work(req, [output], _copy_to(output), "reduce_scatter_tensor")
 
@@ -339,21 +356,21 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def broadcast(self, tensors: list[torch.Tensor],
                   opts: BroadcastOptions = BroadcastOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("broadcast", tensors)
-        return self._work(self._comm.ibroadcast(_engine_view(tensor), opts.rootRank), tensors, op="broadcast")
+        return self._work(self._start("broadcast", _engine_view(tensor), opts.rootRank), tensors, op="broadcast")
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                 opts: ScatterOptions = ScatterOptions()) -> SimclusterWork:  # noqa: B008
         output = self._one("scatter", outputs)
         root = opts.rootRank
         objs = list(inputs[0]) if self._comm.rank == root else None
-        req = self._comm.iscatter(objs, root)
+        req = self._start("scatter", objs, root)
         return self._work(req, outputs, _copy_to(output), "scatter")
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: GatherOptions = GatherOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("gather", inputs)
         root = opts.rootRank
-        req = self._comm.igather(tensor, root)
+        req = self._start("gather", tensor, root)
         targets = list(outputs[0]) if self._comm.rank == root and outputs else []
         return self._work(req, targets, _copy_list(targets), "gather")
 
@@ -363,7 +380,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                   opts: AllgatherOptions = AllgatherOptions()) -> SimclusterWork:  # noqa: B008
         tensor = self._one("all_gather", inputs)
         targets = list(outputs[0])
-        req = self._comm.iall_gather(_engine_view(tensor), algorithm=self._nccl("all_gather", 0))
+        req = self._start("all_gather", _engine_view(tensor), algorithm=self._nccl("all_gather", 0))
         return self._work(req, targets, _copy_list(targets), "all_gather")
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -374,7 +391,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
             raise ValueError(f"{self._who()}: all_gather_into_tensor: output has "
                              f"{output.numel()} elements, not world size {size} x input's "
                              f"{input.numel()}; size output as {size} inputs")
-        req = self._comm.iall_gather(_engine_view(input), algorithm=self._nccl("all_gather", 0))
+        req = self._start("all_gather", _engine_view(input), algorithm=self._nccl("all_gather", 0))
         return self._work(req, [output], _concat_to(output), "all_gather_into_tensor")
 
     _allgather_base = all_gather_single  # the older name
@@ -397,7 +414,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
                                        f"output tensor at index {i} (expected length "
                                        f"({source.numel()}), got ({target.numel()}))")
         flat = torch.cat([t.detach().reshape(-1) for t in inputs]) if inputs else torch.empty(0)
-        req = self._comm.iall_gather(flat, algorithm=self._nccl("all_gather", 0))
+        req = self._start("all_gather", flat, algorithm=self._nccl("all_gather", 0))
         targets = [t for row in outputs for t in row]
 
         def finish(values: list[torch.Tensor]) -> None:
@@ -420,7 +437,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: AllToAllOptions = AllToAllOptions()) -> SimclusterWork:  # noqa: B008
-        req = self._comm.iall_to_all(list(inputs))
+        req = self._start("all_to_all", list(inputs))
         return self._work(req, outputs, _copy_list(list(outputs)), "all_to_all")
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -433,7 +450,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         in_splits = _splits(input, input_split_sizes, size, who, "input")
         out_splits = _splits(output, output_split_sizes, size, who, "output")
         pieces = list(torch.split(input.detach(), in_splits))
-        req = self._comm.iall_to_all(pieces)
+        req = self._start("all_to_all", pieces)
 
         def finish(values: list[torch.Tensor]) -> None:
             with torch.no_grad():
@@ -458,7 +475,7 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     # ---- barrier, point-to-point ----
 
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimclusterWork:  # noqa: B008
-        return self._work(self._comm.ibarrier(), [], op="barrier", seconds=seconds_of(opts.timeout))
+        return self._work(self._start("barrier"), [], op="barrier", seconds=seconds_of(opts.timeout))
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """gloo's ``monitored_barrier``, its timeout in virtual time (a group made as gloo).
@@ -499,6 +516,41 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimclusterWork:
         tensor = self._one("recv", tensors)
         return self._work(self._comm.irecv(tensor, ANY_SOURCE, tag), tensors, op="recv")
+
+
+class _Stream:
+    """One rank's communication stream on one group: its collectives run one after another, in
+    the order they were issued (``ProcessGroupSimcluster._start``)."""
+
+    __slots__ = ("comm", "queue", "running")
+
+    def __init__(self, comm: Comm) -> None:
+        self.comm = comm
+        self.queue: deque[tuple[Awaitable[Any], Request[Any]]] = deque()
+        self.running = False
+
+    def start(self, collective: str, run: Awaitable[Any]) -> Request[Any]:
+        """Queue ``run`` (the blocking ``collective``'s coroutine); return its request."""
+        kernel = self.comm.kernel
+        req: Request[Any] = Request(kernel, kernel.current, "i" + collective)
+        req.nonblocking = True
+        self.queue.append((run, req))
+        if not self.running:
+            self.running = True
+            kernel.checks.untrack(kernel.spawn(self._drain(), "i" + collective))
+        return req
+
+    async def _drain(self) -> None:
+        queue = self.queue
+        while queue:
+            run, req = queue.popleft()
+            try:
+                value = await run
+            except BaseException as exc:  # noqa: BLE001 - the operation's Work raises it at wait()
+                req.complete(None, exc)
+            else:
+                req.complete(value)
+        self.running = False
 
 
 def _monitor(side: Comm, size: int, seconds: float, wait_all: bool) -> None:
@@ -669,6 +721,7 @@ def _unless_closed(method: Callable[..., SimclusterWork], op: str) -> Callable[.
                 work = method(self, *args, **kwargs)
             except RevokedError as exc:  # another member's operation on the group timed out
                 work = SimclusterWork(None, [], None, op, error=closed_by(exc))
+        work.args = args  # its tensors, for compute="gpu:..." (_gpu, Rule 3)
         if spans:
             work.spans.extend(spans)
             if work._error is not None or work._done:

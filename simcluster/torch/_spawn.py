@@ -12,13 +12,14 @@ a rank, ``dist.init_process_group("simcluster")`` rendezvous in memory
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from simcluster import _identity
 from simcluster.engine import sync as _sync
 from simcluster.runner import RunResult, run
-from simcluster.torch import _fake, _gpu
+from simcluster.torch import _fake, _gpu, _report
 from simcluster.torch._session import Session
 
 RUN_KEYWORDS = ("latency", "seed", "trace", "checks", "timeout", "algorithms", "eager_limit",
@@ -49,12 +50,14 @@ def _check(fn: object, args: object, nprocs: object, join: object, daemon: objec
     for name in run_keywords:
         if name not in RUN_KEYWORDS:
             raise TypeError(f"spawn() got an unexpected keyword argument {name!r}; valid: fn, "
-                            f"args, nprocs, join, daemon, start_method, tensors, {', '.join(RUN_KEYWORDS)}")
+                            f"args, nprocs, join, daemon, start_method, tensors, report, tokens_per_step, "
+                            f"flops_per_token, {', '.join(RUN_KEYWORDS)}")
 
 
 def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
           daemon: bool = False, start_method: str = "spawn", tensors: str = "real",
-          **run_keywords: Any) -> RunResult:
+          report: bool = False, tokens_per_step: int | None = None,
+          flops_per_token: float | None = None, **run_keywords: Any) -> RunResult:
     """Run ``fn(rank, *args)`` on ``nprocs`` virtual ranks, as ``torch.multiprocessing.spawn`` does.
 
     Each rank is a thread of this process that the simulator runs one at a
@@ -82,10 +85,18 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
             every floating-point tensor a ``FakeTensor`` (shape, dtype and
             device, no data), collectives timed from their sizes
             (``_fake.py``, docs/predict.md).
+        report: record each rank's steps (each ``optimizer.step()``) and
+            memory, and put the step report (``simcluster.predict.report.StepReport``)
+            on the result as ``result.report`` (docs/predict.md, Reports).
+        tokens_per_step: with ``report``, the tokens each rank processes per
+            step (else what the ranks give ``simcluster.predict.report.tokens``).
+        flops_per_token: with ``report``, the model FLOPs per token for MFU
+            (else the program's ``report.model_flops``, else 6 x parameters).
 
     Returns:
         The ``RunResult``: what ``fn`` returned on each rank, with
-        ``elapsed`` (virtual seconds), ``times``, ``stats`` and ``trace``.
+        ``elapsed`` (virtual seconds), ``times``, ``stats``, ``trace`` and,
+        with ``report=True``, ``report``.
 
     Raises:
         RankError: a rank raised (the others are cancelled); ``__cause__`` is
@@ -95,6 +106,7 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
     """
     _check(fn, args, nprocs, join, daemon, start_method, run_keywords)
     shapes = _fake.Shapes() if _fake.check(tensors) == "fake" else None
+    recording = _report.Recording() if _report_asked(report, tokens_per_step, flops_per_token) else None
     with Session(nprocs) as session:
         def rank_main(_comm_world: object) -> Any:
             rank = _sync.current()
@@ -102,19 +114,42 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
             state = session.start_rank()
             gpu = _gpu.attach(rank)  # compute="gpu:...": the rank's ops timed on the modelled GPU
             _sync.start_clock(rank)
+            recorder = (contextlib.nullcontext() if recording is None  # above the clock: it sees
+                        else recording.rank(state.rank, gpu))        # every storage made
             if shapes is None:
-                with _gpu.clocked(gpu):
+                with _gpu.clocked(gpu), recorder:
                     return fn(state.rank, *args)
-            with shapes.rank(state.rank), _gpu.clocked(gpu):
+            with shapes.rank(state.rank), _gpu.clocked(gpu), recorder:
                 return fn(state.rank, *args)
 
         rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
         rank_main.__qualname__ = rank_main.__name__ = getattr(fn, "__name__", "fn")
         _identity.install()  # each rank's os.getpid() and host name, as a process's
         try:
-            if shapes is None:
-                return run(rank_main, nprocs, **run_keywords)
-            with shapes:
-                return run(rank_main, nprocs, **run_keywords)
+            with shapes or contextlib.nullcontext(), recording or contextlib.nullcontext():
+                result = run(rank_main, nprocs, **run_keywords)
         finally:
             _identity.uninstall()
+    if recording is not None:
+        result.report = recording.report(tokens_per_step=tokens_per_step,
+                                         flops_per_token=flops_per_token,
+                                         trace=run_keywords.get("trace"))
+    return result
+
+
+def _report_asked(report: object, tokens_per_step: object, flops_per_token: object) -> bool:
+    """Whether the step report was asked for; its options are refused without it."""
+    if not isinstance(report, bool):
+        raise TypeError(f"spawn(report={report!r}): report must be a bool")
+    if tokens_per_step is not None and (isinstance(tokens_per_step, bool)
+                                        or not isinstance(tokens_per_step, int) or tokens_per_step < 1):
+        raise ValueError(f"spawn(tokens_per_step={tokens_per_step!r}): give the tokens each rank "
+                         "processes per step, an int >= 1")
+    if flops_per_token is not None and not (isinstance(flops_per_token, (int, float))
+                                            and flops_per_token > 0):
+        raise ValueError(f"spawn(flops_per_token={flops_per_token!r}): give the model FLOPs per "
+                         "token, > 0")
+    if not report and (tokens_per_step is not None or flops_per_token is not None):
+        raise ValueError("spawn(tokens_per_step=..., flops_per_token=...) are options of the step "
+                         "report: add report=True")
+    return report

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch.futures import Future
 
 from simcluster.engine import sync as _sync
+from simcluster.engine.kernel import Kernel
 from simcluster.errors import ProcessFailedError, RevokedError
 from simcluster.request import Request, wait_any
-from simcluster.torch import _profiler
+from simcluster.torch import _gpu, _profiler
 
 Finish = Callable[[Any], None]
 
@@ -93,7 +94,7 @@ def wait_until(req: Request[Any], deadline: float) -> tuple[bool, Any]:
     Returns (True, value) when ``req`` completed first (at the same instant it
     wins), (False, None) when the deadline came first, ``req`` still pending.
     """
-    kernel = req.kernel
+    kernel = cast(Kernel, req.kernel)  # every request's kernel (request.Waker) is the Kernel
     if not req.done():
         remaining = deadline - kernel.now
         if remaining <= 0:
@@ -142,6 +143,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         self._expiry = expiry if req is not None else None
         self._error = error  # raised by wait(): the operation failed (a timeout, a closed group)
         self.spans: list[Any] = []  # the profiler's spans of this operation, ended when it is done
+        self.args: tuple[Any, ...] = ()  # the backend call's arguments (compute="gpu:...": its tensors)
 
     def __del__(self) -> None:
         # torch's own code drops collective handles it never waits for (DDP under Join drops
@@ -150,7 +152,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         # send or receive is still reported, as the script's own.
         req = self._req
         if req is not None and self._finish is None and self._op not in ("send", "recv"):
-            req.kernel.untrack(req)
+            req.kernel.checks.untrack(req)
 
     def _complete(self, value: Any) -> None:
         self._done = True
@@ -169,10 +171,39 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block this rank until the operation completes; return True.
 
+        Under ``compute="gpu:..."``, torch's own wait of a synchronous tensor collective enqueues
+        it on the rank's communication stream instead, and any other wait first waits for every
+        collective so enqueued (``_gpu``, Rule 3).
+
         Raises:
             SimclusterError: the operation failed (a mismatch, a truncated
                 receive, ...); the same error ends the run if not caught.
         """
+        if self._error is not None:
+            raise self._error
+        if self._req is not None:
+            streams = _gpu.streams()
+            if streams is not None:
+                if timeout is None and _gpu.synchronous():
+                    streams.enqueue(self, *self._tensors())
+                    return True
+                streams.drain()
+        return self._block(timeout)
+
+    def _tensors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The operation's (input, output) tensors: its outputs, and the other tensors of its call."""
+        outputs = self._outputs
+        inputs: list[torch.Tensor] = []
+        for arg in self.args:
+            items = arg if isinstance(arg, (list, tuple)) else [arg]
+            for item in items:
+                for tensor in (item if isinstance(item, (list, tuple)) else [item]):
+                    if isinstance(tensor, torch.Tensor) and not any(tensor is o for o in outputs):
+                        inputs.append(tensor)
+        return inputs, outputs
+
+    def _block(self, timeout: timedelta | None = None) -> bool:
+        """``wait()`` itself: block until the operation completes, then write its results."""
         if self._error is not None:
             raise self._error
         req = self._req
@@ -190,6 +221,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
             if req.status is not None:
                 self._source = req.status.source
             self._complete(value)
+            req.kernel.checks.untrack(req)  # waited: the leak check lets go of it, and of its tensors
         return True
 
     def _wait_until(self, req: Request[Any], expiry: Expiry | None, limit: float | None) -> Any:
@@ -206,7 +238,7 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         done, value = wait_until(req, deadline)
         if not done:  # the operation is given up, as gloo's is: no leak report for it
             assert expiry is not None
-            req.kernel.untrack(req)
+            req.kernel.checks.untrack(req)
             self._req = None
             self._error = timeout_error(self._op, expiry.seconds)
             self.end_spans()

@@ -53,7 +53,8 @@ def test_unknown_start_method_lists_the_valid_ones() -> None:
 
 def test_unknown_keyword_lists_the_valid_ones() -> None:
     with pytest.raises(TypeError, match=r"^spawn\(\) got an unexpected keyword argument 'procs'; "
-                       r"valid: fn, args, nprocs, join, daemon, start_method, tensors, latency, seed, "
+                       r"valid: fn, args, nprocs, join, daemon, start_method, tensors, report, tokens_per_step, "
+                       r"flops_per_token, latency, seed, "
                        r"trace, checks, timeout, algorithms, eager_limit, compute, faults$"):
         sctorch.spawn(print, nprocs=2, procs=2)
 
