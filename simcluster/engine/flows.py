@@ -250,6 +250,7 @@ class Flows:
         tails, deliver = self.tails, self.deliver
         for flow in ended:
             flow.done = True
+            flow.batch = None  # its batch lists it back: no cycle left to keep its payload alive
             if flow.head:  # it arrives, and the ended flows behind it on its channel (rule 3)
                 booked = flow.booking
                 booked.time = now

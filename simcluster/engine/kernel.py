@@ -437,6 +437,7 @@ class Kernel(Waker):
             task.state = FINISHED
             task.result = stop.value
             task.time = self.now
+            task.waiting = None  # the last request it waited on names it back: no cycle to keep its value
             if task.done_request is not None:
                 del self._helpers[id(task)]
                 task.done_request.complete(stop.value)
@@ -446,6 +447,7 @@ class Kernel(Waker):
         except Exception as exc:
             task.state = FINISHED
             task.time = self.now
+            task.waiting = None
             if task.done_request is not None:  # a helper's error belongs to its request
                 del self._helpers[id(task)]
                 task.done_request.complete(None, exc)
