@@ -643,19 +643,17 @@ def world_of(comm: ScComm) -> Intracomm:
 
 
 def _comm_lock(comm: Comm, key: Any = None) -> threading.Lock:
-    """mpi4py's ``MPI._comm_lock``: the communicator's lock for ``key``, made on first use.
-
-    The lowercase collectives put theirs in the table as mpi4py's do (``bcast``, ``gather``,
-    ``scatter``, ``allgather``, ``alltoall``; ``@commctx_intra`` for the reductions), but do not
-    hold them: each is one simulated operation, which another call cannot interleave with.
-    """
+    """Create or get the communicator's lock for ``key``."""
+    # The lowercase collectives put theirs in the table under mpi4py's keys (bcast, gather,
+    # scatter, allgather, alltoall; @commctx_intra for the reductions) but do not hold them:
+    # each is one simulated operation, which no other call can interleave with.
     if not isinstance(comm, Comm):
         raise TypeError(f"_comm_lock(): expected an MPI.Comm, got {type(comm).__name__}")
     return comm._st.lock(key)
 
 
 def _comm_lock_table(comm: Comm) -> dict[Any, threading.Lock]:
-    """mpi4py's ``MPI._comm_lock_table``: the communicator's table of locks, shared by its handles."""
+    """Return the communicator's table of locks, shared by its handles."""
     if not isinstance(comm, Comm):
         raise TypeError(f"_comm_lock_table(): expected an MPI.Comm, got {type(comm).__name__}")
     return comm._st.locks

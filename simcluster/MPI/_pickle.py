@@ -72,8 +72,9 @@ class Pickle:
         return self._loads(data)
 
     def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
-        """Return ``obj`` pickled with protocol 5 (at least), and the buffers of ``THRESHOLD`` bytes or
-        more it holds (numpy arrays' memory), out of band as ``MPI.buffer``s, not copied."""
+        """Return ``obj`` pickled with protocol 5 or later, and its large buffers out of band."""
+        # buffers of THRESHOLD bytes or more (numpy arrays' memory) come back as MPI.buffer objects,
+        # not copied into the pickle, as mpi4py's do
         protocol = max(_pickle.HIGHEST_PROTOCOL if self.PROTOCOL is None else self.PROTOCOL, 5)
         threshold, buffers = self.THRESHOLD, []
 
