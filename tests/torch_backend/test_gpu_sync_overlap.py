@@ -16,24 +16,12 @@ import simcluster.torch as sctorch  # noqa: E402
 from simcluster.predict import H100_SXM  # noqa: E402
 from simcluster.predict.compute import GpuClock  # noqa: E402
 
+from test_gpu_streams import _comm_seconds, _matmul_seconds  # noqa: E402  # the same times by hand
+
 ALPHA, BETA = 1e-6, 1e-9
 LATENCY = sc.latency.AlphaBeta(ALPHA, BETA)
 NBYTES = 1 << 20  # the all_reduce's buffer: 2**19 bfloat16 elements
 TOLERANCE = 1e-10  # seconds: time.perf_counter reads the real epoch plus virtual time (~1e-11 s resolution)
-
-
-def _comm_seconds() -> float:
-    """The all_reduce of NBYTES on 2 ranks by hand: gloo's ring is one reduce-scatter step and one
-    all-gather step, each sending half the buffer (alpha + half * beta each)."""
-    return 2 * (ALPHA + NBYTES / 2 * BETA)
-
-
-def _matmul_seconds(k: int) -> float:
-    """A (k, k) @ (k, k) bfloat16 matmul on the H100 SXM preset by hand, from its constants."""
-    flops = 2.0 * k ** 3
-    compute = flops / (H100_SXM.peak_flops["bfloat16"].value * H100_SXM.matmul(flops))
-    memory = 3 * k * k * 2 / (H100_SXM.memory_bandwidth.value * H100_SXM.memory_efficiency.value)
-    return H100_SXM.launch_overhead.value + max(compute, memory)
 
 
 def _read_seconds() -> float:
