@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 
-COMPILED = ("engine.kernel", "engine.task", "engine.meetings", "engine.protocol", "engine.delivery", "engine.flows", "engine.diagnostics",
+COMPILED = ("engine.kernel", "engine.task", "engine.meetings", "engine.protocol", "engine.rendezvous", "engine.delivery", "engine.flows", "engine.diagnostics",
             "engine.assembly",
             "hosting.hosted_engine", "matching", "request", "engine.ports", "_p2p_calls", "transports.wire",
             "_coll_context", "collectives._chunks", "collectives._reduction", "collectives.barrier", "collectives.broadcast",
@@ -15,7 +15,7 @@ COMPILED = ("engine.kernel", "engine.task", "engine.meetings", "engine.protocol"
             "collectives.gather", "collectives.scatter", "collectives.all_to_all", "collectives.scan")
 """The hot path, as modules of the ``simcluster`` package: the kernel with its tasks and its
 analytic collectives' meetings, the point-to-point protocol
-and its in-process delivery (with a platform's flows),
+with its handshakes and its in-process delivery (with a platform's flows),
 diagnostics, the engine (in-process and hosted), matching, requests, the built-in models' port
 state (``engine.ports``: the charge of every message), the awaitables ``Comm.send`` and ``recv``
 return under ``checks="off"`` (``_p2p_calls``), the payload codec, and the

@@ -195,29 +195,21 @@ def configure(
     model = check_latency(latency)
     measured = check_compute(compute, world_size)
     hosts = place(transport, world_size, procs, nnodes, node_rank, master_addr, master_port)
-    transport, nnodes, node_rank = hosts.transport, hosts.nnodes, hosts.node_rank
-    master_addr, master_port, secret = hosts.master_addr, hosts.master_port, hosts.secret
-    tp = make_transport(transport)
+    tp = make_transport(hosts.transport)
     multiprocess = is_multiprocess(tp)
     plan = check_faults(faults, world_size)
-    check_nodes(serializer, nnodes, node_rank, procs, multiprocess)
+    check_nodes(serializer, hosts.nnodes, hosts.node_rank, procs, multiprocess)
     _checked(_schedule.check, schedule, tp.name if multiprocess else None)
     check_platform(model, world_size, tp.name, multiprocess, plan, fidelity)
-    check_combinations(compute, measured, plan, transport, multiprocess, fidelity)
-    nprocs, per = 1, world_size
-    if multiprocess:
-        nprocs, per = _layout(world_size, tp, procs, nnodes)
-    else:
-        check_memory(world_size)
-    if nnodes > 1 and secret is None:
-        master_addr, master_port = _rendezvous(master_addr, master_port, nnodes, serializer)
+    check_combinations(compute, measured, plan, hosts.transport, multiprocess, fidelity)
+    nprocs, per, master_addr, master_port = check_layout(hosts, tp, world_size, procs, serializer)
     return RunConfig(
         world_size=world_size, transport=tp, latency=model, args=tuple(args),
         kwargs=dict(kwargs or {}), seed=seed, schedule=schedule, eager_limit=eager_limit,
         trace=trace, checks=checks, algorithms=forced, timeout=timeout, compute=measured,
-        fidelity=fidelity, serializer=serializer, nnodes=nnodes, node_rank=node_rank,
+        fidelity=fidelity, serializer=serializer, nnodes=hosts.nnodes, node_rank=hosts.node_rank,
         master_addr=master_addr, master_port=master_port,
-        name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=secret,
+        name=getattr(fn, "__qualname__", "main"), nprocs=nprocs, per=per, secret=hosts.secret,
         shares=hosts.shares, poll_cost=float(poll_cost), faults=plan)
 
 
@@ -283,6 +275,21 @@ def place(transport: Any, world_size: int, procs: int | None, nnodes: int, node_
         return Hosts("memory", nnodes, node_rank, master_addr, master_port, shares=shares)
     return Hosts(MpiTransport(), placement.nnodes, placement.node_rank, placement.master_addr,
                  placement.master_port, placement.secret, shares)
+
+
+def check_layout(hosts: Hosts, tp: Transport, world_size: int, procs: int | None,
+                 serializer: str) -> tuple[int, int, str | None, int | None]:
+    """``(processes used, ranks per process, node 0's address, its port)``: one process hosts
+    every rank on an in-process transport, if this machine has the memory for them; a multi-node
+    run without an mpiexec job needs its rendezvous address."""
+    nprocs, per = 1, world_size
+    if is_multiprocess(tp):
+        nprocs, per = _layout(world_size, tp, procs, hosts.nnodes)
+    else:
+        check_memory(world_size)
+    if hosts.nnodes > 1 and hosts.secret is None:
+        return (nprocs, per, *_rendezvous(hosts.master_addr, hosts.master_port, hosts.nnodes, serializer))
+    return nprocs, per, hosts.master_addr, hosts.master_port
 
 
 def check_platform(model: _latency.LatencyModel, world_size: int, transport: str, multiprocess: bool,
@@ -467,18 +474,14 @@ def check_nodes(serializer: object, nnodes: object, node_rank: object, procs: ob
 
 
 def check_sharing(model: Any, transport: str, multiprocess: bool, plan: Any, fidelity: str) -> None:
-    """Refuse what a platform whose links flows share cannot run (docs/platforms.md)."""
-    if fidelity == "analytic" or (plan is not None and plan.shapes_messages):
-        why = "fidelity='analytic'" if fidelity == "analytic" else "faults=... with slow, cut or delay"
-        raise UsageError(None, f"run(latency={model.describe()}, {why})", "a platform whose links "
-                         "flows share runs at message fidelity, without slow, cut or delay faults",
-                         "leave those out, or make the platform with sharing=False")
-    if multiprocess and (plan is not None or not model.lookahead() > 0):
-        why = "faults=..." if plan is not None else "a link of latency 0"
-        raise UsageError(None, f"run(latency={model.describe()}, transport={transport!r}, {why})",
-                         "on several hosting processes, a platform whose links flows share needs every "
-                         "link's latency > 0 (each process hears of the others' flows before they join "
-                         "their links), and no fault plan",
+    """Refuse what a platform whose links flows share cannot run (docs/platforms.md): on several
+    hosting processes, a link of latency 0 (each process hears of the others' flows a lookahead
+    before they join their links)."""
+    if multiprocess and not model.lookahead() > 0:
+        raise UsageError(None, f"run(latency={model.describe()}, transport={transport!r}, a link of "
+                         "latency 0)", "on several hosting processes, a platform whose links flows "
+                         "share needs every link's latency > 0 (each process hears of the others' flows "
+                         "before they join their links)",
                          "use transport='memory', or make the platform with sharing=False")
 
 

@@ -19,6 +19,23 @@ on the command line, in the text form ``parse`` reads):
 
 The same plan and seed give the same run, byte for byte. What survivors of a
 crash see (``ProcessFailedError``, revoke, shrink, agree) is in docs/faults.md.
+
+Where each fault takes effect (one place each; a run times its messages
+either by its latency model's ports or, on a platform whose links flows
+share, by ``engine.flows``, and the plan shapes whichever it is):
+
+==========  ==========================================  ============================================
+fault       ports (``ShapedPorts``)                     flows (``ShapedPlatform``)
+==========  ==========================================  ============================================
+Crash       ``engine.failures`` (the rank stops; what reaches it is lost), on either
+Slow        the message's charge, ``factor`` times as    each flow to or from the rank moves its
+            long when it is posted in the window         bytes ``factor`` times slower while the
+                                                         window is open (re-shared where it opens
+                                                         and closes)
+            and the rank's compute and ``sleep``: the kernel's ``slowdown`` hook, on either
+Cut         a message posted in the window leaves at its end (its flow starts then), on either
+Delay       ``seconds`` added on the receiver's side     ``seconds`` added to the route's latency
+==========  ==========================================  ============================================
 """
 
 from __future__ import annotations
@@ -28,15 +45,15 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Union
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from .latency import Ports
 
 if TYPE_CHECKING:
     from .trace import Trace
 
-__all__ = ["CALL_KINDS", "FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPorts", "Slow",
-           "parse"]
+__all__ = ["CALL_KINDS", "FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPlatform",
+           "ShapedPorts", "Slow", "parse"]
 
 
 def __dir__() -> list[str]:
@@ -476,6 +493,10 @@ class ShapedPorts(Ports):
     for models that charge no receive port); a delay between its ends adds
     its seconds on the receiver's side. Each side is charged where its rank
     lives, so hosting processes charge them as one process does.
+
+    Over ports whose ``platform`` shares its links, the flows time every
+    message instead: ``platform`` is then that platform shaped by the plan
+    (``ShapedPlatform``), and these ports charge nothing.
     """
 
     zero = False
@@ -486,6 +507,10 @@ class ShapedPorts(Ports):
         self.slow = [f for f in plan.faults if isinstance(f, Slow)]
         self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
         self.delays = [f for f in plan.faults if isinstance(f, Delay)]
+        # a platform whose links flows share times the messages instead (``engine.flows``): the
+        # plan shapes the links the flows see, and these ports charge nothing
+        shared = getattr(inner, "platform", None)
+        self.platform = None if shared is None else ShapedPlatform(shared, plan)
 
     def grow(self, world_size: int) -> None:
         self.inner.grow(world_size)
@@ -512,3 +537,64 @@ class ShapedPorts(Ports):
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
         depart, wire = self.send_side(src, dst, nbytes, t)
         return depart, self.recv_side(src, dst, nbytes, wire)
+
+
+class ShapedPlatform:
+    """A platform whose links flows share, as a plan's ``Slow``, ``Cut`` and ``Delay`` faults leave it.
+
+    What ``engine.flows`` reads of a platform, with the faults in: while a
+    rank is slow (``slow_changes``) the flows it sends or receives keep their
+    part of each link but move their bytes ``factor`` times slower (the flows
+    under way are re-shared where its window opens and closes, their bytes
+    left moving at the new rate); a message posted inside a cut between its
+    ends starts its flow at the cut's end (``departure``); a delay between its
+    ends adds its seconds to the route's latency (``path``). Every hosting
+    process reads the same plan, so each shares its replica of the flows alike.
+    """
+
+    def __init__(self, platform: Any, plan: FaultPlan) -> None:
+        self.inner = platform
+        self.sharing_model = platform.sharing_model
+        self.capacity: list[float] = platform.capacity
+        self.route = platform.route
+        self.flow_terms = platform.flow_terms
+        self.link_name = platform.link_name
+        self.slow = [f for f in plan.faults if isinstance(f, Slow)]
+        self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
+        self.delays = [f for f in plan.faults if isinstance(f, Delay)]
+        self.departure = self._departure if self.cuts else None
+
+    def path(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """The platform's ``path``, its latency plus the delays between ``src`` and ``dst``."""
+        route, latency, narrowest = self.inner.path(src, dst)
+        for delay in self.delays:
+            if delay.between(src, dst):
+                latency += delay.seconds
+        return route, latency, narrowest
+
+    def _departure(self, src: int, dst: int, t: float) -> float:
+        """When a message from ``src`` to ``dst`` posted at ``t`` starts: the end of the cuts it is in."""
+        start = t
+        for cut in self.cuts:
+            if cut.start <= t < cut.end and cut.between(src, dst):
+                start = max(start, cut.end)
+        return start
+
+    def slow_changes(self) -> list[tuple[float, int, float]]:
+        """``(time, rank, factor)``, in time order: each slow rank's factor from ``time`` on, where
+        its windows open or close (the product of the factors of its windows open then)."""
+        windows: dict[int, list[Slow]] = {}
+        for slow in self.slow:
+            windows.setdefault(slow.rank, []).append(slow)
+        changes: list[tuple[float, int, float]] = []
+        for rank, slows in sorted(windows.items()):
+            current = 1.0
+            for t in sorted({s.start for s in slows} | {s.end for s in slows if s.end < math.inf}):
+                factor = 1.0
+                for slow in slows:
+                    factor *= slow.scale(rank, t)
+                if factor != current:
+                    changes.append((t, rank, factor))
+                    current = factor
+        changes.sort()
+        return changes

@@ -506,7 +506,7 @@ class _HierarchicalPorts(_BoundPorts):
         self.intra = model.intra.bind(world_size, rng)
         self.inter = model.inter.bind(world_size, rng)
         self.zero = self.intra.zero and self.inter.zero
-        self.ordered = bool(getattr(self.intra, "ordered", True) or getattr(self.inter, "ordered", True))
+        self.ordered = self.intra.ordered or self.inter.ordered
         self._ranks_per_node = model.ranks_per_node
         self._intra = self.intra.transfer
         self._inter = self.inter.transfer

@@ -398,7 +398,8 @@ class Platform(LatencyModel):
             ``Dragonfly``).
         nics_per_node: NICs per node; rank ``r`` uses NIC ``r % nics_per_node``
             of its node.
-        sharing: flows on a link share its bandwidth (memory transport only);
+        sharing: flows on a link share its bandwidth (on several hosting processes, every
+            link's latency must be > 0);
             False: each message on its own.
         sharing_model: how they share it, a ``SharingModel``: ``MAX_MIN`` (the
             default), SimGrid's ``CM02`` or ``LV08``, or one of your own.
@@ -668,11 +669,31 @@ LV08: Final = SharingModel(weighting="latency", tcp_window=4194304, latency_fact
 # ---- presets ----
 
 
-_NCCL_NETWORK_EFFICIENCY: Final = 48 / 50
-"""The part of a 400 Gb/s NIC's line rate NCCL moves at large sizes: its tuning model gives an
-inter-node ring channel on Hopper at most 48 GB/s (``sm90SpeedArrayInter`` in NCCL's
-src/graph/search.cc) of the NIC's 50 GB/s (src/graph/topo.cc: speed in Mb/s over 8000), and NCCL's
-developers give 24 GB/s as the peak of a 200 Gb/s NIC (NVIDIA/nccl-tests issue 119): 96% both."""
+_NDR_DATA_RATE: Final = 50e9
+"""A 400 Gb/s (NDR) InfiniBand port, bytes/s each way: 4 lanes of 100G-PAM4, and 400 Gb/s is the
+aggregate data rate, the line encoding already taken out (NVIDIA LinkX documentation, "Key
+Technologies": "400Gb/s = 4x100G-PAM4"); NCCL reads the same 50 GB/s (src/graph/topo.cc: the
+port's speed in Mb/s over 8000)."""
+
+_IB_PAYLOAD: Final = 4096 / (4096 + 8 + 12 + 4 + 2)
+"""The payload share of an InfiniBand packet at the 4096-byte MTU: each also carries a local route
+header (8 bytes), a base transport header (12), an invariant CRC (4) and a variant CRC (2)
+(InfiniBand Architecture Specification vol. 1, chapter 7): 99.4%, 49.7 GB/s of payload."""
+
+_NCCL_PCIE_GEN5_X16: Final = 16 * 240 * 100e6 / 8
+"""What NCCL's topology gives the PCIe Gen5 x16 link between a GPU and its NIC, bytes/s: 240 x 100
+Mb/s per lane for "32.0 GT/s PCIe" (``kvDictPciGen``, src/graph/topo.cc), 16 lanes: 48 GB/s, as
+its topology dumps print it (``PCI[48.0]`` beside the NIC's ``NET[50.0]``, NVIDIA/nccl issue
+1189); also the fastest inter-node ring channel its search tries on Hopper (the first entry of
+``sm90SpeedArrayInter``, src/graph/search.cc)."""
+
+_NCCL_NETWORK_EFFICIENCY: Final = min(_NCCL_PCIE_GEN5_X16, _NDR_DATA_RATE * _IB_PAYLOAD) / _NDR_DATA_RATE
+"""The part of a 400 Gb/s NIC's line rate NCCL moves at large sizes: the narrower of the GPU's PCIe
+link as NCCL models it and the port's payload rate, 48 of 50 GB/s (96%; the packet headers do not
+bind). NCCL's tuning model adds nothing for its Simple protocol, which it runs at large sizes
+(src/graph/tuning.cc: a ring's bus bandwidth is its channels times their speed), and NCCL's
+developers give 46-48 GB/s per NDR NIC (NVIDIA/nccl-tests issue 290) and 24 GB/s per 200 Gb/s
+NIC (NVIDIA/nccl-tests issue 119). docs/predict.md compares it with published measurements."""
 
 
 def dgx_h100(nodes: int = 1, *, oversubscription: float = 1.0, sharing: bool = True) -> Platform:

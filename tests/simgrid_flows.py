@@ -7,7 +7,8 @@ description holds SimGrid's ``config`` options, the number of ``hosts``
 (one per rank), the ``links`` as ``[latency s, bandwidth B/s]`` (each one
 direction of a cable), the ``routes`` as ``[[src, dst], [link, ...]]``, and
 either ``flows`` (``[src, dst, bytes, start]``: prints when each was
-received) or ``ring`` (``{"ranks": p, "chunk": bytes}``: a ring all_reduce,
+received; with ``changes``, ``[time, link, bandwidth B/s]``, a link's
+bandwidth changes at a time) or ``ring`` (``{"ranks": p, "chunk": bytes}``: a ring all_reduce,
 ``2 * (p - 1)`` steps of sending ``chunk`` bytes right while receiving from
 the left; prints when each rank finished).
 """
@@ -48,6 +49,10 @@ def main(path: str) -> None:
         simgrid.Mailbox.by_name(f"flow {i}").get()
         done[i] = simgrid.Engine.clock
 
+    def change(at, link, bandwidth):
+        simgrid.this_actor.sleep_until(at)
+        simgrid.Link.by_name(f"l{link}").set_bandwidth(bandwidth)
+
     def ring_rank(rank, ranks, chunk):
         right = simgrid.Mailbox.by_name(f"to {(rank + 1) % ranks}")
         mine = simgrid.Mailbox.by_name(f"to {rank}")
@@ -67,6 +72,8 @@ def main(path: str) -> None:
             simgrid.Actor.create(f"send {i}", simgrid.Host.by_name(f"h{src}"), sender, i, size, start)
             simgrid.Actor.create(f"recv {i}", simgrid.Host.by_name(f"h{dst}"), receiver, i)
         count = len(desc["flows"])
+        for at, link, bandwidth in desc.get("changes", ()):
+            simgrid.Actor.create(f"change l{link}", simgrid.Host.by_name("h0"), change, at, link, bandwidth)
     engine.run()
     print(json.dumps([done[i] for i in range(count)]))
 

@@ -10,6 +10,7 @@ import pytest
 from simcluster.hosting import control as C
 from simcluster.hosting import remote as _remote
 from simcluster.engine.coll_check import SignatureRecord
+from simcluster.engine.records import CrashRecord, FlowRecord, MeetRecord, Record, RevokeRecord
 from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 
@@ -21,6 +22,11 @@ _RESULTS = C.Results([{"sum": 3}, [1, 2], None], [0.0, 1e-6, 2e-6],
 
 _FIRST = SignatureRecord(4, 1, "broadcast(src=0)", "binomial", "float64[3]", "", 0, 8, False, 0,
                          "world", [0, 2], 2e-6)
+_TOLD: list[Record] = [CrashRecord(due=3e-6, rank=5, at=2e-6), RevokeRecord(due=3e-6, ctx=2, by=4, at=2e-6),
+         MeetRecord(due=3e-6, ctx=2, what="agree", n=1, rank=0, value=1, at=2e-6),
+         MeetRecord(due=3e-6, ctx=2, what="shrink", n=1, rank=1, value=None, at=2e-6),
+         FlowRecord(due=4e-6, instant=2e-6, phase=1, seq=0, kind=3, src=5, dst=1, msg_id=7,
+                    nbytes=1 << 20, time=2.5e-6)]
 
 MESSAGES: list[C.Message] = [
     C.Start([("127.0.0.1", 4000), ("10.0.0.2", 4001)]),
@@ -37,6 +43,7 @@ MESSAGES: list[C.Message] = [
     C.Report(2e-6, [0, 2], 2.5e-6, 1, 3e-6, None, [_FIRST], True),
     C.Report(2e-6, [1, 0], None, 4, 2.5e-6, None, [], False, 3),
     C.Report(0.0, [0, 0], None, 0, None, C.Failure(3, _EXC)),
+    C.Report(2e-6, [0, 1], None, 2, 3e-6, None, [], False, 0, _TOLD),
     C.Blocked(1.0, [(0, "rank 0 waiting in recv(src=1, tag=3) at x.py:5", [1], None)],
               [(1, "rank 1 waiting in irecv(src=0, tag=1)", [0], (2, "world", 1, "barrier()", 1, 2))]),
     C.Results([], [], [], [], None, C.Failure(2, _EXC)),
@@ -87,6 +94,18 @@ def test_collective_records_travel_whole() -> None:
     assert got.firsts[0].payload == "float64[3]" and got.firsts[0].procs == [0, 2]
 
 
+def test_fault_and_flow_records_travel_as_compact_lists_and_come_back_typed() -> None:
+    env = C.envelope(C.Report(2e-6, [0, 1], None, 2, 3e-6, None, [], False, 0, _TOLD), 0)
+    items = wire.unpack(env.header, env.buffers)
+    assert isinstance(items, list) and items[-1] == [
+        ["crash", 3e-6, 5, 2e-6], ["revoke", 3e-6, 2, 4, 2e-6], ["meet", 3e-6, 2, "agree", 1, 0, 1, 2e-6],
+        ["meet", 3e-6, 2, "shrink", 1, 1, None, 2e-6], ["flow", 4e-6, 2e-6, 1, 0, 3, 5, 1, 7, 1 << 20, 2.5e-6]]
+    got = C.read(env)
+    assert isinstance(got, C.Report) and got.faults == _TOLD
+    flow = got.faults[4]
+    assert isinstance(flow, FlowRecord) and flow.order() == (2e-6, 1, 5, 0)  # every process's order
+
+
 class _Point:
     def __init__(self, x: int) -> None:
         self.x = x
@@ -114,6 +133,8 @@ def _raw(op: int, payload: Any) -> Envelope:
     (C.REPORT, {"sent": [0], "firsts": []}),  # a dict payload
     (C.DONE, [0.0, 1]),
     (C.REPORT, [0.0, "x", None, 0, None, None, [], False]),
+    (C.REPORT, [0.0, [0], None, 0, None, None, [], False, 0, [["crash", 1e-6, 3]]]),  # a field short
+    (C.REPORT, [0.0, [0], None, 0, None, None, [], False, 0, [["quake", 1e-6, 3, 0.0]]]),
     (C.HELLO, [1, "127.0.0.1", "digest"]),
     (C.RESULTS, [[1], [0.0], [[0]], "leaks", None, None]),
 ])

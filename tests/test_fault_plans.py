@@ -477,6 +477,37 @@ def test_explore_reports_the_first_crash_point_a_program_does_not_survive() -> N
         sc.run(fragile, 2, seed=failure.seed, schedule="shuffle", faults="crash:0@all_reduce#1")
 
 
+async def rendezvous_exchange(comm: sc.Comm) -> tuple[object, ...]:
+    """400 kB each way (rendezvous handshakes), rank 1 posting its receive late, then a
+    synchronous send back."""
+    got = []
+    try:
+        if comm.rank == 0:
+            await comm.send(np.zeros(50_000), dst=1)
+            got.append(len(await comm.recv(src=1)))
+        else:
+            await comm.sleep(5e-6)
+            got.append(len(await comm.recv(src=0)))
+            await comm.ssend(np.zeros(50_000), dst=0)
+    except sc.ProcessFailedError as exc:
+        return ("failed", exc.failed, exc.time)
+    return ("done", got)
+
+
+def test_explore_crashing_each_call_of_a_rendezvous_finds_only_failures_of_the_survivor() -> None:
+    def survivor_failed_or_done(result: sc.RunResult) -> bool:
+        if not result.crashed:
+            return list(result) == [("done", [50_000])] * 2
+        (crashed, at), = result.crashed.items()
+        return result[crashed] is None and result[1 - crashed] == ("failed", [crashed], at)
+
+    done = sc.testing.explore(rendezvous_exchange, 2, crashes="each", latency=AB,
+                              check=survivor_failed_or_done)
+    # the run without a crash, then each rank at each of its two calls
+    assert done.complete and done.runs == len(done) == 5
+    assert sorted(rank for r in done for rank in r.crashed) == [0, 0, 1, 1]
+
+
 def test_explore_samples_one_crash_point_per_seed() -> None:
     done = sc.testing.explore(resilient_sum, 4, seeds=range(5), crashes="sample", latency=AB)
     assert len(done) == 6 and not done.complete

@@ -179,6 +179,23 @@ def test_aten_add_is_memory_bound_and_a_broadcast_operand_is_read_once() -> None
 
 
 @needs_torch
+def test_a_profiler_record_function_range_costs_nothing() -> None:
+    import torch
+
+    from simcluster.predict.compute import GpuClock
+
+    a = torch.empty(4096, 4096, device="meta", dtype=torch.bfloat16)
+    with GpuClock(H100_SXM) as clock:
+        with torch.profiler.record_function("optimizer step"):
+            a.add(a)
+    names = [record.count.name for record in clock.ops]
+    assert names == ["profiler._record_function_enter_new", "aten.add", "profiler._record_function_exit"]
+    assert [record.count.kind for record in clock.ops] == ["free", "memory", "free"]
+    # the whole range is the one kernel: a launch plus its bytes at the memory bandwidth
+    assert clock.seconds == clock.ops[1].seconds > LAUNCH
+
+
+@needs_torch
 def test_float32_matmul_peak_follows_torchs_matmul_precision() -> None:
     import torch
 

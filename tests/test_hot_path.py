@@ -49,7 +49,8 @@ def test_make_envelope_takes_the_twelve_fields_in_declared_order() -> None:
 
 def test_a_booking_leaves_as_its_envelope_and_sorts_by_its_posting_serial() -> None:
     # _protocol keeps an instant's messages as Bookings: the Envelope fields, then Task.serial
-    item = _protocol.Booking(0, 1, 30, 40, 5, 60, 70, 8.0, b"h", (), True, b"m", 90)
+    item = _protocol.Booking(kind=0, ctx=1, src=30, dst=40, tag=5, msg_id=60, nbytes=70, time=8.0,
+                             header=b"h", buffers=(), sync=True, meta=b"m", serial=90)
     env = item.envelope()
     assert type(env) is Envelope
     assert env == Envelope(0, 1, 30, 40, 5, 60, 70, 8.0, b"h", (), True, b"m")
@@ -128,7 +129,8 @@ def _instant(min_size: int) -> st.SearchStrategy[list[tuple[int, int, int, int]]
 
 def _items(msgs: list[tuple[int, int, int, int]]) -> list[_protocol.Booking]:
     """Fresh bookings of ``msgs`` (the engine changes a booking's time as it charges it)."""
-    return [_protocol.Booking(0, 0, src, dst, 0, i + 1, nbytes, 1e-6, b"", (), False, b"", serial)
+    return [_protocol.Booking(kind=0, ctx=0, src=src, dst=dst, tag=0, msg_id=i + 1, nbytes=nbytes,
+                              time=1e-6, header=b"", buffers=(), sync=False, serial=serial)
             for i, (src, dst, nbytes, serial) in enumerate(msgs)]
 
 
@@ -364,7 +366,8 @@ def test_the_ring_reduce_scatter_array_loop_equals_the_general_loop(world_size: 
 
 
 def _booking(src: int, serial: int, msg_id: int) -> _protocol.Booking:
-    return _protocol.Booking(0, 0, src, 0, 0, msg_id, 0, 0.0, b"", (), False, b"", serial)
+    return _protocol.Booking(kind=0, ctx=0, src=src, dst=0, tag=0, msg_id=msg_id, nbytes=0, time=0.0,
+                             header=b"", buffers=(), sync=False, serial=serial)
 
 
 @settings(max_examples=300, deadline=None)

@@ -242,10 +242,6 @@ def test_what_sharing_cannot_run_is_refused_with_the_way_out() -> None:
         return None
     with pytest.raises(sc.UsageError, match="a link of latency 0.*sharing=False"):  # star's ranks' links
         sc.run(main, 2, latency=star(2), transport="shm", procs=2)
-    with pytest.raises(sc.UsageError, match="slow, cut or delay"):
-        sc.run(main, 2, latency=star(2), faults="slow:0x2@0..1ms")
-    with pytest.raises(sc.UsageError, match="fidelity='analytic'"):
-        sc.run(main, 2, latency=star(2), fidelity="analytic")
 
 
 @pytest.mark.parametrize("bad, message", [

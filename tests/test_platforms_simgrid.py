@@ -137,3 +137,24 @@ def test_a_ring_all_reduce_ends_when_simgrid_says(model: str, machine: str, tmp_
     pairs = [(r, (r + 1) % p) for r in range(p)]
     theirs = simgrid(model, platform, pairs, tmp_path, ring={"ranks": p, "chunk": chunk})
     assert result.times == pytest.approx(theirs, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_slow_rank_whose_nic_is_its_bottleneck_ends_when_simgrid_says_with_the_nic_slowed(
+        model: str, tmp_path: Path) -> None:
+    # rank 0's flow alone on its route, whose narrowest link is node 0's NIC up: a slow window on
+    # rank 0 (its bytes 4 times slower) is SimGrid's NIC losing 3/4 of its bandwidth in the window
+    platform = PLATFORMS["switch"](model)
+    flows = [(0, 1, MB, 0.0), (2, 3, MB, 0.0), (4, 5, MB, 3e-4)]
+    nic = platform.route(0, 1)[1]
+    bandwidth = platform.links.bandwidth[nic]
+    changes = [[4e-4, nic, bandwidth / 4], [8e-4, nic, bandwidth]]
+    theirs = simgrid(model, platform, [(s, d) for s, d, _, _ in flows], tmp_path,
+                     flows=[list(f) for f in flows], changes=changes)
+    size = platform.nodes * platform.ranks_per_node
+    result = sc.run(flows_program(flows), size, latency=platform, trace=True, eager_limit=2**30,
+                    faults="slow:0x4@0.4ms..0.8ms")
+    assert result.trace is not None
+    got = {(m.src, m.dst): m.recv for m in result.trace.messages}
+    assert [got[(s, d)] for s, d, _, _ in flows] == pytest.approx(theirs, rel=1e-9)
+    assert theirs[0] > theirs[1]  # the window did slow it

@@ -133,6 +133,21 @@ def test_mark_and_unknown_category():
     assert "communication" in tracker.report().table()
 
 
+def test_a_collectives_buffers_are_communication_unless_known_otherwise():
+    layer = nn.Linear(16, 16, bias=False).to("meta")
+    tracker = MemoryTracker().track(layer)
+    with tracker:
+        bucket = torch.empty(256, device="meta")  # 1024 bytes
+        output = torch.empty(2, 128, device="meta")
+        # as a collective's arguments reach the backend: lists of tensors, an options object
+        tracker.mark_communication(([bucket, layer.weight], [[output]], object()))
+    now = tracker.report().current_by_category
+    assert now["communication"] == 2048 and now["parameters"] == cuda_block_bytes(16 * 16 * 4)
+    tracker.mark(output, "gradients")  # learned later (FSDP2's reduce-scatter output): it wins
+    now = tracker.report().current_by_category
+    assert (now["communication"], now["gradients"]) == (1024, 1024)
+
+
 def test_a_resized_storage_counts_at_its_new_size():
     tracker = MemoryTracker()
     with tracker:

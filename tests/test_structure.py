@@ -6,8 +6,11 @@ lower than today's (read from git, where the checkout has its history).
 And the engine is composed, not inherited, and its declared seams hold: the kernel calls the
 layer above it only through ``Layer`` and its reports only through ``Reports``, requests call
 the kernel only through ``Waker`` and the run's checks only through ``Checks``, the protocol
-calls its delivery only through ``Delivery``, the deliveries use nothing private of the protocol
-or the kernel, and the diagnostics read the engine only through ``Inspected``.
+calls its delivery only through ``Delivery`` and the deliveries use the protocol only through
+``Posting`` (never assigning its attributes), the protocol and ``Comm`` ask the failure model only
+through ``Faults``, the deliveries use nothing private of the protocol or the kernel, and the
+diagnostics read the engine only through ``Inspected``. Each seam is checked from both sides:
+its users use nothing it does not declare, and the part behind it offers all it declares.
 
 ``python tests/test_structure.py`` prints the counts.
 
@@ -344,6 +347,89 @@ def test_the_deliveries_use_nothing_private_of_the_protocol_or_the_kernel() -> N
         assert used, name
         private = {attr for attr in used if attr.startswith("_")}
         assert not private, f"{name} uses {private}"
+
+
+def test_the_deliveries_use_the_protocol_only_through_posting_and_assign_none_of_it() -> None:
+    declared = _declared(ast.parse((PACKAGE / "engine/protocol.py").read_text(encoding="utf-8")), "Posting")
+    for file, name in (("engine/protocol.py", "Channels"), ("engine/protocol.py", "Delivery"),
+                       ("engine/delivery.py", "LocalDelivery"), ("hosting/hosted_engine.py", "HostedDelivery")):
+        cls = _class(file, name)
+        used = _calls_on(cls, "p2p")
+        assert used and used <= declared, f"{name} uses, undeclared in Posting: {used - declared}"
+        assigned = {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, (ast.Store, ast.Del)) and _is_holder(node.value, "p2p")}
+        assert not assigned, f"{name} assigns the protocol's {assigned}: add a method to P2P instead"
+
+
+def test_the_protocol_and_comm_ask_the_failure_model_only_through_faults() -> None:
+    declared = _declared(ast.parse((PACKAGE / "engine/protocol.py").read_text(encoding="utf-8")), "Faults")
+    for file, name in (("engine/protocol.py", "P2P"), ("comm.py", "Comm"),
+                       ("hosting/hosted_engine.py", "HostedEngine")):
+        asked = _calls_on(_class(file, name), "failures")
+        assert asked and asked <= declared, f"{name} asks, undeclared in Faults: {asked - declared}"
+
+
+SEAMS = (("engine/kernel.py", "Layer", (("engine/protocol.py", "P2P"),)),
+         ("engine/kernel.py", "Reports", (("engine/diagnostics.py", "Diagnostics"),)),
+         ("request.py", "Waker", (("engine/kernel.py", "Kernel"),)),
+         ("request.py", "Checks", (("engine/checks.py", "RunChecks"),)),
+         ("engine/protocol.py", "Delivery", (("engine/delivery.py", "LocalDelivery"),
+                                             ("hosting/hosted_engine.py", "HostedDelivery"))),
+         ("engine/protocol.py", "Posting", (("engine/protocol.py", "P2P"),)),
+         ("engine/protocol.py", "Faults", (("engine/failures.py", "Failures"),)),
+         ("engine/protocol.py", "Roster", (("comm.py", "Group"),)),
+         ("engine/protocol.py", "Member", (("comm.py", "Comm"),)),
+         ("engine/diagnostics.py", "Inspected", (("engine/assembly.py", "Engine"),)),
+         ("engine/awaits.py", "Noting", (("engine/kernel.py", "Kernel"),)),
+         ("engine/waits.py", "Waitable", (("request.py", "Request"),)),
+         ("engine/task.py", "RankComm", (("comm.py", "Comm"),)),
+         ("engine/task.py", "CollectiveCall", (("_coll_context.py", "CollContext"),)),
+         ("engine/task.py", "Completion", (("request.py", "Request"),)),
+         ("engine/schedule.py", "Chooser", (("engine/schedule.py", "Replay"), ("engine/schedule.py", "Explorer"))))
+"""Each declared seam, by the file that declares it, and the parts that stand behind it."""
+
+
+def _is_holder(node: ast.expr, holder: str) -> bool:
+    """Whether ``node`` is ``self.<holder>`` or a local named ``holder``."""
+    return (isinstance(node, ast.Attribute) and node.attr == holder and isinstance(node.value, ast.Name)
+            and node.value.id == "self") or (isinstance(node, ast.Name) and node.id == holder)
+
+
+def _offered(file: str, name: str) -> set[str]:
+    """What a class offers: its methods and properties, its class attributes, what its methods
+    assign on ``self``, and what its bases in the package offer."""
+    cls = _class(file, name)
+    offered = _methods(cls) | {item.target.id for item in cls.body
+                               if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    offered |= {target.id for item in cls.body if isinstance(item, ast.Assign)
+                for target in item.targets if isinstance(target, ast.Name)}
+    offered |= {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name)
+                and node.value.id == "self"}
+    for base in cls.bases:
+        where = _class_file(ast.unparse(base))
+        if where is not None:
+            offered |= _offered(where, ast.unparse(base))
+    return offered
+
+
+def _class_file(name: str) -> str | None:
+    """The core file that defines class ``name`` at its top level (None: not the package's)."""
+    for path in core_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.ClassDef) and node.name == name for node in tree.body):
+            return str(path.relative_to(PACKAGE))
+    return None
+
+
+@pytest.mark.parametrize(("file", "seam", "parts"), SEAMS, ids=[seam for _, seam, _ in SEAMS])
+def test_the_parts_behind_each_seam_offer_all_it_declares(file: str, seam: str,
+                                                         parts: tuple[tuple[str, str], ...]) -> None:
+    declared = _declared(ast.parse((PACKAGE / file).read_text(encoding="utf-8")), seam)
+    assert declared, seam
+    for part_file, part in parts:
+        missing = declared - _offered(part_file, part)
+        assert not missing, f"{part} does not offer what {seam} declares: {missing}"
 
 
 def test_the_counter_sees_a_private_reach_and_a_knot(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

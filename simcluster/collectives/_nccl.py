@@ -19,6 +19,13 @@ on such a platform.
   side, each reducing half the array up to its root and broadcasting it
   down; the second tree is the first over the ranks shifted by one, so the
   two send through different links.
+
+Each ring moves its part at the rate of the links it crosses, so at large
+sizes the bus bandwidth is the rings times a NIC's rate: what NCCL's own
+tuning model gives a ring with its Simple protocol, the one it runs at large
+sizes (src/graph/tuning.cc: channels times their speed, no protocol factor;
+LL's quarter and LL128's 0.92 apply to the protocols of small sizes). The
+NIC's rate is the platform's (``dgx_h100``: NCCL's 48 of 50 GB/s).
 """
 
 from __future__ import annotations

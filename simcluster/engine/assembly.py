@@ -8,13 +8,22 @@ declared seams:
   requests (which call it through ``request.Waker``). It calls the layer above
   through ``Layer`` (its instant hooks) and its reports through ``Reports``;
   the engine installs its hooks: ``checks`` (``engine.checks.RunChecks``: how
-  ranks use their requests) and ``slowdown`` (the fault plan's slow ranks);
+  ranks use their requests) and ``slowdown`` (the fault plan's slow ranks'
+  compute);
 * ``p2p`` (``engine.protocol.P2P``, the kernel's ``Layer``): posting sends and
   receives, the eager and rendezvous protocols, the ports, matching in the
   endpoint table (``matching.Endpoints``), with a ``Delivery`` strategy for
   what lies between a send's charge and its receiver's match:
   ``engine.delivery.LocalDelivery`` here, ``hosting.hosted_engine.HostedDelivery`` in a
   process that hosts part of the world;
+* the run's one timing of messages, fixed by the ports it is made with:
+  their charge (``P2P.arrival``, the delivery's ``book``), or, where the
+  ports name a platform whose links flows share (their ``platform``), the
+  delivery's ``engine.flows.Flows`` and never the charge. A fault plan's
+  ``Slow``, ``Cut`` and ``Delay`` decorate whichever it is
+  (``faults.ShapedPorts`` over the ports, its ``platform`` a
+  ``faults.ShapedPlatform`` for the flows), so each fault takes effect in
+  one place (the table in ``simcluster.faults``);
 * ``diagnostics`` (``engine.diagnostics.Diagnostics``): the deadlock and timeout
   reports, leaks, the buffer-hazard check. It reads the engine through
   ``Inspected``;
@@ -238,3 +247,7 @@ class Engine:
 
     def orphan_envelopes(self) -> list[Envelope]:
         return self.p2p.orphan_envelopes()
+
+    def handshake_lines(self) -> list[str]:
+        p2p = self.p2p
+        return p2p.handshakes.lines({ctx: group.name for ctx, group in p2p.groups.items()})

@@ -69,19 +69,18 @@ class LocalDelivery(Delivery):
         """The receiver matched a request to send: send its data, charged from ``transfer_start``."""
         p2p = self.p2p
         sender, receiver = env.dst, env.src
-        entry = p2p.rdv_sends.pop((sender, env.msg_id), None)
-        if entry is None:  # its sender crashed, or the send failed (engine.failures)
-            return
-        req, buffers, header, posted = entry
-        nbytes = env.nbytes
-        match_time = transfer_start(posted, env)
         # the send completes when its data has been copied out at the receiver (data_arrived):
         # the DATA envelope references the sender's own arrays
-        p2p.rdv_landing[(sender, env.msg_id)] = req
+        hs = p2p.handshakes.start((sender, env.msg_id))
+        if hs is None:  # its sender crashed, or the send failed (engine.failures)
+            return
+        req, buffers, header = hs.send, hs.buffers, hs.header
+        nbytes = env.nbytes
+        match_time = transfer_start(hs.posted, env)
         if p2p.book_later:  # charged with this instant's other transfers (Rule 4)
-            p2p.rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                            nbytes, match_time, header, buffers, False, b"",
-                                            serial_of(req)))
+            p2p.book_transfer(Booking(kind=DATA, ctx=env.ctx, src=sender, dst=receiver, tag=env.tag,
+                                      msg_id=env.msg_id, nbytes=nbytes, time=match_time, header=header,
+                                      buffers=buffers, sync=False, serial=serial_of(req)))
             return
         arrive = env.time if p2p.zero_latency else max(env.time, p2p.arrival(
             sender, receiver, nbytes, match_time))
@@ -91,11 +90,13 @@ class LocalDelivery(Delivery):
     def data_arrived(self, env: Envelope) -> None:
         """A rendezvous transfer's data arrived: complete the receive (copying out), then the send."""
         p2p = self.p2p
-        key = (env.src, env.msg_id)
-        recv = p2p.rdv_recvs.pop(key, None)
+        hs = p2p.handshakes.land((env.src, env.msg_id))
+        if hs is None:
+            return
+        recv = hs.recv
         if recv is not None:  # None: the receive failed meanwhile (engine.failures)
             p2p.complete_recv(recv, env, True, -1)
-        p2p.rdv_landing.pop(key).complete()
+        hs.send.complete()
 
     # ---- charging an instant's messages (Rule 4) ----
 
@@ -114,9 +115,8 @@ class LocalDelivery(Delivery):
         p2p = self.p2p
         if self.flows is not None:
             return self._book_flows(self.flows)
-        items = p2p.bookings
+        items = p2p.take_bookings()
         if items:
-            p2p.bookings = []
             if len(items) == 1:  # the common case in chains of dependent steps: one message
                 b = items[0]
                 if b.kind != RTS:
@@ -129,10 +129,9 @@ class LocalDelivery(Delivery):
             for b in items:
                 self.send(b.envelope())
             return True
-        items = p2p.rdv_bookings
+        items = p2p.take_transfers()
         if not items:
             return False
-        p2p.rdv_bookings = []
         self.charge(items, by_source_and_id)
         send = p2p.transport.send
         now = self.kernel.now
@@ -154,10 +153,9 @@ class LocalDelivery(Delivery):
         """``book`` on a platform whose links flows share (``engine.flows``): the instant's
         messages start their flows, in posting order, and the flows are re-shared once."""
         p2p = self.p2p
-        items, rdv = p2p.bookings, p2p.rdv_bookings
+        items, rdv = p2p.take_bookings(), p2p.take_transfers()
         if not items and not rdv:
             return False
-        p2p.bookings, p2p.rdv_bookings = [], []
         sort_by_source(items, p2p.world_size)
         rdv.sort(key=by_source_and_id)
         for b in items:

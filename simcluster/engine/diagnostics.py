@@ -69,6 +69,10 @@ class Inspected(Protocol):
 
     def orphan_envelopes(self) -> list[Envelope]: ...
 
+    def handshake_lines(self) -> list[str]:
+        """Where each rendezvous or synchronous send under way stands (``engine.rendezvous``)."""
+        ...
+
     def excused(self, ctx: int, src: int, dst: int) -> bool:
         """Whether a message or receive from world rank ``src`` to ``dst`` on ``ctx`` was cut short by
         a crash or a revocation (``engine.failures``): not a leak of the program's."""
@@ -164,7 +168,8 @@ class Diagnostics:
         """The error for a run whose unfinished ranks are all blocked."""
         groups = self.engine.groups
         return deadlock_error(self.blocked_entries(), self.engine.now,
-                              members=lambda ctx: groups[ctx].world_ranks)
+                              members=lambda ctx: groups[ctx].world_ranks,
+                              handshakes=self.engine.handshake_lines())
 
     def timeout_report(self, spinning: tuple[Task, str] | None = None) -> str:
         """Say what each unfinished rank was doing when the timeout passed.
@@ -192,7 +197,8 @@ class Diagnostics:
 
 
 def deadlock_error(entries: list[BlockedEntry], now: float,
-                   members: Callable[[int], Sequence[int]] | None = None) -> SimclusterError:
+                   members: Callable[[int], Sequence[int]] | None = None,
+                   handshakes: Sequence[str] = ()) -> SimclusterError:
     """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
 
     A collective that some members never entered gets a line naming who is
@@ -200,6 +206,7 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
     finished); members whose calls differ never get here (``Comm._collective``).
     ``members(ctx)`` gives a communicator's world ranks; without it only the
     world's members can be named, other communicators' by their comm rank.
+    ``handshakes``: where each send that waits for its receiver stands, a line each.
     """
     blocked: dict[int, str] = {}
     edges: dict[int, list[int]] = {}
@@ -219,7 +226,11 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
                 "entered; every member of a comm must call its collectives, in the same order")
     else:
         tail = "no wait-for cycle: some rank waits for a message nobody sends"
-    return DeadlockError("\n".join([head, *lines, *gaps, tail]), blocked, cycle)
+    shown = ["handshakes under way:", *["  " + line for line in handshakes[:_ONE_BY_ONE]]]
+    if len(handshakes) > _ONE_BY_ONE:
+        shown.append(f"  ... and {len(handshakes) - _ONE_BY_ONE} more")
+    return DeadlockError("\n".join([head, *lines, *gaps, *(shown if handshakes else ()), tail]),
+                         blocked, cycle)
 
 
 def _collective_gaps(entries: list[BlockedEntry],

@@ -32,11 +32,12 @@ contribution (not before ``X``).
 
 Across hosting processes (shm, tcp, mpi) each process keeps one
 ``Failures`` for its own ranks, and ``outbox`` collects what the others must
-hear of: crashes, revocations and contributions, as records ``[kind, due,
-...]`` that travel with the round's reports (``hosting.rounds``) and are
-``apply``-ed by the others before anything of time ``due`` runs there. Every
-effect above comes at least one hop after its cause, and no round runs past
-one hop, so each process sees them at the times a single process would.
+hear of: crashes, revocations and contributions, as records
+(``engine.records``, each with its time ``due``) that travel with the
+round's reports (``hosting.rounds``) and are ``apply``-ed by the others
+before anything of time ``due`` runs there. Every effect above comes at
+least one hop after its cause, and no round runs past one hop, so each
+process sees them at the times a single process would.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ..errors import ProcessFailedError, RankCrashed, RevokedError, SimclusterEr
 from ..faults import Crash, call_kind
 from ..request import Request, format_op
 from .kernel import FINISHED
+from .records import CrashRecord, MeetRecord, Record, Revocation, RevokeRecord
 
 if TYPE_CHECKING:
     from .kernel import Kernel, Task
@@ -80,7 +82,7 @@ class Failures:
     """
 
     def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash],
-                 outbox: list[list[Any]] | None = None, *, meetings: Meetings) -> None:
+                 outbox: list[Record] | None = None, *, meetings: Meetings) -> None:
         self.kernel = kernel
         self.p2p = p2p
         self.analytic = meetings  # the engine's analytic meetings: a crash or revoke ends them
@@ -90,7 +92,7 @@ class Failures:
         self.known: dict[int, float] = {}  # the crashes announced to the survivors (Rule 2)
         self.at_call = {c.rank: (c.call, c.nth) for c in crashes if c.call is not None}
         self.calls: dict[tuple[int, str], int] = {}  # (world rank, kind of call) -> calls made
-        self.revoked: dict[int, tuple[int, float]] = {}  # user context -> (world rank, time)
+        self.revoked: dict[int, Revocation] = {}  # user context -> who revoked it, when
         self.revoking: dict[tuple[int, int], float] = {}  # (context, world rank) -> when it revoked
         self.acked: dict[tuple[int, int], set[int]] = {}  # (context, world rank) -> failures acknowledged
         # sends that may wait for their receiver: (request, context, receiver, protocol key)
@@ -113,11 +115,11 @@ class Failures:
         """When news of something at ``t`` reaches the other ranks: one hop later (Rule 2)."""
         return max(t + self.hop, math.nextafter(t, math.inf))
 
-    def _tell(self, record: list[Any]) -> None:
+    def _tell(self, record: Record) -> None:
         if self.outbox is not None:
             self.outbox.append(record)
 
-    def take_records(self) -> list[list[Any]]:
+    def take_records(self) -> list[Record]:
         """What the other hosting processes must hear of since the last call (``outbox``)."""
         records = self.outbox
         if not records:
@@ -125,28 +127,24 @@ class Failures:
         self.outbox = []
         return records
 
-    def apply(self, records: list[list[Any]]) -> None:
+    def apply(self, records: list[Record]) -> None:
         """Take the other hosting processes' records (``outbox``): crashes first, then revocations
         and contributions, each acted on at its ``due`` time."""
-        for record in sorted(records, key=lambda r: r[0] != "crash"):
-            kind = record[0]
-            if kind == "crash":
-                _, _, rank, at = record
-                if int(rank) not in self.failed:
-                    self.failed[int(rank)] = float(at)
-                    self.kernel.schedule(self.after(float(at)), self.announce, int(rank))
-            elif kind == "revoke":
-                _, due, ctx, by, at = record
-                self.kernel.schedule(float(due), self._revoke_event, (int(ctx), int(by), float(at)))
-            else:
-                _, due, ctx, what, n, rank, value, at = record
-                key = (int(ctx), str(what), int(n))
+        for record in sorted(records, key=lambda r: not isinstance(r, CrashRecord)):
+            if isinstance(record, CrashRecord):
+                if record.rank not in self.failed:
+                    self.failed[record.rank] = record.at
+                    self.kernel.schedule(self.after(record.at), self.announce, record.rank)
+            elif isinstance(record, RevokeRecord):
+                self.kernel.schedule(record.due, self._revoke_event, (record.ctx, record.by, record.at))
+            elif isinstance(record, MeetRecord):
+                key = (record.ctx, record.what, record.n)
                 meeting = self.meetings.get(key)
                 if meeting is None:
                     meeting = self.meetings[key] = _Meeting()
-                meeting.values[int(rank)] = None if value is None else int(value)
-                meeting.times[int(rank)] = float(at)
-                self.kernel.schedule(float(due), self._check, key)
+                meeting.values[record.rank] = record.value
+                meeting.times[record.rank] = record.at
+                self.kernel.schedule(record.due, self._check, key)
 
     # ---- the crash (Rule 1) ----
 
@@ -177,15 +175,12 @@ class Failures:
         now = self.kernel.now if at is None else at
         self.failed[rank] = now
         p2p = self.p2p
-        for key in [k for k in p2p.rdv_sends if k[0] == rank]:  # its own sends die with it
-            del p2p.rdv_sends[key]
-        for key in [k for k in p2p.sync_sends if k[0] == rank]:
-            del p2p.sync_sends[key]
+        p2p.handshakes.drop_sends_of(rank)  # its own sends die with it
         trace = self.kernel.trace
         if trace is not None:
             trace.span(rank, "crash", now, now, fault="crash-stop")
         self.kernel.schedule(self.after(now), self.announce, rank)
-        self._tell(["crash", self.after(now), rank, now])
+        self._tell(CrashRecord(due=self.after(now), rank=rank, at=now))
 
     def on_call(self, rank: int, kind: str, call: str) -> None:
         """A rank makes a call of ``kind`` (``send``, ``recv``, ``probe`` or a collective's name):
@@ -222,8 +217,7 @@ class Failures:
             if _member(group, rank):
                 touched.add(ctx)
                 self._fail_receives(ctx, group, rank)
-        for key in [k for k in p2p.rdv_recvs if k[0] == rank]:  # its data will never come
-            recv = p2p.rdv_recvs.pop(key)
+        for recv in p2p.handshakes.drop_receives_from(rank):  # its data will never come
             self.doomed.append((recv, self.error(recv.comm, recv.op, [rank])))
         self._fail_sends(lambda ctx, dst: dst == rank or (ctx & 1 == 1 and ctx in touched), [rank])
         for req in self.analytic.drop({ctx for ctx in touched if ctx & 1 == 0}):
@@ -262,7 +256,7 @@ class Failures:
                     self.doomed.append((preq, ProcessFailedError(i, _op(preq), [rank], self.failed[rank],
                                                            src == ANY_SOURCE)))
 
-    def _fail_sends(self, hit: Any, ranks: list[int], revoked: tuple[int, float] | None = None) -> None:
+    def _fail_sends(self, hit: Any, ranks: list[int], revoked: Revocation | None = None) -> None:
         p2p = self.p2p
         kept = []
         for entry in self.sends:
@@ -272,11 +266,10 @@ class Failures:
             if not hit(ctx, dst):
                 kept.append(entry)
                 continue
-            p2p.rdv_sends.pop(key, None)
-            p2p.sync_sends.pop(key, None)
+            p2p.handshakes.drop_send(key)
             owner = req.owner
             if revoked is not None:
-                self.doomed.append((req, RevokedError(owner, _op(req), revoked[0], revoked[1])))
+                self.doomed.append((req, RevokedError(owner, _op(req), revoked.by, revoked.at)))
             else:
                 self.doomed.append((req, ProcessFailedError(owner, _op(req), ranks, self.failed[ranks[0]])))
         self.sends = kept
@@ -320,7 +313,7 @@ class Failures:
             return self.error(comm, _call(op), [peer])
         revoked = self.revoked_for(ctx, comm.world_rank)
         if revoked is not None:
-            return RevokedError(comm.rank, _call(op), revoked[0], revoked[1])
+            return RevokedError(comm.rank, _call(op), revoked.by, revoked.at)
         return None
 
     def unmatched(self, comm: Member, src: int, op: Any) -> SimclusterError | None:
@@ -345,7 +338,7 @@ class Failures:
             raise self.error(comm, call, failed)
         revoked = self.revoked_for(comm.ctx, comm.world_rank)
         if revoked is not None:
-            raise RevokedError(comm.rank, call, revoked[0], revoked[1])
+            raise RevokedError(comm.rank, call, revoked.by, revoked.at)
 
     def excused(self, ctx: int, src: int, dst: int) -> bool:
         """Whether a leftover message or receive (``ctx`` -1: any) was cut short by a crash or a revocation."""
@@ -368,7 +361,7 @@ class Failures:
 
     # ---- ULFM's calls (Rule 3) ----
 
-    def revoked_for(self, ctx: int, world_rank: int) -> tuple[int, float] | None:
+    def revoked_for(self, ctx: int, world_rank: int) -> Revocation | None:
         """Who revoked the communicator of ``ctx`` and when, as member ``world_rank`` sees it now
         (None: not revoked for it yet)."""
         ctx &= ~1
@@ -376,7 +369,7 @@ class Failures:
         if revoked is None and self.revoking:
             at = self.revoking.get((ctx, world_rank))
             if at is not None:
-                return world_rank, at
+                return Revocation(world_rank, at)
         return revoked
 
     def revoke(self, comm: Member) -> None:
@@ -389,7 +382,7 @@ class Failures:
         self.revoking[(ctx, by)] = now
         due = now + self.hop
         self.kernel.schedule(due, self._revoke_event, (ctx, by, now))
-        self._tell(["revoke", due, ctx, by, now])
+        self._tell(RevokeRecord(due=due, ctx=ctx, by=by, at=now))
         trace = self.kernel.trace
         if trace is not None:
             trace.span(by, "revoke", now, now, fault="revoke", comm=comm.group.name)
@@ -399,7 +392,7 @@ class Failures:
         ctx, by_rank, at = revocation
         if ctx in self.revoked:
             return
-        by = self.revoked[ctx] = (by_rank, at)
+        revoked = self.revoked[ctx] = Revocation(by_rank, at)
         p2p = self.p2p
         for c in (ctx, ctx + 1):
             row = p2p.endpoints.rows.get(c)
@@ -411,13 +404,15 @@ class Failures:
                 posted, _ = mq.leftovers()
                 for req in posted:
                     mq.unpost(req.src, req.tag, req)
-                    self.doomed.append((req, RevokedError(req.comm.rank, _op(req), *by)))
+                    error = RevokedError(req.comm.rank, _op(req), revoked.by, revoked.at)
+                    self.doomed.append((req, error))
                 for _, _, preq in list(mq.probes or []):
-                    self.doomed.append((preq, RevokedError(preq.owner, _op(preq), *by)))
+                    error = RevokedError(preq.owner, _op(preq), revoked.by, revoked.at)
+                    self.doomed.append((preq, error))
                 mq.probes = None
-        self._fail_sends(lambda c, dst: c & ~1 == ctx, [], by)
+        self._fail_sends(lambda c, dst: c & ~1 == ctx, [], revoked)
         for req in self.analytic.drop({ctx}):
-            self.doomed.append((req, RevokedError(req.owner, _op(req), *by)))
+            self.doomed.append((req, RevokedError(req.owner, _op(req), revoked.by, revoked.at)))
         self._release()
 
     def is_acked(self, ctx: int, member: int, failed: int) -> bool:
@@ -449,7 +444,7 @@ class Failures:
         meeting.requests[comm.rank] = req
         due = now + self.hop
         kernel.schedule(due, self._check, key)  # when the others have it
-        self._tell(["meet", due, ctx, kind, n, comm.rank, value, now])
+        self._tell(MeetRecord(due=due, ctx=ctx, what=kind, n=n, rank=comm.rank, value=value, at=now))
         return req
 
     def _check(self, key: tuple[int, str, int]) -> None:

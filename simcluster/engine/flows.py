@@ -26,6 +26,15 @@ instant's messages):
    destination) channel: MPI's messages do not overtake (a request to send
    is a flow of no bytes, so it keeps its place too).
 
+A platform shaped by a fault plan (``faults.ShapedPlatform``) changes three
+things: a flow posted inside a cut between its ends starts at the cut's end
+(``departure``); a delay adds to its route's latency (``path``); and while a
+rank is slow (``slow_changes``: its factor from a time on) each flow it sends
+or receives keeps its part of every link but moves its bytes ``factor`` times
+slower. Its flows are re-shared where a window opens or closes, their bytes
+left moving at the new rate from then on. Without a plan none of this costs
+anything.
+
 Rates and times depend only on the flows and their order of posting, never
 on the seed. A traced run records each link's utilisation (the sum of its
 flows' rates over its bandwidth) as a counter track whenever it changes.
@@ -109,6 +118,13 @@ class Flows:
         self.plain = plain
         self.platform = platform
         self.capacity = platform.capacity
+        # a fault plan's shaping (``faults.ShapedPlatform``): cuts hold a flow's start, and ranks
+        # are slow by these (time, rank, factor from then on), in time order
+        self.departure: Callable[[int, int, float], float] | None = getattr(platform, "departure", None)
+        changes = getattr(platform, "slow_changes", None)
+        self.changes: list[tuple[float, int, float]] = [] if changes is None else changes()
+        self.changed = 0  # how many of ``changes`` are in ``slowed``
+        self.slowed: dict[int, float] = {}  # the ranks slow now, by their factor
         self.precision = platform.sharing_model.precision
         self.cross = platform.sharing_model.crosstraffic
         links = len(platform.capacity)
@@ -153,7 +169,10 @@ class Flows:
             return max(booking.time, now)
         # a rendezvous transfer is charged from the later posting of its two sides (the
         # protocol's Rule 5): its latency overlaps the handshake, which never lasts longer
-        return max(booking.time + self._terms(booking.src, booking.dst)[1], now)
+        posted = booking.time
+        if self.departure is not None:  # a cut between its ends holds it
+            posted = self.departure(booking.src, booking.dst, posted)
+        return max(posted + self._terms(booking.src, booking.dst)[1], now)
 
     def start(self, booking: Booking, instant: float | None = None) -> None:
         """A message was charged now (or at ``instant``, a hosting process's record of it): its
@@ -167,7 +186,10 @@ class Flows:
         else:
             route, latency, weight, bound, back = self._terms(src, dst)
             flow = _Flow(booking, route, float(booking.nbytes), self.seq, weight, bound, back)
-            joins = max(booking.time + latency, now)
+            posted = booking.time
+            if self.departure is not None:  # a cut between its ends holds it
+                posted = self.departure(src, dst, posted)
+            joins = max(posted + latency, now)
         key = (src, dst)
         tails = self.tails
         before = tails.get(key)
@@ -193,6 +215,10 @@ class Flows:
         nxt = self.join_times[0] if self.join_times else None
         if ends and (nxt is None or ends[0][0] < nxt):
             nxt = ends[0][0]
+        if self.changed < len(self.changes) and self.moving:  # a slow window re-shares its flows
+            change = self.changes[self.changed][0]
+            if nxt is None or change < nxt:
+                nxt = change
         if nxt is not None and nxt != self.wake_at:
             self.token += 1
             self.wake_at = nxt
@@ -203,6 +229,8 @@ class Flows:
             return
         self.wake_at = None
         now = self.kernel.now
+        if self.changed < len(self.changes):
+            self._change(now)
         ended: list[_Flow] = []
         users, moving = self.users, self.moving
         times, join_at = self.join_times, self.join_at
@@ -263,6 +291,26 @@ class Flows:
                 else:
                     behind.head = True
         self.settle()
+
+    def _change(self, now: float) -> None:
+        """Make the ranks slow that the plan's windows make slow up to ``now``; their flows under way
+        are re-shared (``settle``)."""
+        changes, slowed = self.changes, self.slowed
+        i = self.changed
+        ranks: set[int] = set()
+        while i < len(changes) and changes[i][0] <= now:
+            _, rank, factor = changes[i]
+            if factor == 1.0:
+                slowed.pop(rank, None)
+            else:
+                slowed[rank] = factor
+            ranks.add(rank)
+            i += 1
+        self.changed = i
+        for flow in self.moving.values():
+            booked = flow.booking
+            if booked.src in ranks or booked.dst in ranks:
+                self.dirty.update(flow.route)
 
     def _enter(self, route: tuple[int, ...], flow: _Flow) -> None:
         """Put ``flow`` on the links of ``route``."""
@@ -411,9 +459,21 @@ class Flows:
                 order.append((capacity[link] / weights[link], 0, link))
         if order:
             self._fill(order, flows, stamp)
-        self._rates(flows, now)
-        if self.show and self.kernel.trace is not None:
+        if self.show and self.kernel.trace is not None:  # (a slow rank's flows hold their shares)
             self._show(now, {link: 1.0 - max(0.0, self._left_of(link, stamp)) / capacity[link] for link in links})
+        if self.slowed:
+            self._slow(flows, stamp)
+        self._rates(flows, now)
+
+    def _slow(self, flows: list[_Flow], stamp: int) -> None:
+        """A flow to or from a slow rank keeps its share of the links but moves its bytes the
+        slower end's ``factor`` times slower."""
+        slowed = self.slowed
+        for flow in flows:
+            booked = flow.booking
+            factor = max(slowed.get(booked.src, 1.0), slowed.get(booked.dst, 1.0))
+            if factor != 1.0 and flow.fixed == stamp:  # (once per share)
+                flow.share = flow.share / factor
 
     def _take(self, link: int, part: float, stamp: int, shared: list[int]) -> None:
         """Add ``part`` to the weights on ``link`` in the filling of share ``stamp``."""

@@ -50,6 +50,7 @@ from . import schedule as _schedule
 from .. import arrays as _arrays
 from .kernel import Kernel, Layer, Task, finish_request
 from .ports import NativePorts
+from .rendezvous import Handshakes
 from ..errors import TruncationError
 from ..matching import ANY_SOURCE, ANY_TAG, EndpointRow, Endpoints
 from ..payload import describe
@@ -58,6 +59,7 @@ from ..request import Request, Status, format_op
 if TYPE_CHECKING:
     from ..errors import SimclusterError
     from .coll_check import CallCheck
+    from .records import Record, Revocation
     from .settings import EngineSettings
     from ..matching import MatchQueue
     from ..latency import Ports
@@ -86,15 +88,16 @@ class Booking:
     that posted it (``Task.serial``), which orders a rank's own messages
     before its helpers'. ``time`` is when it was posted until the charge
     turns it into its arrival (the send side's wire time in a hosting
-    process, whose receivers charge the other side).
+    process, whose receivers charge the other side). Built with keywords
+    only (a native class: compiled, that costs what positions would).
     """
 
     __slots__ = ("kind", "ctx", "src", "dst", "tag", "msg_id", "nbytes", "time", "header",
                  "buffers", "sync", "meta", "serial")
 
-    def __init__(self, kind: int, ctx: int, src: Any, dst: Any, tag: int, msg_id: Any, nbytes: int,
-                 time: float, header: Any, buffers: Any, sync: bool, meta: bytes,
-                 serial: int) -> None:
+    def __init__(self, *, kind: int, ctx: int, src: Any, dst: Any, tag: int, msg_id: Any, nbytes: int,
+                 time: float, header: Any, buffers: Any, sync: bool, serial: int,
+                 meta: bytes = b"") -> None:
         # header and buffers as the payload codec gives them: an in-process run's numbers
         # travel as themselves (wire.INLINE), not as bytes and a tuple of buffers.
         # src, dst and msg_id (ints) are kept as the objects they came as: compiled, an int
@@ -225,7 +228,7 @@ class Faults(Protocol):
     """Crashes and revocations as the protocol and ``Comm`` ask about them (``engine.failures.Failures``):
     their declared seam. Each call returns the error a call completes with at once, or None."""
 
-    revoked: dict[int, tuple[int, float]]  # user context -> (world rank that revoked it, time)
+    revoked: dict[int, Revocation]  # user context -> who revoked it, when
     failed: dict[int, float]  # world rank -> virtual time it crashed
     calls: dict[tuple[int, str], int]  # (world rank, kind of call) -> calls made
 
@@ -241,15 +244,76 @@ class Faults(Protocol):
 
     def entering(self, comm: Member, call: str) -> None: ...
 
-    def revoked_for(self, ctx: int, world_rank: int) -> tuple[int, float] | None: ...
+    def revoked_for(self, ctx: int, world_rank: int) -> Revocation | None: ...
 
-    def take_records(self) -> list[list[Any]]: ...
+    def take_records(self) -> list[Record]: ...
 
     def failed_in(self, group: Roster) -> list[int]: ...
 
     def ack_failed(self, comm: Member, count: int | None) -> int: ...
 
     def excused(self, ctx: int, src: int, dst: int) -> bool: ...
+
+
+class Posting(Protocol):
+    """The protocol as its delivery strategy and the channels use it (``P2P``): the delivery's
+    side of their seam, as ``Delivery`` is the protocol's.
+
+    What a delivery reads to charge and route a message, the handshakes
+    under way that it moves (a rendezvous transfer, a synchronous send's
+    acknowledgement: ``engine.rendezvous``), and the calls it makes: it
+    takes the instant's bookings and adds rendezvous transfers through
+    methods, and never assigns an attribute of the protocol
+    (``tests/test_structure.py`` checks both).
+    """
+
+    @property
+    def kernel(self) -> Kernel: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def transport(self) -> Transport: ...
+
+    @property
+    def ports(self) -> Ports: ...
+
+    @property
+    def native_ports(self) -> NativePorts | None: ...
+
+    @property
+    def in_process(self) -> bool: ...
+
+    @property
+    def zero_latency(self) -> bool: ...
+
+    @property
+    def book_later(self) -> bool: ...
+
+    @property
+    def noisy(self) -> bool: ...
+
+    @property
+    def rts_delay(self) -> float: ...
+
+    @property
+    def bookings(self) -> list[Booking]: ...  # read only: ``take_bookings`` hands them over
+
+    @property
+    def handshakes(self) -> Handshakes: ...  # moved only through its transitions
+
+    def take_bookings(self) -> list[Booking]: ...
+
+    def take_transfers(self) -> list[Booking]: ...
+
+    def book_transfer(self, booking: Booking) -> None: ...
+
+    def arrival(self, src: int, dst: int, nbytes: int, t: float) -> float: ...
+
+    def arrived(self, env: Envelope) -> None: ...
+
+    def complete_recv(self, req: _RecvRequest, env: Envelope, copy: bool, source: int) -> None: ...
 
 
 class Channels:
@@ -377,7 +441,7 @@ class Delivery(ABC):
         elif kind == DATA:
             self.kernel.schedule(env.time, self.data_key, env)
         elif kind == ACK:
-            req = self.p2p.sync_sends.pop((env.dst, env.msg_id), None)
+            req = self.p2p.handshakes.acknowledge((env.dst, env.msg_id))
             if req is not None:  # None: its sender crashed (engine.failures)
                 self.kernel.schedule(env.time, finish_request, req)
 
@@ -406,8 +470,9 @@ class P2P(Layer):
     """Point-to-point messages: what ``Comm`` posts its sends and receives to.
 
     Holds the kernel it runs on, the endpoint table, the ports and the
-    delivery strategy; it is the kernel's ``Layer``. Its tables of messages
-    under way are public for the strategy, and for no one else.
+    delivery strategy; it is the kernel's ``Layer``. It owns the handshakes
+    under way (``handshakes``, ``engine.rendezvous``): the strategy and the
+    failure model move them only through their transitions.
     """
 
     def __init__(self, kernel: Kernel, transport: Transport, ports: Ports, settings: EngineSettings,
@@ -419,9 +484,9 @@ class P2P(Layer):
         self.ports = ports
         # a built-in model's compiled ports: called natively, not as a Python object
         self.native_ports: NativePorts | None = ports if isinstance(ports, NativePorts) else None
-        self.zero_latency = bool(getattr(ports, "zero", False))
+        self.zero_latency = bool(ports.zero)
         # Rule 4: a model with port state charges each instant's messages together (book)
-        self.book_later = not self.zero_latency and bool(getattr(ports, "ordered", True))
+        self.book_later = not self.zero_latency and bool(ports.ordered)
         self.bookings: list[Booking] = []  # eager messages and RTS posted now
         self.rdv_bookings: list[Booking] = []  # rendezvous data cleared to send now
         self.latency_model = model  # what ``ports`` were bound from; collectives read reduce_time
@@ -444,11 +509,9 @@ class P2P(Layer):
         self._rows = self.endpoints.rows
         # envelopes for communicators not made here yet (another process made them first)
         self._orphans: dict[int, list[Envelope]] = {}
-        # rendezvous sends waiting for their clear to send: request, buffers, header, posting time
-        self.rdv_sends: dict[tuple[int, int], tuple[Request[Any], Any, bytes, float]] = {}
-        self.rdv_recvs: dict[tuple[int, int], _RecvRequest] = {}
-        self.rdv_landing: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends whose data is on its way
-        self.sync_sends: dict[tuple[int, int], Request[Any]] = {}
+        # rendezvous and synchronous sends waiting for their receiver, and the receives they
+        # matched: the one home of their state (engine.rendezvous)
+        self.handshakes = Handshakes()
         # crashes and ULFM's calls (a fault plan's crashes, or a first revoke/agree/shrink); None: no check
         self.failures: Faults | None = None
         self.last_nbytes = 0
@@ -490,6 +553,27 @@ class P2P(Layer):
     def close(self) -> None:
         """Release the transport."""
         self.transport.close()
+
+    # ---- what the delivery strategy takes and adds (Posting) ----
+
+    def take_bookings(self) -> list[Booking]:
+        """The eager messages and requests to send posted at this instant, in posting order, handed
+        over to be charged (none left here; an empty list when there are none)."""
+        items = self.bookings
+        if items:
+            self.bookings = []
+        return items
+
+    def take_transfers(self) -> list[Booking]:
+        """The rendezvous transfers cleared to send at this instant, handed over like ``take_bookings``."""
+        items = self.rdv_bookings
+        if items:
+            self.rdv_bookings = []
+        return items
+
+    def book_transfer(self, booking: Booking) -> None:
+        """A rendezvous transfer cleared to send now: charged with the instant's others (Rule 4)."""
+        self.rdv_bookings.append(booking)
 
     # ---- communicators ----
 
@@ -581,28 +665,32 @@ class P2P(Layer):
                     buffers = tuple(np.array(b, copy=True, order="K") if type(b) is _NDARRAY
                                     else b.copy() for b in buffers)  # ObjectBuffer: its own library
             if self.book_later:  # charged with the rest of this instant (Rule 4)
-                self.bookings.append(Booking(EAGER, ctx, src_obj, dst_w, tag, msg_id, nbytes, now,
-                                             header, buffers, sync, b"", task.serial))
+                self.bookings.append(Booking(kind=EAGER, ctx=ctx, src=src_obj, dst=dst_w, tag=tag,
+                                             msg_id=msg_id, nbytes=nbytes, time=now, header=header,
+                                             buffers=buffers, sync=sync, serial=task.serial))
                 env = None
             else:
                 arrive = now if self.zero_latency else self.arrival(src_w, dst_w, nbytes, now)
                 env = _new_envelope((EAGER, ctx, src_obj, dst_w, tag, msg_id, nbytes, arrive,
                                      header, buffers, sync, b""))
-            if sync:
-                self.sync_sends[(src_w, msg_id)] = req  # type: ignore[assignment]
+            if sync:  # completes when its receive matches it (ACK)
+                self.handshakes.request((src_w, msg_id), req, dst_w, ctx, tag, nbytes, False,
+                                        None, None, now)
             elif req is not None:
                 req.complete()  # at once: nobody can be waiting yet
         else:
             assert req is not None
             reaches = now + self.rts_delay  # Rule 5
             if self.book_later:  # on its channel behind this instant's eager messages
-                self.bookings.append(Booking(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches,
-                                             b"", (), sync, b"", task.serial))
+                self.bookings.append(Booking(kind=RTS, ctx=ctx, src=src_w, dst=dst_w, tag=tag,
+                                             msg_id=msg_id, nbytes=nbytes, time=reaches, header=b"",
+                                             buffers=(), sync=sync, serial=task.serial))
                 env = None
             else:
                 env = Envelope(RTS, ctx, src_w, dst_w, tag, msg_id, nbytes, reaches, b"", (), sync)
             req.annotate(f"[rendezvous: {nbytes} bytes > eager_limit {self.eager_limit}]")
-            self.rdv_sends[(src_w, msg_id)] = (req, buffers, header, now)
+            self.handshakes.request((src_w, msg_id), req, dst_w, ctx, tag, nbytes, True,
+                                    buffers, header, now)
         if failures is not None and (sync or not eager):
             assert req is not None
             failures.sent(req, ctx, dst_w, (src_w, msg_id))
@@ -620,7 +708,7 @@ class P2P(Layer):
 
     def unfinished_sends(self) -> list[Request[Any]]:
         """Rendezvous sends waiting for their clear to send, and synchronous sends not yet matched."""
-        return [entry[0] for entry in self.rdv_sends.values()] + list(self.sync_sends.values())
+        return self.handshakes.waiting_sends()
 
     def _pack_opaque(self, comm: Member, obj: object, op: str | tuple[Any, ...],
                      exc: wire.Unsendable) -> wire.Packed:
@@ -740,7 +828,7 @@ class P2P(Layer):
                 if lost is not None:  # the sender's crash is known: its data will never come
                     req.complete(None, lost)
                     return
-            self.rdv_recvs[(env.src, env.msg_id)] = req
+            self.handshakes.clear((env.src, env.msg_id), req, env.dst, env.ctx, env.tag, env.nbytes)
             self.transport.send(Envelope(CTS, env.ctx, env.dst, env.src, env.tag, env.msg_id,
                                          env.nbytes, now, b"", (), False, pack_time(req.posted)))
 

@@ -29,6 +29,7 @@ from simcluster.transports import wire
 from simcluster.transports.base import EAGER, Envelope, TransportError
 
 from .. import arrays as _arrays
+from ..engine import records as _records
 from ..engine.coll_check import SignatureRecord
 
 __all__ = [
@@ -276,7 +277,8 @@ class Report(Message):
     synchronous sends from here to other processes not finished yet (their
     handshakes reach the other side at once, so no window while there are any);
     ``faults``: crashes, revocations and ULFM contributions here that the
-    other processes must apply (``engine.failures.Failures.outbox``).
+    other processes must apply (``engine.failures.Failures.outbox``), and the
+    flows booked here (``engine.records``: each a compact list on the wire).
     """
 
     op: ClassVar[int] = REPORT
@@ -289,12 +291,13 @@ class Report(Message):
     firsts: list[SignatureRecord] = field(default_factory=list)
     held: bool = False
     open: int = 0
-    faults: list[list[Any]] = field(default_factory=list)
+    faults: list[_records.Record] = field(default_factory=list)
 
     def encode(self) -> list[Any]:
         return [self.time, self.sent, self.earliest, self.unfinished, self.next,
                 None if self.failure is None else self.failure.encode(),
-                [list(record) for record in self.firsts], self.held, self.open, self.faults]
+                [list(record) for record in self.firsts], self.held, self.open,
+                [record.to_wire() for record in self.faults]]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Report:
@@ -303,7 +306,7 @@ class Report(Message):
         return cls(float(time), _ints(sent), _time(earliest), int(unfinished), _time(next_time),
                    None if failure is None else Failure.decode(failure),
                    [SignatureRecord.of(record) for record in _lists(firsts)],
-                   bool(held), int(open_), _lists(faults))
+                   bool(held), int(open_), [_records.from_wire(record) for record in _lists(faults)])
 
 
 def _entry(item: object) -> BlockedEntry:

@@ -9,7 +9,7 @@ they follow is described in ``hosting.host``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simcluster.transports.base import ACK, DATA, EAGER, RTS, Envelope, retimed
 from simcluster.transports.tcp import TcpTransport
@@ -21,16 +21,24 @@ from ..engine.kernel import finish_request
 from ..engine.protocol import (Booking, Delivery, by_source_and_id, pack_time, serial_of,
                                sort_by_source, transfer_start, unpack_time)
 from ..engine.assembly import Engine
+from ..engine.records import FlowRecord, Record
 from .views import SplitPorts as _SplitPorts
 from ..engine.settings import EngineSettings
 from ..latency import Ports
 from ..trace import Trace
-from ..request import Request
 
 if TYPE_CHECKING:
     from ..engine.failures import Failures
     from ..engine.flows import Flows
     from ..faults import Crash
+
+
+class Landing(NamedTuple):
+    """An envelope charged on its send side, waiting for its receive side (``HostedDelivery.land``)."""
+
+    instant: float  # the instant it was charged at
+    phase: int  # 1 for rendezvous data, else 0
+    env: Envelope
 
 
 class HostedDelivery(Delivery):
@@ -46,11 +54,8 @@ class HostedDelivery(Delivery):
         self.lo = lo
         self.hi = hi
         self.inner_ports = ports  # the whole model's ports (the protocol's see only this side)
-        self.data_waits: dict[tuple[int, int], Request[Any]] = {}  # rendezvous sends awaiting landing
         self.closing = False  # this STEP closes an instant, or is a window: charge rendezvous transfers
-        # envelopes charged on their send side, waiting for their receive side (land):
-        # (instant they were charged at, 1 for rendezvous data else 0, envelope)
-        self.landing: list[tuple[float, int, Envelope]] = []
+        self.landing: list[Landing] = []  # envelopes waiting for their receive side (land)
 
     def bind(self, p2p: Any) -> None:
         super().bind(p2p)
@@ -62,8 +67,8 @@ class HostedDelivery(Delivery):
             # every process shares every flow alike (a replica): each hears of the others' flows
             # (records, Report.faults) before they join their links, a lookahead after they start
             self.flows = _Flows(self.kernel, platform, self._flow_ended, show=self.lo == 0)
-            self.flow_records: list[list[Any]] = []  # this process's, for the other processes
-            self.flow_mine: list[tuple[list[Any], Booking]] = []  # this process's, to start next round
+            self.flow_records: list[FlowRecord] = []  # this process's, for the other processes
+            self.flow_mine: list[tuple[FlowRecord, Booking]] = []  # this process's, to start next round
             self.flow_held: dict[tuple[int, int, int], Envelope] = {}  # from elsewhere, until their flow ends
 
     def send(self, env: Envelope) -> None:
@@ -82,7 +87,7 @@ class HostedDelivery(Delivery):
             if p2p.book_later and (kind == EAGER or kind == RTS or kind == DATA):
                 # sent by book in an earlier round, at the instant its meta says: its receive side
                 # is charged with the others (land)
-                self.landing.append((unpack_time(env.meta), int(kind == DATA), env))
+                self.landing.append(Landing(unpack_time(env.meta), int(kind == DATA), env))
                 return
             if kind == EAGER or kind == DATA:
                 if not p2p.zero_latency:  # Rule 2: the receive port is charged here
@@ -91,11 +96,6 @@ class HostedDelivery(Delivery):
                         p2p.transport.send(Envelope(ACK, env.ctx, env.dst, src, env.tag, env.msg_id,
                                                     0, arrive))
                     env = retimed(env, arrive)
-            elif kind == ACK:
-                req = self.data_waits.pop((env.dst, env.msg_id), None)
-                if req is not None:
-                    self.kernel.schedule(env.time, finish_request, req)
-                    return
         self.enter(env)
 
     def clear_to_send(self, env: Envelope) -> None:
@@ -103,43 +103,38 @@ class HostedDelivery(Delivery):
         p2p = self.p2p
         sender, receiver = env.dst, env.src
         key = (sender, env.msg_id)
-        entry = p2p.rdv_sends.pop(key, None)
-        if entry is None:  # its sender crashed, or the send failed (engine.failures)
+        # the send completes when its data land here (data_arrived), or when the receiver's
+        # process acknowledges them (Delivery.enter, _flow_ended)
+        hs = p2p.handshakes.start(key)
+        if hs is None:  # its sender crashed, or the send failed (engine.failures)
             return
-        req, buffers, header, posted = entry
-        start = transfer_start(posted, env)
+        req, buffers, header = hs.send, hs.buffers, hs.header
+        start = transfer_start(hs.posted, env)
         here = self.lo <= receiver < self.hi
         if p2p.book_later:  # charged when the instant closes (book)
-            if here:
-                p2p.rdv_landing[key] = req  # data_arrived completes it
-            else:
-                self.data_waits[key] = req  # the receiver's ACK completes it
-            p2p.rdv_bookings.append(Booking(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
-                                            env.nbytes, start, header, buffers, False, b"",
-                                            serial_of(req)))
+            p2p.book_transfer(Booking(kind=DATA, ctx=env.ctx, src=sender, dst=receiver, tag=env.tag,
+                                      msg_id=env.msg_id, nbytes=env.nbytes, time=start, header=header,
+                                      buffers=buffers, sync=False, serial=serial_of(req)))
             return
         nbytes = env.nbytes
         arrive = env.time if p2p.zero_latency else max(env.time, p2p.arrival(
             sender, receiver, nbytes, start))
-        if here:
-            p2p.rdv_landing[key] = req
         p2p.transport.send(Envelope(DATA, env.ctx, sender, receiver, env.tag, env.msg_id,
                                     nbytes, arrive, header, buffers))
-        if here:
-            return
-        if p2p.zero_latency:  # arrives at once; the transport copied the buffers in send()
+        if not here and p2p.zero_latency:  # arrives at once; the transport copied the buffers in send()
+            p2p.handshakes.acknowledge(key)
             self.kernel.schedule(env.time, finish_request, req)
-        else:
-            self.data_waits[key] = req
 
     def data_arrived(self, env: Envelope) -> None:
         p2p = self.p2p
-        key = (env.src, env.msg_id)
-        recv = p2p.rdv_recvs.pop(key, None)  # None: the receive failed meanwhile (engine.failures)
+        hs = p2p.handshakes.land((env.src, env.msg_id))
+        if hs is None:
+            return
+        recv = hs.recv  # None: the receive failed meanwhile (engine.failures)
         if self.lo <= env.src < self.hi:  # the sender's arrays: copy out, then the send completes
             if recv is not None:
                 p2p.complete_recv(recv, env, True, -1)
-            p2p.rdv_landing.pop(key).complete()
+            hs.send.complete()
         elif recv is not None:  # the transport's buffers are ours already
             p2p.complete_recv(recv, env, False, -1)
 
@@ -171,7 +166,7 @@ class HostedDelivery(Delivery):
             if b.kind != RTS:
                 b.time = send_side(b.src, b.dst, b.nbytes, b.time)[1]
             if lo <= b.dst < hi:
-                self.landing.append((now, phase, b.envelope()))
+                self.landing.append(Landing(now, phase, b.envelope()))
             else:
                 b.meta = instant  # the receiver charges its side in the order of instants
                 p2p.transport.send(b.envelope())
@@ -181,16 +176,16 @@ class HostedDelivery(Delivery):
         """What ``book`` charges now, in posting order, and its phase: the messages this round
         posted (0), else, once the instant closes, its rendezvous transfers (1); None: nothing."""
         p2p = self.p2p
-        items = p2p.bookings
+        items = p2p.take_bookings()
         if items:
-            p2p.bookings = []
             if len(items) > 1:
                 sort_by_source(items, p2p.world_size)  # stable: each source's messages in posting order
             return items, 0
-        items = p2p.rdv_bookings
-        if not items or not self.closing:
+        if not self.closing:
             return None
-        p2p.rdv_bookings = []
+        items = p2p.take_transfers()
+        if not items:
+            return None
         if len(items) > 1:
             items.sort(key=by_source_and_id)
         return items, 1
@@ -208,21 +203,22 @@ class HostedDelivery(Delivery):
         instant = pack_time(now)
         lo, hi = self.lo, self.hi
         for b in items:
-            record = ["flow", flows.joins(b, now), now, phase, len(self.flow_records), b.kind, b.src,
-                      b.dst, b.msg_id, b.nbytes, b.time]
+            record = FlowRecord(due=flows.joins(b, now), instant=now, phase=phase,
+                                seq=len(self.flow_records), kind=b.kind, src=b.src, dst=b.dst,
+                                msg_id=b.msg_id, nbytes=b.nbytes, time=b.time)
             self.flow_records.append(record)
             self.flow_mine.append((record, b))
             if not lo <= b.dst < hi:
                 b.meta = instant
                 p2p.transport.send(b.envelope())
 
-    def take_flow_records(self) -> list[list[Any]]:
+    def take_flow_records(self) -> list[FlowRecord]:
         """The flow records of this run, for the other processes (``Report.faults``)."""
         records = self.flow_records if self.flows is not None else []
         self.flow_records = []
         return records
 
-    def start_flows(self, records: list[list[Any]]) -> None:
+    def start_flows(self, records: list[FlowRecord]) -> None:
         """Start the flows of the last round's records, this process's and the others', in the order
         every process starts them in: by instant, eager messages and requests to send before
         rendezvous data, by source, then in the order their process posted them."""
@@ -232,14 +228,14 @@ class HostedDelivery(Delivery):
         mine = {id(record): booking for record, booking in self.flow_mine}
         every = records + [record for record, _ in self.flow_mine]
         self.flow_mine = []
-        every.sort(key=_flow_order)
+        every.sort(key=FlowRecord.order)
         for record in every:
             booking = mine.get(id(record))
             if booking is None:  # another process's message: its bytes reach here, if ever, by itself
-                _, _, _, _, _, kind, src, dst, msg_id, nbytes, time = record
-                booking = Booking(int(kind), 0, int(src), int(dst), 0, int(msg_id), int(nbytes), float(time),
-                                  b"", (), False, b"", 0)
-            flows.start(booking, float(record[2]))
+                booking = Booking(kind=record.kind, ctx=0, src=record.src, dst=record.dst, tag=0,
+                                  msg_id=record.msg_id, nbytes=record.nbytes, time=record.time,
+                                  header=b"", buffers=(), sync=False, serial=0)
+            flows.start(booking, record.instant)
         flows.settle()
 
     def _flow_ended(self, env: Envelope) -> None:
@@ -252,7 +248,7 @@ class HostedDelivery(Delivery):
                 env = retimed(self.flow_held.pop((kind, src, env.msg_id)), now)
             self.enter(env)
         elif kind == DATA and lo <= src < hi:
-            req = self.data_waits.pop((src, env.msg_id), None)
+            req = self.p2p.handshakes.acknowledge((src, env.msg_id))
             if req is not None:
                 self.kernel.schedule(now, finish_request, req)
 
@@ -276,13 +272,13 @@ class HostedDelivery(Delivery):
             return
         now = self.kernel.now
         landing.sort(key=_posting_order)
-        ready: list[tuple[float, int, Envelope]] = []
-        held: list[tuple[float, int, Envelope]] = []
+        ready: list[Landing] = []
+        held: list[Landing] = []
         waiting: set[tuple[int, int]] = set()  # channels with an envelope held: the rest wait too
         for item in landing:
-            env = item[2]
+            env = item.env
             pair = (env.src, env.dst)
-            if (item[0] < now or env.time <= now) and pair not in waiting:
+            if (item.instant < now or env.time <= now) and pair not in waiting:
                 ready.append(item)
             else:
                 held.append(item)
@@ -293,7 +289,7 @@ class HostedDelivery(Delivery):
         recv_side = self.inner_ports.recv_side
         arrivals = {}
         for item in sorted(ready, key=_landing_order):
-            env = item[2]
+            env = item.env
             if env.kind != RTS:
                 arrivals[id(env)] = recv_side(env.src, env.dst, env.nbytes, env.time)
         lo, hi = self.lo, self.hi
@@ -341,17 +337,7 @@ class HostedDelivery(Delivery):
         p2p = self.p2p
         if p2p.rts_delay <= 0:
             return 0
-        lo, hi = self.lo, self.hi
-        count = len(self.data_waits)
-        for entry in p2p.rdv_sends.values():
-            peer = entry[0].peer()
-            if peer is not None and not lo <= peer < hi:
-                count += 1
-        for req in p2p.sync_sends.values():
-            peer = req.peer()
-            if peer is not None and not lo <= peer < hi:
-                count += 1
-        return count
+        return p2p.handshakes.open_to_others(self.lo, self.hi)
 
 
 class HostedEngine(Engine):
@@ -399,7 +385,7 @@ class HostedEngine(Engine):
     async def phase(self, now: float, counts: list[int], firsts: list[SignatureRecord],
                     payloads: list[SignatureRecord], close: bool = False,
                     until: float | None = None,
-                    faults: list[list[Any]] | None = None) -> _control.Report:
+                    faults: list[Record] | None = None) -> _control.Report:
         """Run one STEP at virtual time ``now`` (``hosting.control.Step``'s fields) and return its Report.
 
         Completes when every local event up to ``until`` (``now`` in
@@ -423,9 +409,9 @@ class HostedEngine(Engine):
                 _hosted_check(group.check).take_first(record)
         for record in payloads:
             _hosted_check(groups[record.ctx].check).take_first(record, reported=True)
-        flows = [record for record in faults if record[0] == "flow"] if faults else []
+        flows = [record for record in faults if isinstance(record, FlowRecord)] if faults else []
         if len(flows) < len(faults or ()):
-            self.failures().apply([record for record in faults or () if record[0] != "flow"])
+            self.failures().apply([record for record in faults or () if not isinstance(record, FlowRecord)])
         await self.transport.receive(counts)
         delivery.start_flows(flows)
         delivery.land()
@@ -443,7 +429,8 @@ class HostedEngine(Engine):
         seen = list(self.coll_firsts)
         self.coll_firsts.clear()  # the communicators hold this very list
         failures = self.p2p.failures
-        told = ([] if failures is None else failures.take_records()) + delivery.take_flow_records()
+        told: list[Record] = [] if failures is None else failures.take_records()
+        told += delivery.take_flow_records()
         return _control.Report(kernel.now, counts_sent, earliest, kernel.unfinished,
                                delivery.next_time() if failure is None else None,
                                failure, seen, bool(self.p2p.rdv_bookings), delivery.open_handshakes(),
@@ -465,19 +452,14 @@ def _hosted_check(check: CallCheck) -> HostedCallCheck:
     return check
 
 
-def _flow_order(record: list[Any]) -> tuple[float, int, int, int]:
-    """The order every process starts a round's flows in (``HostedDelivery.start_flows``)."""
-    return record[2], record[3], record[6], record[4]
+def _landing_order(item: Landing) -> tuple[float, int, float, int]:
+    """The order a receive port takes envelopes in (``HostedDelivery.land``; sorts are stable)."""
+    env = item.env
+    return item.instant, item.phase, env.time, env.src
 
 
-def _landing_order(item: tuple[float, int, Envelope]) -> tuple[float, int, float, int]:
-    """The order a receive port takes envelopes in (``HostedEngine._land``; sorts are stable)."""
-    env = item[2]
-    return item[0], item[1], env.time, env.src
-
-
-def _posting_order(item: tuple[float, int, Envelope]) -> tuple[float, int, int]:
+def _posting_order(item: Landing) -> tuple[float, int, int]:
     """The order envelopes enter their channels in: each source's in the order it sent them."""
-    return item[0], item[1], item[2].src
+    return item.instant, item.phase, item.env.src
 
 

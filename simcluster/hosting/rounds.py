@@ -34,11 +34,12 @@ memory transport's):
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import control as C
 from . import remote as _remote
 from ..engine.coll_check import SignatureRecord, merge_firsts
+from ..engine.records import CrashRecord, FlowRecord, Record
 
 
 class Plan(NamedTuple):
@@ -86,7 +87,7 @@ class Rounds:
         self.open = [0] * n
         self.firsts: list[SignatureRecord] = []  # for this process's next run (``hosting.control.Step``)
         self.payloads: list[SignatureRecord] = []
-        self.faults: list[list[Any]] = []  # the other processes' fault records, for this process's next run
+        self.faults: list[Record] = []  # the other processes' fault records, for this process's next run
         self.due = [False] * n  # process p has fault records to apply
         self.crashed: dict[int, float] = {}  # world rank -> time, from the crash records
         self.now = 0.0
@@ -113,7 +114,7 @@ class Rounds:
         self.windows += until is not None
         return Plan(self.now, until, self.close, runs)
 
-    def take_faults(self) -> list[list[Any]]:
+    def take_faults(self) -> list[Record]:
         """The fault records for this process's run now (then forgotten)."""
         faults, self.faults = self.faults, []
         return faults
@@ -135,8 +136,8 @@ class Rounds:
             if report.faults:
                 self._take_faults(p, report.faults)
                 for record in report.faults:  # due no later than the next round
-                    if earliest is None or record[1] < earliest:
-                        earliest = float(record[1])
+                    if earliest is None or record.due < earliest:
+                        earliest = record.due
             self.time = max(self.time, report.time)
             self.next[p] = report.next
             self.unfinished[p] = report.unfinished
@@ -165,17 +166,17 @@ class Rounds:
         # at the last event's time (in a window, past now)
         return Outcome(self.time, any(self.unfinished), None, 0, None)
 
-    def _take_faults(self, p: int, records: list[list[Any]]) -> None:
+    def _take_faults(self, p: int, records: list[Record]) -> None:
         for q in range(self.n):
             if q != p:
                 self.due[q] = True
-        if records[-1][0] == "flow":  # a process starts its own flows with the others' (start_flows)
+        if isinstance(records[-1], FlowRecord):  # a process starts its own flows with the others' (start_flows)
             self.due[p] = True
         if p != self.me:
             self.faults += records
         for record in records:
-            if record[0] == "crash":
-                self.crashed[int(record[2])] = float(record[3])
+            if isinstance(record, CrashRecord):
+                self.crashed[record.rank] = record.at
 
     def verify(self, reports: list[C.Report | None]) -> list[tuple[float, int, int, C.ExcData]]:
         """Compare the first signatures of collective calls that several processes reported this round.

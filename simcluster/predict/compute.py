@@ -10,8 +10,10 @@ Rule 1: FLOPs are torch's count, except that a causal attention op counts half o
 FlashAttention-2 measurements behind ``Device.attention`` count them. torch's counter has no
 formula for the CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu`` and its
 backward); they are counted with the formulas torch uses for the CUDA flash kernel.
-Rule 2: views and metadata ops cost nothing (no kernel runs); every other op is one kernel and
-pays the launch overhead.
+Rule 2: views, metadata ops and the profiler's range markers (``torch.profiler.record_function``'s
+``profiler._record_function_enter_new`` and ``profiler._record_function_exit``, which torch's
+optimizers open around every ``step``) cost nothing (no kernel runs); every other op is one kernel
+and pays the launch overhead.
 Rule 3: attention is timed as the fused kernel. On CPU fake tensors (shape-only runs) torch
 already runs its fused flash kernel (Rule 1 counts it); inside ``with GpuClock(...)``,
 ``F.scaled_dot_product_attention`` on meta tensors runs the CUDA flash kernel (``FusedAttention``)
@@ -42,7 +44,12 @@ _FREE = frozenset({
     "prim.device", "prim.layout",
 })
 """Ops that launch no kernel: allocation, aliasing, reading a scalar or a tensor's device (which fake
-tensors dispatch). Views are free by their schema."""
+tensors dispatch). Views are free by their schema, and so is every op of the ``profiler`` namespace
+(``_FREE_NAMESPACES``)."""
+
+_FREE_NAMESPACES = ("profiler.",)
+"""Namespaces whose ops launch no kernel: ``profiler`` holds ``record_function``'s range markers,
+host-side bookkeeping of the profiler."""
 
 @dataclass(frozen=True, slots=True)
 class OpCount:
@@ -156,7 +163,7 @@ def count_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, ou
     inputs = _tensors((args, kwargs))
     floating = [t for t in inputs if t.is_floating_point()]
     dtype = dtype_key(floating[0].dtype) if floating else "float32"
-    if getattr(func, "is_view", False) or name in _FREE:
+    if getattr(func, "is_view", False) or name in _FREE or name.startswith(_FREE_NAMESPACES):
         return OpCount(name, "free", 0.0, 0.0, dtype, 0.0)
     nbytes = float(_nbytes(inputs) + _nbytes(_tensors(out)))
     formula: Callable[..., int] | None = _flop_counter.flop_registry.get(packet) or _EXTRA_FLOPS.get(packet)

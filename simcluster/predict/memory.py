@@ -115,8 +115,9 @@ class MemoryTracker(TorchDispatchMode):  # type: ignore[misc]  # torch is option
     Storages that exist before (a model built first) count once given to ``track``, which also
     learns the categories: a module's parameters and buffers, its parameters' gradients (a hook
     marks each as it is accumulated), an optimizer's state (marked after each ``step``). ``mark``
-    puts any tensor in a category (``"communication"`` for a collective's buffers). One tracker
-    counts one rank: enter it in the rank's own code.
+    puts any tensor in a category; ``mark_communication`` puts a collective's buffers in
+    ``"communication"`` (a report run does it for every collective of the torch backend). One
+    tracker counts one rank: enter it in the rank's own code.
     """
 
     def __init__(self) -> None:
@@ -180,6 +181,20 @@ class MemoryTracker(TorchDispatchMode):  # type: ignore[misc]  # torch is option
         for t in [tensors] if isinstance(tensors, torch.Tensor) else tensors:
             for serial in self._see(t):
                 self._category[serial] = category
+
+    def mark_communication(self, tree: object) -> None:
+        """Put the storages of the tensors in ``tree`` (a collective's arguments: nested tuples,
+        lists and dicts) in ``communication``, unless a category is already known for them.
+
+        A parameter or gradient passed to a collective stays what it is; a buffer first seen in a
+        collective (DDP's gradient buckets, FSDP2's all-gather output and reduce-scatter input) is
+        ``communication`` until a later ``mark`` says otherwise (FSDP2's sharded gradients are
+        views of its reduce-scatter output: ``gradients`` from the optimizer step on).
+        """
+        for leaf in pytree.tree_leaves(tree):
+            if isinstance(leaf, torch.Tensor):
+                for serial in self._see(leaf):
+                    self._category.setdefault(serial, "communication")
 
     def track(self, *objects: torch.nn.Module | torch.optim.Optimizer) -> MemoryTracker:
         """Count and categorise a module's parameters, buffers and gradients, or an optimizer's state.

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RankRecord", "Spread", "StepReport", "build", "model_flops", "tokens",
+__all__ = ["RankRecord", "Spread", "StepReport", "build", "communication", "model_flops", "tokens",
            "transformer_flops_per_token"]
 
 SINKS: dict[Any, Any] = {}
@@ -32,6 +32,17 @@ def _sink() -> Any:
 
     rank = _sync.current()
     return None if rank is None else SINKS.get(rank)
+
+
+def communication(arguments: object) -> None:
+    """Count the tensors in ``arguments`` (a collective's, as the torch backend received them) as
+    this rank's communication buffers in its peak memory, unless their category is known
+    (``MemoryTracker.mark_communication``). Does nothing outside a report run."""
+    if not SINKS:
+        return
+    sink = _sink()
+    if sink is not None:
+        sink.tracker.mark_communication(arguments)
 
 
 def tokens(n: int) -> None:

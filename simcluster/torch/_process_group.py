@@ -52,6 +52,7 @@ from simcluster.engine import sync as _sync
 from simcluster.errors import RevokedError
 from simcluster.matching import ANY_SOURCE
 from simcluster.ops import ReduceOp
+from simcluster.predict import report as _report
 from simcluster.request import Request
 from simcluster.torch import _gpu, _profiler
 from simcluster.torch._work import (
@@ -722,6 +723,7 @@ def _unless_closed(method: Callable[..., SimclusterWork], op: str) -> Callable[.
             except RevokedError as exc:  # another member's operation on the group timed out
                 work = SimclusterWork(None, [], None, op, error=closed_by(exc))
         work.args = args  # its tensors, for compute="gpu:..." (_gpu, Rule 3)
+        _report.communication(args)  # a report run's memory counts them as communication buffers
         if spans:
             work.spans.extend(spans)
             if work._error is not None or work._done:

@@ -50,6 +50,28 @@ def test_head_to_head_rendezvous_sends_deadlock_with_cycle() -> None:
     assert "send(dst=1, tag=0)" in err.blocked[0]
 
 
+@pytest.mark.timeout(PROMPT)
+def test_the_report_says_where_each_handshake_stands() -> None:
+    async def main(comm: sc.Comm) -> None:
+        if comm.rank == 0:
+            await comm.send(np.zeros(50_000), dst=1, tag=7)  # 400 kB: a rendezvous
+        elif comm.rank == 1:
+            await comm.recv(src=0, tag=8)  # matches neither
+        else:
+            await comm.ssend(np.zeros(4), dst=1, tag=9)
+
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(main, world_size=3)
+    rows = str(info.value).splitlines()
+    at = rows.index("handshakes under way:")
+    assert rows[at + 1:at + 3] == [
+        "  rank 0's send of 400,000 bytes to rank 1 (tag 7): request to send sent, waiting for clear to send",
+        "  rank 2's synchronous send of 32 bytes to rank 1 (tag 9): message sent, waiting for its "
+        "receive to match it",
+    ]
+    assert rows[at + 3].startswith("wait-for cycle: ")
+
+
 def test_head_to_head_small_sends_do_not_deadlock() -> None:
     async def main(comm: sc.Comm) -> object:
         other = 1 - comm.rank

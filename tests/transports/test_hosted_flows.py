@@ -114,8 +114,6 @@ def test_what_hosting_processes_cannot_share_is_refused_with_the_way_out() -> No
     with pytest.raises(sc.UsageError, match=r"transport='shm', a link of latency 0\).*needs every link's "
                                             r"latency > 0.*sharing=False"):
         sc.run(main, 2, latency=instant, transport="shm", procs=2)
-    with pytest.raises(sc.UsageError, match=r"transport='tcp', faults=\.\.\.\).*and no fault plan"):
-        sc.run(main, WORLD, latency=platform("max-min"), transport="tcp", procs=2, faults="crash:1@1ms")
 
 
 # ---- the mpi transport, under mpiexec ----
