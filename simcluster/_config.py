@@ -296,14 +296,12 @@ def check_platform(model: _latency.LatencyModel, world_size: int, transport: str
                    plan: FaultPlan | None, fidelity: str) -> None:
     """Refuse a world the latency model's platform has no room for, and what a platform whose
     links flows share cannot run (``check_sharing``)."""
-    check_world = getattr(model, "check_world", None)  # a platform: has it ranks enough?
-    if check_world is not None:
-        try:
-            check_world(world_size)
-        except ValueError as exc:
-            raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
-                             str(exc), "give the platform more nodes") from None
-    if getattr(model, "sharing", False):
+    try:
+        model.check_world(world_size)
+    except ValueError as exc:
+        raise UsageError(None, f"run(world_size={world_size}, latency={model.describe()})",
+                         str(exc), "give the platform more nodes") from None
+    if model.sharing:
         check_sharing(model, transport, multiprocess, plan, fidelity)
 
 

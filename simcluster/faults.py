@@ -503,13 +503,13 @@ class ShapedPorts(Ports):
 
     def __init__(self, inner: Ports, plan: FaultPlan) -> None:
         self.inner = inner
-        self.ordered = getattr(inner, "ordered", True)
+        self.ordered = inner.ordered
         self.slow = [f for f in plan.faults if isinstance(f, Slow)]
         self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
         self.delays = [f for f in plan.faults if isinstance(f, Delay)]
         # a platform whose links flows share times the messages instead (``engine.flows``): the
         # plan shapes the links the flows see, and these ports charge nothing
-        shared = getattr(inner, "platform", None)
+        shared = inner.platform
         self.platform = None if shared is None else ShapedPlatform(shared, plan)
 
     def grow(self, world_size: int) -> None:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
-from typing import ClassVar, Final, NoReturn, cast
+from typing import Any, ClassVar, Final, NoReturn, cast
 
 from .engine.ports import NativePorts, _AlphaBetaPorts, _ConstantPorts, _LogGPPorts, _ZeroPorts
 
@@ -86,6 +86,10 @@ class Ports(ABC):
     charges the messages of each virtual instant together, in a canonical order, once
     the instant's events have run. False (``Constant``) lets it charge each message as
     it is posted; leave it True for any model with state."""
+
+    platform: Any = None
+    """A platform whose links flows share (``simcluster.platform``): the engine's flows then time
+    every message (``engine.flows``) and ``transfer`` is not asked. None for every other model."""
 
     @abstractmethod
     def transfer(self, src: int, dst: int, nbytes: int, t: float) -> tuple[float, float]:
@@ -177,6 +181,9 @@ class LatencyModel(ABC):
 
     __slots__ = ()
 
+    sharing: bool = False
+    """True for a platform whose links flows share (``simcluster.platform``)."""
+
     @abstractmethod
     def bind(self, world_size: int, rng: random.Random) -> Ports:
         """Make the per-run state for ``world_size`` ranks.
@@ -219,6 +226,10 @@ class LatencyModel(ABC):
     def placement(self) -> Placement | None:
         """Where this model puts the ranks, or None for a model that knows no nodes (the default)."""
         return None
+
+    def check_world(self, world_size: int) -> None:
+        """Raise ``ValueError`` if ``world_size`` ranks do not fit the model (a platform's nodes);
+        ``run`` turns it into a usage error before any rank starts. Every size fits by default."""
 
     def describe(self) -> str:
         """Return a short human description, e.g. ``AlphaBeta(alpha=1e-06, beta=1e-10)``."""

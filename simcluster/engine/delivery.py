@@ -39,7 +39,7 @@ class LocalDelivery(Delivery):
         super().bind(p2p)
         # envelopes are handed over as objects: this strategy puts its own on their channels
         self.in_process = p2p.in_process
-        platform = getattr(p2p.ports, "platform", None)  # a platform whose links flows share
+        platform = p2p.ports.platform  # a platform whose links flows share
         self.flows: Flows | None = None
         if platform is not None:
             from .flows import Flows as _Flows  # only runs on such a platform load it

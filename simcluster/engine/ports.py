@@ -66,6 +66,7 @@ class NativePorts(ABC):
 
     zero: ClassVar[bool] = False
     ordered: ClassVar[bool] = True
+    platform: ClassVar[None] = None  # never a platform whose links flows share
 
     def __init__(self, model: _Model, world_size: int) -> None:
         self._model = model

@@ -59,7 +59,7 @@ class HostedDelivery(Delivery):
 
     def bind(self, p2p: Any) -> None:
         super().bind(p2p)
-        platform = getattr(self.inner_ports, "platform", None)  # a platform whose links flows share
+        platform = self.inner_ports.platform  # a platform whose links flows share
         self.flows: Flows | None = None
         if platform is not None:
             from ..engine.flows import Flows as _Flows  # only runs on such a platform load it

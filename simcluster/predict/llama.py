@@ -34,6 +34,13 @@ late 2024, commit 004b3148, the time of its published H100 benchmarks): tensor p
 (``fully_shard`` on every block and on the whole model) with ``MixedPrecisionPolicy(
 param_dtype=bfloat16, reduce_dtype=float32)``, the defaults of torchtitan's ``training.mixed_precision_param`` and
 ``mixed_precision_reduce``.
+
+Pipeline parallel (``parallelize(..., pp_mesh=...)``, ``pipeline``) cuts the model into stages as
+torchtitan's ``pipeline_llama_manual`` (``torchtitan/parallelisms/pipeline_llama.py``) does, a
+contiguous range of blocks each, the embedding on the first and the norm and output on the last,
+at the cuts of its ``generate_split_points``, and runs them with torch's own schedules
+(``torch.distributed.pipelining``); under PP, FSDP2 does not reshard after the forward, as
+torchtitan's ``apply_fsdp`` with PP enabled.
 """
 
 from __future__ import annotations
@@ -213,7 +220,7 @@ class Llama(nn.Module):  # type: ignore[misc]  # torch is optional: mypy does no
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleDict({str(i): TransformerBlock(config) for i in range(config.n_layers)})
-        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.norm: RMSNorm | None = RMSNorm(config.dim, config.norm_eps)  # None in a pipeline stage
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         cos, sin = rope_frequencies(config, config.max_seq_len)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -234,24 +241,30 @@ class Llama(nn.Module):  # type: ignore[misc]  # torch is optional: mypy does no
             cos, sin = rope_frequencies(self.config, self.config.max_seq_len)
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
-        nn.init.normal_(self.tok_embeddings.weight)
-        for index, block in enumerate(self.layers.values()):
-            depth_std = 0.02 / (2 * (index + 1)) ** 0.5
+        if self.tok_embeddings is not None:  # a pipeline stage holds only its own parts
+            nn.init.normal_(self.tok_embeddings.weight)
+        for key, block in self.layers.items():  # keyed by layer number, in a stage too
+            depth_std = 0.02 / (2 * (int(key) + 1)) ** 0.5
             for name, module in block.named_modules():
                 if isinstance(module, nn.Linear):
                     std = depth_std if name.endswith(("wo", "w2", "w3")) else 0.02
                     nn.init.normal_(module.weight, mean=0.0, std=std)
                 elif isinstance(module, RMSNorm):
                     nn.init.ones_(module.weight)
-        nn.init.ones_(self.norm.weight)
-        nn.init.normal_(self.output.weight, mean=0.0, std=self.config.dim ** -0.5)
+        if self.norm is not None:
+            nn.init.ones_(self.norm.weight)
+        if self.output is not None:
+            nn.init.normal_(self.output.weight, mean=0.0, std=self.config.dim ** -0.5)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embeddings(tokens)
+        """Logits of ``tokens``; in a pipeline stage (``split_stage``) whose embedding, norm or
+        output was removed, the stage's input passes that part by, as torchtitan's model does."""
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = (self.rope_cos, self.rope_sin)
         for block in self.layers.values():
             h = block(h, rope)
-        return self.output(self.norm(h))
+        h = self.norm(h) if self.norm is not None else h
+        return self.output(h) if self.output is not None else h
 
 
 def build(name_or_config: str | LlamaConfig, *, seq_len: int | None = None, device: Any = "meta") -> Llama:
@@ -348,11 +361,13 @@ def apply_tensor_parallel(model: Llama, tp_mesh: Any) -> None:
         parallelize_module,
     )
 
-    parallelize_module(model, tp_mesh, {
+    plan = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+    }  # a pipeline stage has only some of these parts
+    parallelize_module(model, tp_mesh, {name: style for name, style in plan.items()
+                                        if getattr(model, name) is not None})
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
@@ -387,11 +402,171 @@ def apply_fsdp(model: Llama, dp_mesh: Any, *, param_dtype: torch.dtype = torch.b
 
 
 def parallelize(model: Llama, *, dp_mesh: Any, tp_mesh: Any = None, ac: str = "selective",
-                param_dtype: torch.dtype = torch.bfloat16, reduce_dtype: torch.dtype = torch.float32) -> Llama:
+                param_dtype: torch.dtype = torch.bfloat16, reduce_dtype: torch.dtype = torch.float32,
+                pp_mesh: Any = None, pp_schedule: str = "1F1B", pp_microbatches: int | None = None,
+                pp_stages_per_rank: int | None = None) -> Any:
     """torchtitan's order: tensor parallel (when ``tp_mesh`` is given), activation checkpointing
-    (``ac``: ``"none"``, ``"full"``, ``"selective"``), then FSDP2 over ``dp_mesh``. Returns the model."""
+    (``ac``: ``"none"``, ``"full"``, ``"selective"``), then FSDP2 over ``dp_mesh``. Returns the model.
+
+    With ``pp_mesh`` (pipeline parallel), the model is first cut into stages (``pipeline``), each
+    part is parallelised as above (FSDP2 without resharding after the forward, as torchtitan does
+    under PP; no FSDP2 when ``dp_mesh`` is None), and the ``Pipeline`` of this rank is returned.
+    """
+    if pp_mesh is not None:
+        def parallelize_part(part: Llama) -> None:
+            if tp_mesh is not None:
+                apply_tensor_parallel(part, tp_mesh)
+            apply_activation_checkpointing(part, ac)
+            if dp_mesh is not None:
+                apply_fsdp_to_stage(part, dp_mesh, param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+        return pipeline(model, pp_mesh, schedule=pp_schedule, microbatches=pp_microbatches,
+                        stages_per_rank=pp_stages_per_rank, parallelize_part=parallelize_part)
     if tp_mesh is not None:
         apply_tensor_parallel(model, tp_mesh)
     apply_activation_checkpointing(model, ac)
     apply_fsdp(model, dp_mesh, param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     return model
+
+
+# ---- pipeline parallel, as torchtitan splits Llama ----
+
+def stage_layers(n_layers: int, num_stages: int) -> list[range]:
+    """The layers of each stage, as torchtitan's ``generate_split_points`` places the cuts.
+
+    Each stage gets ``n_layers // num_stages``; of the rest, one more goes to each middle stage in
+    turn (the first stage, which also embeds, never gets one) and what is still left to the last.
+    """
+    if not 1 <= num_stages <= n_layers:
+        raise ValueError(f"{num_stages} pipeline stages for {n_layers} layers: need 1 to {n_layers}")
+    base, extra = divmod(n_layers, num_stages)
+    cuts = [0]
+    for stage in range(num_stages - 1):
+        step = base + 1 if stage > 0 and extra > 0 else base
+        extra -= step - base
+        cuts.append(cuts[-1] + step)
+    cuts.append(n_layers)
+    return [range(start, stop) for start, stop in zip(cuts, cuts[1:])]
+
+
+def split_stage(model: Llama, stage_index: int, num_stages: int, layers: range) -> Llama:
+    """The part of ``model`` that stage ``stage_index`` runs, as torchtitan's ``pipeline_llama_manual``
+    cuts a stage: the transformer blocks of ``layers`` (keyed by their numbers in the whole model),
+    the embedding on the first stage only, the final norm and output projection on the last only
+    (the others are None, and ``Llama.forward`` passes by them).
+
+    torchtitan deep-copies the whole model and deletes the rest; here the part takes ``model``'s
+    own modules instead (a FakeTensor cannot be deep-copied without reading its data pointer), so
+    the parts of one model share nothing with each other but do share with ``model``: parallelise
+    and train the parts, not ``model``.
+    """
+    part: Llama = Llama.__new__(Llama)
+    nn.Module.__init__(part)
+    part.config = model.config
+    part.tok_embeddings = model.tok_embeddings if stage_index == 0 else None
+    part.layers = nn.ModuleDict({key: block for key, block in model.layers.items() if int(key) in layers})
+    last = stage_index == num_stages - 1
+    part.norm = model.norm if last else None
+    part.output = model.output if last else None
+    part.register_buffer("rope_cos", model.rope_cos, persistent=False)
+    part.register_buffer("rope_sin", model.rope_sin, persistent=False)
+    return part
+
+
+def apply_fsdp_to_stage(part: Llama, dp_mesh: Any, *, param_dtype: torch.dtype = torch.bfloat16,
+                        reduce_dtype: torch.dtype = torch.float32) -> None:
+    """FSDP2 on a pipeline stage as torchtitan's ``apply_fsdp`` with PP enabled: ``fully_shard``
+    each block and the stage, none resharding after the forward ("to avoid per-microbatch
+    all-gathers, which can be expensive and non-overlapped", its comment)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for block in part.layers.values():
+        fully_shard(block, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=False)
+    fully_shard(part, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=False)
+
+
+@dataclass
+class Pipeline:
+    """One rank's share of a pipeline-parallel model: its stages' parts, their ``PipelineStage``s
+    and the schedule that runs them. ``parameters``, ``to_empty`` and ``init_weights`` act on
+    every part, so a training loop reads as it does without PP; ``step`` runs one batch."""
+
+    parts: list[Llama]
+    stages: list[Any]
+    schedule: Any
+
+    @property
+    def is_first(self) -> bool:
+        """Whether this rank holds the first stage (the one that takes the tokens)."""
+        return any(stage.is_first for stage in self.stages)
+
+    @property
+    def is_last(self) -> bool:
+        """Whether this rank holds the last stage (the one that computes the loss)."""
+        return any(stage.is_last for stage in self.stages)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for part in self.parts for p in part.parameters()]
+
+    def to_empty(self, *, device: Any) -> Pipeline:
+        for part in self.parts:
+            part.to_empty(device=device)
+        return self
+
+    def init_weights(self) -> None:
+        for part in self.parts:
+            part.init_weights()
+
+    def step(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+        """Forward and backward of one batch through the schedule (split into its microbatches);
+        the mean of the microbatches' losses on the rank of the last stage, else None."""
+        losses: list[torch.Tensor] = []
+        if self.is_first and self.is_last:
+            self.schedule.step(tokens, target=labels, losses=losses)
+        elif self.is_first:
+            self.schedule.step(tokens)
+        elif self.is_last:
+            self.schedule.step(target=labels, losses=losses)
+        else:
+            self.schedule.step()
+        return torch.mean(torch.stack(losses)) if self.is_last else None
+
+
+def pipeline(model: Llama, pp_mesh: Any, *, schedule: str = "1F1B", microbatches: int | None = None,
+             stages_per_rank: int | None = None, device: Any = None,
+             parallelize_part: Callable[[Llama], None] | None = None,
+             loss: Callable[..., torch.Tensor] = loss_fn) -> Pipeline:
+    """Cut ``model`` into pipeline stages over ``pp_mesh`` and build this rank's ``Pipeline``.
+
+    ``schedule`` is a name ``torch.distributed.pipelining.schedules.get_schedule_class`` knows
+    (``"GPipe"``, ``"1F1B"``, ``"Interleaved1F1B"``, ...). A single-stage schedule gives each rank one
+    stage; a multi-stage one ``stages_per_rank`` (default 2, torchtitan's), stage ``s`` of rank ``r``
+    being ``r + s x degree`` (torchtitan's "loop" style). ``microbatches`` defaults to the pipeline
+    degree (torchtitan's ``pipeline_parallel_microbatches`` default). Each part is given to
+    ``parallelize_part`` (tensor parallel, checkpointing, FSDP2) before its ``PipelineStage`` is
+    made; the parts stay on ``model``'s device (meta: call ``to_empty`` and ``init_weights``).
+    """
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
+    schedule_class = get_schedule_class(schedule)
+    single = issubclass(schedule_class, PipelineScheduleSingle)
+    per_rank = 1 if single else (stages_per_rank or 2)
+    if single and stages_per_rank not in (None, 1):
+        raise ValueError(f"schedule {schedule!r} runs one stage per rank, not {stages_per_rank}")
+    degree, pp_rank = pp_mesh.size(), pp_mesh.get_local_rank()
+    num_stages = degree * per_rank
+    layers = stage_layers(model.config.n_layers, num_stages)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+    parts, stages = [], []
+    for index in range(pp_rank, num_stages, degree):
+        part = split_stage(model, index, num_stages, layers[index])
+        if parallelize_part is not None:
+            parallelize_part(part)
+        parts.append(part)
+        stages.append(PipelineStage(part, index, num_stages, device, group=pp_mesh.get_group()))
+    runner = schedule_class(stages[0] if single else stages, n_microbatches=microbatches or degree,
+                            loss_fn=loss)
+    return Pipeline(parts, stages, runner)

@@ -100,6 +100,7 @@ class Shapes:
             self._lift = torch._C._only_lift_cpu_tensors()
             torch._C._set_only_lift_cpu_tensors(True)
             torch._C._ensureCUDADeviceGuardSet()
+        _pickle_objects_for_real()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -188,6 +189,28 @@ class ShapeOnlyMode(TorchDispatchMode):  # type: ignore[misc]  # torch is not fo
                 return FakeTensor(self.fake, t, device)
             return t
         return tree_map(to_fake, out)
+
+
+def _pickle_objects_for_real() -> None:
+    """Make torch's object collectives (``send_object_list``, ``broadcast_object_list``, ...; the
+    pipeline schedules send their stages' shapes with them) pickle into a real byte tensor.
+
+    Under a fake mode, ``torch.UntypedStorage.from_buffer`` (which ``_object_to_tensor`` calls)
+    makes a storage on the meta device, and setting a CPU tensor to it fails, so the pickling runs
+    with the fake mode unset. Installed once, for the process; outside a fake mode it changes
+    nothing.
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d._object_to_tensor
+    if getattr(original, "_simcluster_real", False):
+        return
+
+    def object_to_tensor(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return original(*args, **kwargs)
+    object_to_tensor._simcluster_real = True  # type: ignore[attr-defined]
+    c10d._object_to_tensor = object_to_tensor
 
 
 def _refused(device: Any) -> bool:
