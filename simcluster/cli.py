@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark and print its table")
     bench.add_argument("which", choices=BENCHMARKS)
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    bench.add_argument("--only", default=None, metavar="PART",
+                       help="one table of the benchmark (torch: all_reduce, scale or train)")
 
     from . import mpirun  # its options live with it (simcluster/mpirun.py)
 
@@ -348,10 +350,14 @@ def _cmd_torchrun(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"simcluster.bench.{args.which}")
-    if args.quick:
-        module.main(**getattr(module, "QUICK", {}))
-    else:
-        module.main()
+    options = dict(getattr(module, "QUICK", {})) if args.quick else {}
+    if args.only is not None:
+        if not hasattr(module, "PARTS"):
+            print(f"simcluster bench {args.which}: --only is for benchmarks of several tables "
+                  "(torch)", file=sys.stderr)
+            return 2
+        options["only"] = args.only
+    module.main(**options)
     return 0
 
 

@@ -51,6 +51,7 @@ def test_gloo_and_simcluster_side_by_side_give_the_same_sums_and_the_ratio_of_me
     sim, gloo = lat["simcluster"], lat["gloo"]
     for figures in (sim, gloo):
         assert figures["wrong"] == 0
+        assert figures["cpu_per_call"] > 0  # simcluster's process; gloo's four, summed
         assert figures["last"] == figures["expected"] == 10.0
         assert figures["median"] > 0 and len(figures["per_call"]) == 2
     assert lat["ratio"] == pytest.approx(sim["median"] / gloo["median"])
@@ -147,3 +148,34 @@ def test_the_training_table_prints_the_first_step_over_the_step_beside_its_targe
     assert "first/step (cpu <= 2x)" in out and "1.50x (2.11x cpu) missed" in out
     assert "3.0 (4.0 cpu)" in out and "2.0 (1.9 cpu)" in out
     assert "where the first step's wall time goes at 4 ranks: DTensor sharding propagation" in out
+
+
+def test_the_latency_table_prints_a_row_per_build_with_its_own_ratios(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    compiled = {"median": 250e-6, "switches_per_call": 8.0, "wrong": 0, "calls": 20,
+                "cpu_per_call": 300e-6}
+    interpreted = {"median": 600e-6, "switches_per_call": 8.0, "wrong": 0, "calls": 20,
+                   "cpu_per_call": 700e-6}
+    lat = {"simcluster": compiled, "builds": {"compiled": compiled, "interpreted": interpreted},
+           "gloo": {"median": 1000e-6, "wrong": 0, "cpu_per_call": 200e-6},
+           "floor": {"median": 5e-6}}
+    bench._latency_table(lat, 4, 5, 3)
+    out = capsys.readouterr().out
+    assert "all_reduce, per call (compiled)" in out and "0.25x" in out and "50x" in out
+    assert "all_reduce, per call (interpreted)" in out and "0.60x" in out and "120x" in out
+    assert "CPU per call (compiled)" in out and "1.50x" in out and "3.50x" in out
+    assert "0 wrong of 240" in out  # 20 calls x 4 ranks in each build and in gloo
+
+
+def test_only_all_reduce_prints_the_latency_table_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    from simcluster import cli
+
+    assert cli.main(["bench", "torch", "--only", "all_reduce", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "all_reduce, per call" in out and "every sum checked inside the loop: 0 wrong" in out
+    assert "init_process_group" not in out and "training step" not in out
+
+
+def test_only_names_a_table_of_the_benchmark() -> None:
+    with pytest.raises(SystemExit, match="choose one of all_reduce, scale, train"):
+        bench.main(only="latency")

@@ -10,10 +10,14 @@ Three tables, the first two beside a baseline measured in the same run:
   rank a thread of this process, stepped one at a time by the engine;
   the default latency model, zero) against gloo (``torch.multiprocessing.spawn``,
   4 processes, rendezvous over TCP on 127.0.0.1); the ratio is simcluster / gloo.
-  Beside it, the floor: a bare hand-off between two Python threads through
+  Beside it, the CPU seconds per call of both (this process's, against the
+  four gloo processes' summed: on a machine shared with other work, what
+  each needs of it), the floor: a bare hand-off between two Python threads through
   two ``threading.Lock``s (``handoff_floor``, measured just before and after
-  the simcluster loop), the simcluster call's ratio to it, and the thread
+  the simcluster loops), the simcluster call's ratio to it, and the thread
   switches a call makes (``ThreadRank.switches``, counted over the timed rounds).
+  The simcluster loop runs in each build (``BUILDS``: compiled, interpreted),
+  each in a child process.
 * scale: ``init_process_group`` plus one ``all_reduce`` of one float (and
   ``destroy_process_group``) on 1024 and 4096 ranks, under
   ``simcluster.torch.spawn`` against targets of 3 s and 20 s, and under
@@ -45,7 +49,7 @@ import socket
 import statistics
 import subprocess
 import sys
-from time import perf_counter  # bound now: a rank's time.* reads virtual time
+from time import perf_counter, process_time  # bound now: a rank's time.* reads virtual time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,13 +103,16 @@ def _free_port() -> int:
 
 
 def _timed_loop(rank: int, world: int, calls: int, rounds: int,
-                switches: Callable[[], int] | None = None) -> dict[str, Any]:
+                switches: Callable[[], int] | None = None, processes: int = 1) -> dict[str, Any]:
     """From an initialised rank: the all_reduce loop; rank 0's seconds per call of each round.
 
     Every call refills the tensor with ``rank + 1`` and checks the sum that
     comes back; the count of wrong sums (all ranks) is summed after the timing.
     ``switches`` (simcluster: ``ThreadRank.switches``) counts the thread switches
     of every rank, read where rank 0 starts and ends each timed round.
+    ``cpu_per_call``: the CPU seconds per call of the median round, of this
+    process, summed over the ranks when each is a process of its own
+    (``processes`` = ``world``: gloo).
     """
     import torch
     import torch.distributed as dist
@@ -117,10 +124,12 @@ def _timed_loop(rank: int, world: int, calls: int, rounds: int,
     wrong = 0
     last = 0.0
     per_call = []
+    cpu = []
     switched = 0
     for round_ in range(rounds + 1):  # the first round warms up
         dist.barrier()
         before = switches() if switches is not None else 0
+        cpu_start = process_time()
         start = perf_counter()
         for _ in range(calls):
             fill(mine)
@@ -129,12 +138,14 @@ def _timed_loop(rank: int, world: int, calls: int, rounds: int,
             if last != expected:
                 wrong += 1
         per_call.append((perf_counter() - start) / calls)
+        cpu.append((process_time() - cpu_start) / calls)
         if switches is not None and round_:
             switched += switches() - before
-    total = torch.tensor([float(wrong)])
+    total = torch.tensor([float(wrong), statistics.median(cpu[1:]) if processes > 1 else 0.0])
     dist.all_reduce(total)
-    out = {"per_call": per_call[1:], "wrong": int(total.item()), "last": last,
-           "expected": expected, "calls": calls * (rounds + 1)}
+    out = {"per_call": per_call[1:], "wrong": int(total[0].item()), "last": last,
+           "expected": expected, "calls": calls * (rounds + 1),
+           "cpu_per_call": float(total[1].item()) if processes > 1 else statistics.median(cpu[1:])}
     if switches is not None:
         out["switches_per_call"] = switched / (calls * rounds)
     return out
@@ -158,7 +169,7 @@ def _gloo_rank(rank: int, world: int, port: int, calls: int, rounds: int, queue:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     try:
-        out = _timed_loop(rank, world, calls, rounds)
+        out = _timed_loop(rank, world, calls, rounds, processes=world)
     finally:
         dist.destroy_process_group()
     if rank == 0:
@@ -222,22 +233,35 @@ def gloo_latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS) -
 
 
 def latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
-            handoffs: int = HANDOFFS) -> dict[str, Any]:
+            handoffs: int = HANDOFFS, builds: Sequence[str] = ()) -> dict[str, Any]:
     """Return both loops' figures and the ratio of their medians (simcluster / gloo).
 
     With them, the bare thread hand-off (``handoff_floor``), measured just
     before and just after the simcluster loop (the median of both sets of
     rounds), and the simcluster call's ratio to it (``floor_ratio``).
+    ``builds`` (``BUILDS``: compiled, interpreted): the simcluster loop runs
+    in a child process of each build, one after the other, and ``builds``,
+    ``ratios`` and ``floor_ratios`` hold each build's figures; the first
+    build's are also ``simcluster``, ``ratio`` and ``floor_ratio``. Without
+    ``builds`` it runs in this process, whatever its build.
     """
     import torch.distributed as dist
 
+    from . import in_build
+
     first = handoff_floor(handoffs, rounds)
-    sim = simcluster_latency(world, calls, rounds)
+    if builds:
+        sims = {build: in_build(build, __name__, "simcluster_latency", world, calls, rounds)
+                for build in builds}
+    else:
+        sims = {"": simcluster_latency(world, calls, rounds)}
     second = handoff_floor(handoffs, rounds)
     samples = first["per_handoff"] + second["per_handoff"]
     floor = {"per_handoff": samples, "median": statistics.median(samples)}
-    out: dict[str, Any] = {"simcluster": sim, "floor": floor,
-                           "floor_ratio": sim["median"] / floor["median"]}
+    sim = next(iter(sims.values()))
+    out: dict[str, Any] = {"simcluster": sim, "builds": sims, "floor": floor,
+                           "floor_ratio": sim["median"] / floor["median"],
+                           "floor_ratios": {b: s["median"] / floor["median"] for b, s in sims.items()}}
     if not dist.is_gloo_available():  # pragma: no cover - builds without gloo
         return {**out, "gloo": "unavailable (this torch build has no gloo)"}
     try:
@@ -245,7 +269,8 @@ def latency(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not raised
         last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
         return {**out, "gloo": f"failed ({last[0]})"}
-    return {**out, "gloo": gloo, "ratio": sim["median"] / gloo["median"]}
+    return {**out, "gloo": gloo, "ratio": sim["median"] / gloo["median"],
+            "ratios": {b: s["median"] / gloo["median"] for b, s in sims.items()}}
 
 
 def breakdown(world: int = WORLD, calls: int = CALLS) -> dict[str, float]:
@@ -412,25 +437,43 @@ def _us(seconds: float) -> str:
 
 
 def _latency_table(lat: dict[str, Any], world: int, calls: int, rounds: int) -> None:
-    sim, gloo = lat["simcluster"], lat["gloo"]
+    gloo = lat["gloo"]
+    sims: dict[str, dict[str, Any]] = lat.get("builds") or {"": lat["simcluster"]}
     print(f"all_reduce of one float, {world} ranks: {calls} calls per round, median of {rounds} "
           "rounds after a warm-up (rank 0 times its loop after a barrier)")
     floor = lat["floor"]["median"]
-    switches = sim["switches_per_call"]
-    rows = [["all_reduce, per call", _us(sim["median"]),
-             _us(gloo["median"]) if isinstance(gloo, dict) else gloo,
-             f"{lat['ratio']:.2f}x" if "ratio" in lat else "",
-             f"gloo, {world} processes, TCP on 127.0.0.1"],
-            ["calls per second", f"{1 / sim['median']:,.0f}",
-             f"{1 / gloo['median']:,.0f}" if isinstance(gloo, dict) else "", "", ""],
-            ["all_reduce, per call", _us(sim["median"]), _us(floor), f"{lat['floor_ratio']:,.0f}x",
-             "the floor: one bare hand-off between two threads (two Locks)"],
-            ["thread switches per call", f"{switches:.2f}", "", "",
-             f"{_us(switches * floor)} per call at the floor"]]
+    rows = []
+    for build, sim in sims.items():
+        named = f" ({build})" if build else ""
+        ratio = sim["median"] / gloo["median"] if isinstance(gloo, dict) else None
+        rows += [[f"all_reduce, per call{named}", _us(sim["median"]),
+                  _us(gloo["median"]) if isinstance(gloo, dict) else gloo,
+                  f"{ratio:.2f}x" if ratio is not None else "",
+                  f"gloo, {world} processes, TCP on 127.0.0.1"],
+                 [f"calls per second{named}", f"{1 / sim['median']:,.0f}",
+                  f"{1 / gloo['median']:,.0f}" if isinstance(gloo, dict) else "", "", ""]]
+        if "cpu_per_call" in sim:
+            cpu_ratio = (sim["cpu_per_call"] / gloo["cpu_per_call"]
+                         if isinstance(gloo, dict) and gloo.get("cpu_per_call") else None)
+            rows.append([f"CPU per call{named}", _us(sim["cpu_per_call"]),
+                         _us(gloo["cpu_per_call"]) if cpu_ratio is not None else "",
+                         f"{cpu_ratio:.2f}x" if cpu_ratio is not None else "",
+                         f"the same gloo run: its {world} processes' CPU, summed"])
+    for build, sim in sims.items():
+        named = f" ({build})" if build else ""
+        rows.append([f"all_reduce, per call{named}", _us(sim["median"]), _us(floor),
+                     f"{sim['median'] / floor:,.0f}x",
+                     "the floor: one bare hand-off between two threads (two Locks)"])
+    switches = next(iter(sims.values()))["switches_per_call"]
+    rows.append(["thread switches per call", f"{switches:.2f}", "", "",
+                 f"{_us(switches * floor)} per call at the floor"])
     print(table(rows, ["what", "simcluster", "baseline", "ratio", "baseline is"]))
-    wrong = sim["wrong"] + (gloo["wrong"] if isinstance(gloo, dict) else 0)
-    print(f"every sum checked inside the loop: {wrong} wrong of "
-          f"{sim['calls'] * world * (2 if isinstance(gloo, dict) else 1):,}")
+    checked = sum(sim["calls"] for sim in sims.values()) * world
+    wrong = sum(sim["wrong"] for sim in sims.values())
+    if isinstance(gloo, dict):
+        wrong += gloo["wrong"]
+        checked += next(iter(sims.values()))["calls"] * world
+    print(f"every sum checked inside the loop: {wrong} wrong of {checked:,}")
 
 
 def _scale_cells(got: dict[str, Any] | str, ranks: int) -> list[str]:
@@ -484,42 +527,57 @@ def _train_table(train: dict[tuple[int, int], dict[str, Any] | str]) -> None:
                 print(f"where the {what} wall time goes at {dp * tp} ranks: {shares}")
 
 
+PARTS = ("all_reduce", "scale", "train")
+"""The tables ``main`` can run alone (``simcluster bench torch --only PART``)."""
+
+
 def main(world: int = WORLD, calls: int = CALLS, rounds: int = ROUNDS,
          sizes: Sequence[int] = SIZES, budget: float = BUDGET,
-         train: Sequence[tuple[int, int]] = TRAIN) -> dict[str, Any]:
-    """Measure and print the three tables; return the figures."""
+         train: Sequence[tuple[int, int]] = TRAIN, only: str | None = None) -> dict[str, Any]:
+    """Measure and print the three tables, or the one of ``PARTS`` named ``only``; return the figures.
+
+    The latency table measures simcluster in each of ``BUILDS`` (the active
+    build, and the interpreted one beside a compiled one).
+    """
+    if only is not None and only not in PARTS:
+        raise SystemExit(f"simcluster bench torch --only {only}: choose one of {', '.join(PARTS)}")
     _need_torch()
     import torch
 
-    lat = latency(world, calls, rounds)
+    from . import BUILDS
+
+    lat = latency(world, calls, rounds, builds=BUILDS) if only in (None, "all_reduce") else None
     jobs: dict[int, dict[str, dict[str, Any] | str]] = {}
-    for ranks in sizes:
+    for ranks in sizes if only in (None, "scale") else ():
         jobs[ranks] = {"simcluster": scale_job("simcluster", ranks, budget),
                        "threaded": scale_job("threaded", ranks, budget)}
-    steps = {(dp, tp): train_job(dp, tp) for dp, tp in train}
+    steps = {(dp, tp): train_job(dp, tp) for dp, tp in train} if only in (None, "train") else {}
 
     print(f"simcluster bench torch (torch {torch.__version__}; simcluster with its defaults: "
           "latency model zero, checks='strict')")
     print()
-    _latency_table(lat, world, calls, rounds)
-    print()
-    print(f"init_process_group + one all_reduce of one float (+ destroy_process_group), "
-          f"one fresh process per job, killed after {budget:g} s")
-    rows = []
-    for ranks, got in jobs.items():
-        sim, thr = got["simcluster"], got["threaded"]
-        target = TARGETS.get(ranks)
-        ratio = (f"{sim['wall'] / thr['wall']:.2f}x"
-                 if isinstance(sim, dict) and isinstance(thr, dict) else "")
-        rows.append([f"{ranks}", "simcluster", *_scale_cells(sim, ranks),
-                     f"{target:g} s" if target else "", _verdict(sim, target), ""])
-        rows.append(["", "threaded", *_scale_cells(thr, ranks), "", "", ratio])
-    print(table(rows, ["ranks", "backend", "wall s", "process s", "peak RSS MiB", "KiB/rank",
-                       "target", "met", "simcluster/threaded"]))
-    print("threaded: torch's multi_threaded_pg (one OS thread per rank, all at once); "
-          "KiB/rank: (peak RSS - RSS before the job) / ranks")
-    print()
-    _train_table(steps)
+    if lat is not None:
+        _latency_table(lat, world, calls, rounds)
+        print()
+    if jobs:
+        print(f"init_process_group + one all_reduce of one float (+ destroy_process_group), "
+              f"one fresh process per job, killed after {budget:g} s")
+        rows = []
+        for ranks, got in jobs.items():
+            sim, thr = got["simcluster"], got["threaded"]
+            target = TARGETS.get(ranks)
+            ratio = (f"{sim['wall'] / thr['wall']:.2f}x"
+                     if isinstance(sim, dict) and isinstance(thr, dict) else "")
+            rows.append([f"{ranks}", "simcluster", *_scale_cells(sim, ranks),
+                         f"{target:g} s" if target else "", _verdict(sim, target), ""])
+            rows.append(["", "threaded", *_scale_cells(thr, ranks), "", "", ratio])
+        print(table(rows, ["ranks", "backend", "wall s", "process s", "peak RSS MiB", "KiB/rank",
+                           "target", "met", "simcluster/threaded"]))
+        print("threaded: torch's multi_threaded_pg (one OS thread per rank, all at once); "
+              "KiB/rank: (peak RSS - RSS before the job) / ranks")
+        print()
+    if steps:
+        _train_table(steps)
     return {"latency": lat, "scale": jobs, "train": steps}
 
 

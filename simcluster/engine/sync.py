@@ -242,8 +242,11 @@ class ThreadRank(SyncRank):
             self._thread = threading.Thread(target=self._body, name=f"simcluster rank {self.rank}",
                                             daemon=True)
             self._thread.start()
-        if _states.torch is not None:
-            _states.torch_in(self)
+        generator = _states.torch  # torch's default generator: _States.torch_in / torch_out, inline
+        if generator is not None:
+            if self.torch_rng is None:
+                self.torch_rng = _states.torch_saved
+            generator.set_state(self.torch_rng)
         enter = self.enter
         try:
             if enter is not None:
@@ -259,8 +262,8 @@ class ThreadRank(SyncRank):
             leave = self.leave
             if leave is not None:
                 leave()
-            if _states.torch is not None:
-                _states.torch_out(self)
+            if generator is not None:
+                self.torch_rng = generator.get_state()
         finished, value = self._handback
         if finished:
             self._join()

@@ -47,6 +47,7 @@ from torch._C._distributed_c10d import (
 
 from torch.distributed.constants import default_pg_timeout
 
+from simcluster.collectives import _gloo as gloo_layout
 from simcluster.comm import Comm, Group, groups_of
 from simcluster.engine import sync as _sync
 from simcluster.errors import RevokedError
@@ -86,11 +87,11 @@ def _engine_view(tensor: torch.Tensor, op: ReduceOp | None = None) -> Any:
     the numpy array over its memory, so a result written into that array lands in the tensor; any
     other tensor as itself. The engine's codec, copies and reductions cost several times less on a
     numpy array than on a tensor (docs/benchmarks.md); the messages and their sizes are the same."""
-    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided or tensor.device.type != "cpu":
+    if type(tensor) is not torch.Tensor or not tensor.is_cpu or tensor.layout != torch.strided:
         return tensor
     dtype = tensor.dtype
     if dtype in _NUMPY_FLOATS or (dtype in _NUMPY_INTS and op is not ReduceOp.AVG):
-        return tensor.detach().numpy()
+        return (tensor.detach() if tensor.requires_grad else tensor).numpy()
     return tensor
 
 
@@ -128,6 +129,8 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
         self._timeout = None if timeout == default_pg_timeout else seconds_of(timeout)
         self._closed = False  # an operation timed out on this rank: later ones fail, as gloo's
         self._stream: _Stream | None = None  # compute="gpu:...": the rank's stream on this group
+        self._on_cpu: bool | None = None  # no GPUs on the run's platform (None: not asked yet)
+        self._gloo_chosen: dict[tuple[str, str], str | None] = {}  # _gloo's answers, per run
         self.named = BACKEND  # the backend the program asked for (torchrun maps gloo here):
         # the prefix of its operations' profiler spans ("gloo:all_reduce")
 
@@ -239,17 +242,17 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def allreduce(self, tensors: list[torch.Tensor],
                   opts: AllreduceOptions = AllreduceOptions()) -> SimclusterWork:  # noqa: B008
         op = self._op("all_reduce", opts)
-        if len(tensors) == 1 and tensors[0].layout == torch.sparse_coo:
+        if len(tensors) != 1:
+            return self._coalesced_all_reduce(tensors, op)
+        tensor = tensors[0]
+        if tensor.layout == torch.sparse_coo:
             if op is not ReduceOp.SUM:
                 raise RuntimeError("ProcessGroupGloo::allreduce: unsupported reduction operation "
                                    "(allreduce of sparse tensors only works with ReduceOp.SUM)")
-            return self._sparse_all_reduce(tensors[0])
-        if len(tensors) == 1:
-            tensor = tensors[0]
-            req = self._start("all_reduce", _engine_view(tensor, op), op,
-                                         algorithm=self._gloo("all_reduce", _nbytes(tensor)))
-            return self._work(req, tensors, op="all_reduce")
-        return self._coalesced_all_reduce(tensors, op)
+            return self._sparse_all_reduce(tensor)
+        req = self._start("all_reduce", _engine_view(tensor, op), op,
+                          algorithm=self._gloo("all_reduce", _nbytes(tensor)))
+        return self._work(req, tensors, op="all_reduce")
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor],
                             opts: AllreduceCoalescedOptions = AllreduceCoalescedOptions()  # noqa: B008
@@ -302,12 +305,17 @@ class ProcessGroupSimcluster(dist.ProcessGroup):  # type: ignore[misc]  # torch 
     def _gloo(self, collective: str, nbytes: int, gloo: str = "gloo_ring") -> str | None:
         """A reduction's algorithm: NCCL's on a platform with GPUs (``_nccl``), else gloo's, whose
         order of additions gives gloo's floats bit for bit (``collectives._gloo``)."""
-        placed = self._comm.latency.placement()
-        if placed is not None and placed.gpus:  # NCCL's reduce: the default
+        on_cpu = self._on_cpu
+        if on_cpu is None:
+            placed = self._comm.latency.placement()
+            on_cpu = self._on_cpu = placed is None or not placed.gpus
+        if not on_cpu:  # NCCL's reduce: the default
             return None if collective == "reduce" else self._nccl(collective, nbytes)
-        from simcluster.collectives import _gloo
-
-        return _gloo.algorithm(self._comm, collective, gloo)
+        key = (collective, gloo)
+        chosen = self._gloo_chosen
+        if key not in chosen:  # the same for every call of a run (its algorithms=)
+            chosen[key] = gloo_layout.algorithm(self._comm, collective, gloo)
+        return chosen[key]
 
     def reduce(self, tensors: list[torch.Tensor],
                opts: ReduceOptions = ReduceOptions()) -> SimclusterWork:  # noqa: B008

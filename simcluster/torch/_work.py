@@ -157,10 +157,12 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
     def _complete(self, value: Any) -> None:
         self._done = True
         self._req = None
-        finish, self._finish = self._finish, None
+        finish = self._finish
         if finish is not None:
+            self._finish = None
             finish(value)
-        self.end_spans()
+        if self.spans:
+            self.end_spans()
 
     def end_spans(self) -> None:
         """End the operation's profiler spans (once it completed or failed)."""
@@ -181,14 +183,28 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
         """
         if self._error is not None:
             raise self._error
-        if self._req is not None:
-            streams = _gpu.streams()
-            if streams is not None:
-                if timeout is None and _gpu.synchronous():
-                    streams.enqueue(self, *self._tensors())
-                    return True
-                streams.drain()
-        return self._block(timeout)
+        req = self._req
+        if req is None:
+            return True
+        rank = _sync.current()
+        meter = None if rank is None else rank.meter
+        streams = None if meter is None else meter.streams  # _gpu.streams(), inline: every call
+        if streams is not None:
+            if timeout is None and _gpu.synchronous():
+                streams.enqueue(self, *self._tensors())
+                return True
+            streams.drain()  # may have completed this one, or failed it: _block looks again
+            return self._block(timeout)
+        if timeout is not None or self._expiry is not None:
+            return self._block(timeout)
+        try:  # _block's common case, inline: no timeout
+            value = _sync.block(req, rank)
+        except ProcessFailedError as exc:
+            raise _peer_closed(exc) from exc
+        except RevokedError as exc:
+            raise closed_by(exc) from exc
+        self._take_result(req, value)
+        return True
 
     def _tensors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The operation's (input, output) tensors: its outputs, and the other tensors of its call."""
@@ -218,11 +234,16 @@ class SimclusterWork(dist.Work):  # type: ignore[misc]  # torch is optional: myp
                 raise _peer_closed(exc) from exc
             except RevokedError as exc:
                 raise closed_by(exc) from exc
-            if req.status is not None:
-                self._source = req.status.source
-            self._complete(value)
-            req.kernel.checks.untrack(req)  # waited: the leak check lets go of it, and of its tensors
+            self._take_result(req, value)
         return True
+
+    def _take_result(self, req: Request[Any], value: Any) -> None:
+        """The request completed with ``value`` and was waited for: write the results."""
+        status = req.status
+        if status is not None:
+            self._source = status.source
+        self._complete(value)
+        req.kernel.checks.untrack(req)  # waited: the leak check lets go of it, and of its tensors
 
     def _wait_until(self, req: Request[Any], expiry: Expiry | None, limit: float | None) -> Any:
         """Block until ``req`` completes, or raise gloo's error when a timeout passes first (Rule 3)."""
