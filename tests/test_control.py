@@ -46,6 +46,9 @@ MESSAGES: list[C.Message] = [
     C.Report(2e-6, [0, 1], None, 2, 3e-6, None, [], False, 0, _TOLD),
     C.Blocked(1.0, [(0, "rank 0 waiting in recv(src=1, tag=3) at x.py:5", [1], None)],
               [(1, "rank 1 waiting in irecv(src=0, tag=1)", [0], (2, "world", 1, "barrier()", 1, 2))]),
+    C.Blocked(1.0, [(0, "rank 0 waiting in recv(src=1, tag=8) at x.py:5", [1], None)], [],
+              ["rank 0's send of 400,000 bytes to rank 1 (tag 7): request to send sent, waiting "
+               "for clear to send"], 20),
     C.Results([], [], [], [], None, C.Failure(2, _EXC)),
     _RESULTS,
     C.Error(_EXC, transport=True),
@@ -136,6 +139,8 @@ def _raw(op: int, payload: Any) -> Envelope:
     (C.REPORT, [0.0, [0], None, 0, None, None, [], False, 0, [["crash", 1e-6, 3]]]),  # a field short
     (C.REPORT, [0.0, [0], None, 0, None, None, [], False, 0, [["quake", 1e-6, 3, 0.0]]]),
     (C.HELLO, [1, "127.0.0.1", "digest"]),
+    (C.BLOCKED, [1.0, [], []]),  # an older version's: no handshakes
+    (C.BLOCKED, [1.0, [], [], "rank 0's send", 1]),
     (C.RESULTS, [[1], [0.0], [[0]], "leaks", None, None]),
 ])
 def test_a_malformed_message_is_a_transport_error(op: int, payload: Any) -> None:

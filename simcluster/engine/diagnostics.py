@@ -198,7 +198,7 @@ class Diagnostics:
 
 def deadlock_error(entries: list[BlockedEntry], now: float,
                    members: Callable[[int], Sequence[int]] | None = None,
-                   handshakes: Sequence[str] = ()) -> SimclusterError:
+                   handshakes: Sequence[str] = (), handshake_count: int = 0) -> SimclusterError:
     """Build the deadlock report from the blocked ranks (of one process, or gathered from all).
 
     A collective that some members never entered gets a line naming who is
@@ -206,7 +206,8 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
     finished); members whose calls differ never get here (``Comm._collective``).
     ``members(ctx)`` gives a communicator's world ranks; without it only the
     world's members can be named, other communicators' by their comm rank.
-    ``handshakes``: where each send that waits for its receiver stands, a line each.
+    ``handshakes``: where each send that waits for its receiver stands, a line each;
+    ``handshake_count``: how many there are, when ``handshakes`` lists only the first.
     """
     blocked: dict[int, str] = {}
     edges: dict[int, list[int]] = {}
@@ -227,8 +228,9 @@ def deadlock_error(entries: list[BlockedEntry], now: float,
     else:
         tail = "no wait-for cycle: some rank waits for a message nobody sends"
     shown = ["handshakes under way:", *["  " + line for line in handshakes[:_ONE_BY_ONE]]]
-    if len(handshakes) > _ONE_BY_ONE:
-        shown.append(f"  ... and {len(handshakes) - _ONE_BY_ONE} more")
+    count = max(handshake_count, len(handshakes))
+    if count > _ONE_BY_ONE:
+        shown.append(f"  ... and {count - _ONE_BY_ONE} more")
     return DeadlockError("\n".join([head, *lines, *gaps, *(shown if handshakes else ()), tail]),
                          blocked, cycle)
 

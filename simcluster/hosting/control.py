@@ -33,9 +33,9 @@ from ..engine import records as _records
 from ..engine.coll_check import SignatureRecord
 
 __all__ = [
-    "BYE", "BLOCKED", "DESCRIBE", "DONE", "ERROR", "FINAL", "FINISH", "GO", "HELLO", "LINES",
-    "MESSAGES", "OP_NAMES", "READY", "REPORT", "RESULTS", "START", "STOP", "TICK", "TIMEOUT",
-    "Blocked", "BlockedEntry", "Bye", "Describe", "Done", "Error", "ExcData", "Failure",
+    "BYE", "BLOCKED", "DESCRIBE", "DONE", "ERROR", "FINAL", "FINISH", "GO", "HANDSHAKES_LISTED",
+    "HELLO", "LINES", "MESSAGES", "OP_NAMES", "READY", "REPORT", "RESULTS", "START", "STOP", "TICK",
+    "TIMEOUT", "Blocked", "BlockedEntry", "Bye", "Describe", "Done", "Error", "ExcData", "Failure",
     "FinalResult", "Finish", "Go", "Hello", "Lines", "Message", "Ready", "Report", "Results",
     "Start", "Stop", "Tick", "Timeout", "TraceParts", "envelope", "read",
 ]
@@ -75,6 +75,10 @@ ExcData = dict[str, Any]
 BlockedEntry = tuple[int, str, list[int], Any]
 """A blocked rank or helper: (world rank, line, ranks it waits on, collective info or None),
 as ``engine.deadlock_error`` reads it."""
+
+HANDSHAKES_LISTED: Final = 16
+"""The handshake lines a ``Blocked`` message lists at most: as many as the deadlock report shows
+(``engine.diagnostics.deadlock_error``); the message counts the rest."""
 
 M = TypeVar("M", bound="Message")
 
@@ -319,22 +323,33 @@ def _entry(item: object) -> BlockedEntry:
 
 @dataclass(frozen=True, slots=True)
 class Blocked(Message):
-    """The blocked ranks (``tasks``) and helpers of a deadlocked process, at ``time``."""
+    """The blocked ranks (``tasks``) and helpers of a deadlocked process, at ``time``.
+
+    ``handshakes``: where this process's handshakes under way stand, as it sees
+    them (``engine.rendezvous``), a line each, the first ``HANDSHAKES_LISTED``
+    by sender and message; ``handshake_count``: how many there are in all.
+    """
 
     op: ClassVar[int] = BLOCKED
     time: float
     tasks: list[BlockedEntry]
     helpers: list[BlockedEntry]
+    handshakes: list[str] = field(default_factory=list)
+    handshake_count: int = 0
 
     def encode(self) -> list[Any]:
-        return [self.time, [list(e) for e in self.tasks], [list(e) for e in self.helpers]]
+        return [self.time, [list(e) for e in self.tasks], [list(e) for e in self.helpers],
+                self.handshakes, self.handshake_count]
 
     @classmethod
     def decode(cls, items: list[Any]) -> Blocked:
-        _expect(items, 3)
-        time, tasks, helpers = items
+        _expect(items, 5)
+        time, tasks, helpers, handshakes, count = items
+        if not isinstance(handshakes, list):
+            raise ValueError(f"expected a list of lines, got {_shape(handshakes)}")
         return cls(float(time), [_entry(e) for e in _lists(tasks)],
-                   [_entry(e) for e in _lists(helpers)])
+                   [_entry(e) for e in _lists(helpers)], [str(line) for line in handshakes],
+                   int(count))
 
 
 @dataclass(frozen=True, slots=True)

@@ -370,7 +370,7 @@ class Coordinator:
 
         Every process sends the same verdict (DONE); process 0's is taken. A
         rank that failed first, by virtual time, ends the run with its
-        RankError; a deadlock, with every stuck process's blocked ranks.
+        RankError; a deadlock, with every process's blocked ranks and handshakes under way.
         """
         done = await self.gather(C.Done, {p.index for p in self.procs}, self.deadline, "answer")
         verdict = done[0]
@@ -395,16 +395,20 @@ class Coordinator:
             self.progress(tick.finished, self.config.world_size, tick.time)
 
     async def _deadlock(self, now: float) -> SimclusterError:
-        stuck = [p for p in self.procs if p.unfinished]
-        for proc in stuck:
+        # Every process answers, not only those with ranks left: a finished rank's send may
+        # still wait for its receiver, and the report lists its handshake.
+        for proc in self.procs:
             self.send(proc, C.Describe())
-        got = await self.gather(C.Blocked, {p.index for p in stuck}, self.deadline, "answer")
+        got = await self.gather(C.Blocked, {p.index for p in self.procs}, self.deadline, "answer")
+        answers = [got[proc.index] for proc in self.procs]  # by process: by the ranks they host
         entries: list[C.BlockedEntry] = []
-        for proc in stuck:  # every process's ranks first, then every process's helpers
-            entries += got[proc.index].tasks
-        for proc in stuck:
-            entries += got[proc.index].helpers
-        return deadlock_error(entries, now)
+        for blocked in answers:  # every process's ranks first, then every process's helpers
+            entries += blocked.tasks
+        for blocked in answers:
+            entries += blocked.helpers
+        handshakes = [line for blocked in answers for line in blocked.handshakes]
+        return deadlock_error(entries, now, handshakes=handshakes[:C.HANDSHAKES_LISTED],
+                              handshake_count=sum(blocked.handshake_count for blocked in answers))
 
     async def finish(self) -> dict[int, C.Results]:
         """Collect every process's results (after the last round)."""

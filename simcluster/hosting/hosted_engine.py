@@ -437,10 +437,13 @@ class HostedEngine(Engine):
                                told)
 
     def blocked_split(self) -> _control.Blocked:
-        """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them."""
+        """The BLOCKED message: blocked ranks, then blocked helpers, as ``deadlock_error`` reads them,
+        and the first lines about the handshakes under way here, with their count."""
         diagnostics = self.diagnostics
+        handshakes = self.handshake_lines()
         return _control.Blocked(self.kernel.now, diagnostics.blocked_entries(self.kernel.tasks),
-                                diagnostics.blocked_entries(self.kernel.helper_tasks()))
+                                diagnostics.blocked_entries(self.kernel.helper_tasks()),
+                                handshakes[:_control.HANDSHAKES_LISTED], len(handshakes))
 
     def timeout_lines(self) -> list[str]:
         """The per-rank lines of the timeout report."""

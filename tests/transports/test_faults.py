@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 import simcluster as sc
@@ -47,6 +49,26 @@ async def killed_on_rank_1(comm: sc.Comm) -> None:
 
 async def ring_deadlock(comm: sc.Comm) -> None:
     await comm.recv(src=(comm.rank + 1) % comm.size, tag=3)  # everyone waits, nobody sends
+
+
+async def unreceived_rendezvous(comm: sc.Comm) -> None:
+    if comm.rank == 0:
+        comm.isend(np.zeros(50_000), dst=1, tag=7)  # 400 kB: a rendezvous, never received
+    await comm.recv(src=1 - comm.rank, tag=8)  # nobody sends
+
+
+async def finished_sender(comm: sc.Comm) -> None:
+    if comm.rank == 0:
+        comm.isend(np.zeros(50_000), dst=1, tag=7)  # its process has no rank left blocked
+        return
+    await comm.recv(src=0, tag=8)
+
+
+async def many_unreceived(comm: sc.Comm) -> None:
+    after = (comm.rank + 1) % comm.size
+    for tag in range(9):  # 18 handshakes in each of 2 processes: more than the report lists
+        comm.isend(np.zeros(50_000), dst=after, tag=tag)
+    await comm.recv(src=after, tag=9)
 
 
 async def spins(comm: sc.Comm) -> None:
@@ -109,6 +131,29 @@ def test_deadlock_across_processes_has_the_memory_transports_report(name: str) -
     assert str(info.value) == str(ref.value)
     assert info.value.cycle == ref.value.cycle == [0, 1, 2, 3, 0]
     assert info.value.blocked == ref.value.blocked
+
+
+@pytest.mark.timeout(FAST)
+def test_deadlock_across_processes_says_where_each_handshake_stands() -> None:
+    with pytest.raises(sc.DeadlockError) as ref:
+        sc.run(unreceived_rendezvous, world_size=2)
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(unreceived_rendezvous, world_size=2, transport="shm", procs=2)
+    line = ("  rank 0's send of 400,000 bytes to rank 1 (tag 7): request to send sent, "
+            "waiting for clear to send")
+    assert line in str(ref.value).splitlines()
+    assert str(info.value) == str(ref.value)
+
+
+@pytest.mark.parametrize("program, world_size", [(finished_sender, 2), (many_unreceived, 4)])
+@pytest.mark.timeout(FAST)
+def test_the_handshakes_of_every_process_are_listed_as_in_one(program: Any, world_size: int) -> None:
+    with pytest.raises(sc.DeadlockError) as ref:
+        sc.run(program, world_size=world_size)
+    with pytest.raises(sc.DeadlockError) as info:
+        sc.run(program, world_size=world_size, transport="shm", procs=2)
+    assert "rank 0's send of 400,000 bytes to rank 1 (tag" in str(ref.value)
+    assert str(info.value) == str(ref.value)
 
 
 @pytest.mark.slow
