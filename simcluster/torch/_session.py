@@ -33,6 +33,9 @@ those maps; it adds and deletes groups' entries, never a map's own).
 Rule 4: likewise DTensor's sharding propagation, once DTensor is imported:
 computed by the first rank to meet an op's schema and rebound to each
 other rank's own meshes (``_shared_propagation.py``).
+Rule 5: FSDP2's cut of each parameter into one chunk per rank is made only
+where a rank reads it (``_fsdp_chunks.py``), once FSDP2 is imported: N ranks
+would otherwise make N x N views of every parameter.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from simcluster.engine.assembly import current_task
 from simcluster.errors import SimclusterError
 from simcluster.torch._profiler import RankProfilers
 from simcluster.torch._process_group import BACKEND, ProcessGroupSimcluster, subcomm
+from simcluster.torch import _fsdp_chunks
 from simcluster.torch import _shared_propagation
 from simcluster.torch._rendezvous import Handlers, RunStore
 from simcluster.torch._shared_propagation import SharedPropagation
@@ -177,6 +181,7 @@ class Session:
         self._fresh_ops: dict[Any, Any] | None = None
         self._process_flags = _FRESH_FLAGS
         self._sharing: SharedPropagation | None = None  # DTensor's propagation, shared (Rule 4)
+        self._fsdp: Any = None  # FSDP2's _fsdp_param module once its chunks are lazy (Rule 5)
         self._ddp_logging: Any = None  # DDP's _get_ddp_logging_data, restored at exit
         self._profilers = RankProfilers()  # torch's profiler, per rank (_profiler.py)
         self._gloo = _GlooGuard(self)
@@ -197,6 +202,7 @@ class Session:
         if self._dispatcher is not None:
             self._process_dtensor_ops = self._dispatcher._custom_op_handlers
             self._sharing = _shared_propagation.install(self._dispatcher)
+        self._fsdp = _fsdp_chunks.install()
         self._handlers.install()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         ddp = torch.nn.parallel.DistributedDataParallel
@@ -217,6 +223,8 @@ class Session:
             dispatcher = self._dispatcher or _dtensor_dispatcher()
             if self._sharing is not None:
                 _shared_propagation.restore(self._sharing)
+            if self._fsdp is not None:
+                _fsdp_chunks.restore(self._fsdp)
             if dispatcher is not None:
                 ops = self._process_dtensor_ops
                 if ops is None:  # DTensor was imported during the run
@@ -268,6 +276,8 @@ class Session:
         self._env_seen = seen
         _write_flags(state.flags, flags)
         self._switch_dtensor_ops(owner, state)
+        if self._fsdp is None:  # until FSDP2 is imported (Rule 5)
+            self._fsdp = _fsdp_chunks.install()
         self._owner = state
 
     def _switch_dtensor_ops(self, owner: RankState | None, state: RankState) -> None:
