@@ -29,6 +29,10 @@ ring; the reduce sends each rank's block to the root.
 Here each block travels as one message per step (gloo pipelines the ``S``
 segments of a block, two in flight, so that a reduction overlaps the next
 transfer): the same bytes in ``2(p-1)`` steps, the ring's textbook time.
+gloo posts no send or receive of length 0, so neither do these: a buffer of
+fewer elements than ranks leaves blocks empty, and the ring then carries
+only its full blocks (a one-float all_reduce on ``p`` ranks is ``2(p-1)``
+messages, not ``2p(p-1)``; the last rank still ends after ``2(p-1)`` hops).
 
 This module holds the layout and the order (``_cost`` and ``analytic`` read
 them); the messages are ``_reduction.gloo_reduce_scatter`` and

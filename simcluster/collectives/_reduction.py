@@ -360,23 +360,43 @@ async def gloo_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
     At step ``s`` rank ``r`` sends block ``r+1+s`` left (to ``r-1``) and
     receives block ``r+2+s`` from the right, adding its own operand in front:
     ``(p-1) * (alpha + n/p*beta)`` for equal blocks. ``flat`` (our own copy)
-    is updated in place, each block after the send that read it.
+    is updated in place, each block after the send that read it. An empty
+    block (a buffer of fewer elements than ranks) is neither sent nor
+    received, as gloo posts no operation of length 0.
     """
     p, r = c.size, c.rank
     left, right = (r - 1) % p, (r + 1) % p
     for step in range(p - 1):
-        k = (r + 2 + step) % p
-        got = await c.sendrecv(segment(flat, bounds, (r + 1 + step) % p), left, right)
-        flat[bounds[k]:bounds[k + 1]] = await combine_flat(c, op, segment(flat, bounds, k), got)
+        out, k = (r + 1 + step) % p, (r + 2 + step) % p
+        got = await _gloo_step(c, flat, bounds, out, k, left, right)
+        if got is not None:
+            flat[bounds[k]:bounds[k + 1]] = await combine_flat(c, op, segment(flat, bounds, k), got)
 
 
 async def gloo_all_gather(c: CollContext, flat: Flat, bounds: Sequence[int]) -> None:
-    """gloo's all_gather of the reduced blocks: step ``s`` sends block ``r+s`` left, gets ``r+1+s``."""
+    """gloo's all_gather of the reduced blocks: step ``s`` sends block ``r+s`` left, gets ``r+1+s``
+    (empty blocks not at all, as in ``gloo_reduce_scatter``)."""
     p, r = c.size, c.rank
     left, right = (r - 1) % p, (r + 1) % p
     for step in range(p - 1):
         k = (r + 1 + step) % p
-        flat[bounds[k]:bounds[k + 1]] = await c.sendrecv(segment(flat, bounds, (r + step) % p), left, right)
+        got = await _gloo_step(c, flat, bounds, (r + step) % p, k, left, right)
+        if got is not None:
+            flat[bounds[k]:bounds[k + 1]] = got
+
+
+async def _gloo_step(c: CollContext, flat: Flat, bounds: Sequence[int], out: int, k: int, left: int,
+                     right: int) -> Any:
+    """Send block ``out`` left and receive block ``k`` from the right, each only if it holds
+    elements; return what came (None when block ``k`` is empty)."""
+    sends, receives = bounds[out + 1] > bounds[out], bounds[k + 1] > bounds[k]
+    if sends and receives:
+        return await c.sendrecv(segment(flat, bounds, out), left, right)
+    if sends:
+        await c.send(segment(flat, bounds, out), left)
+    elif receives:
+        return await c.recv(right)
+    return None
 
 
 async def send_all(c: CollContext, items: Sequence[tuple[Any, int]]) -> None:
