@@ -80,7 +80,8 @@ def blocks(like: Any, n: int, p: int, bounds: Callable[[int, int, int], list[int
 def _blocks(n: int, size: int, segment_bytes: int, segments: int, p: int) -> list[int]:
     """Return the ``p + 1`` element offsets of the blocks: ``S`` segments each, cut at ``n``."""
     per_block = segments // p * (segment_bytes // size)
-    return [min(n, c * per_block) for c in range(p + 1)]
+    full = min(p, -(-n // per_block)) if per_block else 0  # blocks holding elements; the rest are at n
+    return [c * per_block for c in range(full)] + [n] * (p + 1 - full)
 
 
 def all_reduce_bounds(n: int, size: int, p: int) -> list[int]:

@@ -23,6 +23,7 @@ and only after the sends that read it have completed.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 from collections.abc import Awaitable, Sequence
@@ -366,7 +367,7 @@ async def gloo_reduce_scatter(c: CollContext, flat: Flat, bounds: Sequence[int],
     """
     p, r = c.size, c.rank
     left, right = (r - 1) % p, (r + 1) % p
-    for step in range(p - 1):
+    for step in _busy_steps(bounds, p, r + 1, r + 2):
         out, k = (r + 1 + step) % p, (r + 2 + step) % p
         got = await _gloo_step(c, flat, bounds, out, k, left, right)
         if got is not None:
@@ -378,11 +379,23 @@ async def gloo_all_gather(c: CollContext, flat: Flat, bounds: Sequence[int]) -> 
     (empty blocks not at all, as in ``gloo_reduce_scatter``)."""
     p, r = c.size, c.rank
     left, right = (r - 1) % p, (r + 1) % p
-    for step in range(p - 1):
+    for step in _busy_steps(bounds, p, r, r + 1):
         k = (r + 1 + step) % p
         got = await _gloo_step(c, flat, bounds, (r + step) % p, k, left, right)
         if got is not None:
             flat[bounds[k]:bounds[k + 1]] = got
+
+
+def _busy_steps(bounds: Sequence[int], p: int, sends_from: int, receives_from: int) -> Sequence[int]:
+    """The steps of a ring pass (``0 .. p-2``) at which a rank sends block ``sends_from + step`` or
+    receives block ``receives_from + step`` holding elements: every step, unless the buffer has
+    fewer elements than ranks. gloo's blocks are cut at the end of the buffer, so the ones holding
+    elements are the first ``full``; a pass then costs a rank ``O(full)``, not ``O(p)``."""
+    full = bisect.bisect_left(bounds, bounds[p])
+    if full >= p:
+        return range(p - 1)
+    steps = {(c - first) % p for c in range(full) for first in (sends_from, receives_from)}
+    return sorted(step for step in steps if step < p - 1)
 
 
 async def _gloo_step(c: CollContext, flat: Flat, bounds: Sequence[int], out: int, k: int, left: int,
