@@ -9,7 +9,9 @@ objects (``wire.ArrayCodec``) that carry them:
 
 * ``IN_PROCESS`` (the memory transport): an array travels as the object itself
   (``wire.ObjectBuffer``), copied by its own library, so a CuPy array stays on
-  its device and a torch tensor stays a tensor; nothing is staged.
+  its device and a torch tensor stays a tensor; nothing is staged. A shape-only
+  tensor (a torch ``FakeTensor``) holds no data: it travels as a new fake tensor
+  of its shape, made without running an op, and weighs the bytes its data would.
 * ``STAGED`` (shm, tcp, any byte transport): the array's raw bytes are staged
   through host memory (torch CPU tensors are viewed, not copied) and the
   receiver rebuilds it in the sender's library, on its own device of that kind
@@ -241,6 +243,11 @@ class _Torch(_Library):
             kind = "meta" if x.is_meta else str(x.layout).removeprefix("torch.")
             raise Unsendable(f"torch.Tensor[{kind}]", "send a dense tensor (x.to_dense(), or a "
                              "dequantized copy)", f"a {kind} torch tensor is not sendable")
+        if keep and _is_fake(x) and x.is_contiguous() and not (x.is_conj() or x.is_neg()):
+            # a shape-only tensor carries no data: it travels as a fresh tensor of its shape
+            spec = ArraySpec("torch", self.dtype_name(x), tuple(x.shape), False, str(x.device))
+            nbytes = x.numel() * x.element_size()
+            return spec, ObjectBuffer(_fake_like(x), nbytes, _fake_like), nbytes
         t, fortran, copied = self.contiguous(self.plain(x))
         spec = ArraySpec("torch", self.dtype_name(t), tuple(t.shape), fortran, str(t.device))
         nbytes = int(t.nbytes)
@@ -317,8 +324,7 @@ class _Torch(_Library):
             dst.copy_(src)
 
     def checksum(self, x: Any) -> int:
-        fake = sys.modules.get("torch._subclasses.fake_tensor")
-        if fake is not None and isinstance(x, fake.FakeTensor):
+        if _is_fake(x):
             return 0  # a shape-only run's tensor holds no data to guard
         t, fortran, _ = self.contiguous(self.plain(x))
         if t.device.type == "cpu":
@@ -330,6 +336,25 @@ class _Torch(_Library):
 
 def _torch_clone(t: Any) -> Any:
     return t.clone()
+
+
+def _is_fake(x: Any) -> bool:
+    """Whether ``x`` is a shape-only tensor (a torch ``FakeTensor``: shape, dtype, device, no data)."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    return fake is not None and isinstance(x, fake.FakeTensor)
+
+
+def _fake_like(t: Any) -> Any:
+    """A new ``FakeTensor`` of ``t``'s shape, strides, dtype and device in ``t``'s fake mode.
+
+    What a clone of it gives, made directly: each collective message of a shape-only run is
+    copied, and a clone would run through the rank's dispatch modes (several times the cost).
+    """
+    torch = sys.modules["torch"]
+    fake = sys.modules["torch._subclasses.fake_tensor"]
+    with torch._C._DisableTorchDispatch():  # a plain meta tensor, not one made fake by the mode
+        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return fake.FakeTensor(t.fake_mode, meta, t.device)
 
 
 class _CuPy(_Library):

@@ -3,9 +3,9 @@
 Every rank's floating-point tensors are torch ``FakeTensor``s: shape, dtype,
 stride and device, no data. A model of any size is built without allocating
 its weights; its forward, backward and optimizer steps run on shapes; the
-backend's collectives carry the fake tensors themselves (in process, as
-``wire.ObjectBuffer``s: no bytes move) and are timed from their ``nbytes``,
-as a data-carrying run with the same shapes is.
+backend's collectives carry fake tensors (in process, as ``wire.ObjectBuffer``s
+holding a new fake tensor of the same shape: no bytes move) and are timed from
+their ``nbytes``, as a data-carrying run with the same shapes is.
 
 Rule 1: an op runs on shapes when one of its tensor inputs is fake, or when it
 makes a floating-point (or complex) tensor out of nothing (``torch.empty``,
@@ -148,13 +148,12 @@ class ShapeOnlyMode(TorchDispatchMode):  # type: ignore[misc]  # torch is not fo
                 "autograd on a fake CUDA tensor aborts the process in such a build; run the "
                 "program with device='cpu' (the virtual times do not depend on it), or in a "
                 "torch build with CUDA")
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        tensors = _tensors(args, kwargs)
         fake = any(isinstance(t, FakeTensor) for t in tensors)
         if not fake and not (not tensors and _makes_floats(func, args, kwargs)):
             with unset_fake_temporarily():  # Rule 1: bookkeeping runs for real
                 return func(*args, **kwargs)
-        if _SEEDED in func.tags:
+        if _tags_of(func)[0]:
             return self._on_meta(func, args, kwargs)
         try:
             return func(*args, **kwargs)  # on to the fake mode below
@@ -168,10 +167,9 @@ class ShapeOnlyMode(TorchDispatchMode):  # type: ignore[misc]  # torch is not fo
     def _on_meta(self, func: Any, args: Any, kwargs: Any) -> Any:
         """A random op: its outputs' shapes from the meta device, nothing drawn (Rule 3)."""
         device = kwargs.get("device")
-        for a in tree_flatten((args, kwargs))[0]:
-            if isinstance(a, torch.Tensor):
-                device = a.device
-                break
+        tensors = _tensors(args, kwargs)
+        if tensors:
+            device = tensors[0].device
 
         def to_meta(a: Any) -> Any:
             if isinstance(a, torch.Tensor):
@@ -181,7 +179,7 @@ class ShapeOnlyMode(TorchDispatchMode):  # type: ignore[misc]  # torch is not fo
         with unset_fake_temporarily():
             out = func(*tree_map(to_meta, args), **tree_map(to_meta, meta_kwargs))
         device = torch.device("cpu") if device is None else torch.device(device)
-        if torch.Tag.inplace_view in func.tags or _mutates_first(func):
+        if _tags_of(func)[1]:
             return args[0]  # in place (uniform_, normal_): the tensor itself, unchanged
 
         def to_fake(t: Any) -> Any:
@@ -217,6 +215,47 @@ def _refused(device: Any) -> bool:
     """Whether a shape-only run refuses tensors on ``device``: CUDA in a torch build without it."""
     kind = device.type if isinstance(device, torch.device) else str(device).partition(":")[0]
     return kind == "cuda" and not torch.cuda.is_available()
+
+
+def _tensors(args: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The tensors among an op's arguments, in ``tree_flatten`` order.
+
+    Every op runs through here, so it scans flat: an aten op's tensors are
+    arguments, or items of one list argument (``Tensor[]``, ``Tensor?[]``);
+    anything nested deeper goes to ``tree_flatten``.
+    """
+    found = []
+    for group in (args, kwargs.values()):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, torch.Tensor):
+                        found.append(b)
+                    elif isinstance(b, (list, tuple, dict)):
+                        return _nested_tensors(args, kwargs)
+            elif isinstance(a, dict):
+                return _nested_tensors(args, kwargs)
+    return found
+
+
+def _nested_tensors(args: Any, kwargs: dict[str, Any]) -> list[Any]:
+    return [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+
+
+_TAGS: dict[Any, tuple[bool, bool]] = {}
+"""Per op (``OpOverload``): (draws random numbers, returns its first argument in place).
+
+``func.tags`` builds a new list on every read, and every op asks."""
+
+
+def _tags_of(func: Any) -> tuple[bool, bool]:
+    tags = _TAGS.get(func)
+    if tags is None:
+        read = func.tags
+        tags = _TAGS[func] = (_SEEDED in read, torch.Tag.inplace_view in read or _mutates_first(func))
+    return tags
 
 
 def _mutates_first(func: Any) -> bool:

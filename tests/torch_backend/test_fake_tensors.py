@@ -219,3 +219,42 @@ def test_torchrun_fake_runs_a_script(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert outs[1][0] == "FakeTensor (256, 256)\nFakeTensor (256, 256)\n"
     assert outs[0][1] == outs[1][1]  # the same virtual time
     assert outs[0][2] == outs[1][2]  # the same bytes
+
+
+def test_a_fake_tensor_travels_as_a_new_tensor_of_its_shape_and_its_real_bytes() -> None:
+    from simcluster import arrays
+    from simcluster.torch._fake import Shapes
+    from simcluster.transports import wire
+
+    with Shapes() as shapes, shapes.rank(0):
+        x = torch.empty(3, 5, dtype=torch.bfloat16)
+        packed = wire.pack(x, copy=True, arrays=arrays.IN_PROCESS)
+        (buf,) = packed.buffers
+        got = wire.unpack(packed.header, packed.buffers, copy=True)
+    assert buf.nbytes == 30  # what the data would weigh: 15 bfloat16s
+    assert is_fake(got) and got is not x and got is not buf.array
+    assert got.fake_mode is x.fake_mode
+    assert (tuple(got.shape), got.stride(), got.dtype, got.device) == (
+        (3, 5), (5, 1), torch.bfloat16, torch.device("cpu"))
+
+
+def _p2p_and_broadcast(rank: int) -> tuple[str, tuple[int, ...], str]:
+    dist.init_process_group("simcluster")
+    x = torch.full((3, 5), float(rank), dtype=torch.bfloat16)
+    if rank == 0:
+        dist.send(x, 1)
+        dist.send(x.t(), 1)  # strided: travels as its contiguous copy, the same bytes
+    elif rank == 1:
+        dist.recv(x, 0)
+        y = torch.empty(5, 3, dtype=torch.bfloat16)
+        dist.recv(y, 0)
+    dist.broadcast(x, 0)
+    return type(x).__name__, tuple(x.shape), str(x.dtype)
+
+
+def test_fake_tensors_in_messages_weigh_and_time_as_the_data_they_stand_for() -> None:
+    real = sctorch.spawn(_p2p_and_broadcast, nprocs=2, latency=LATENCY, trace=True)
+    fake = sctorch.spawn(_p2p_and_broadcast, nprocs=2, latency=LATENCY, trace=True, tensors="fake")
+    assert _record(fake) == _record(real)  # every message's size and virtual times
+    assert [m.nbytes for m in fake.trace.messages][:2] == [30, 30]
+    assert list(fake) == [("FakeTensor", (3, 5), "torch.bfloat16")] * 2
