@@ -66,6 +66,8 @@ OTHER_LIBRARIES = {
     "_scaled_dot_product_flash_attention_for_cpu": "(as above: the CPU flash op, which CPU fake tensors run)",
     "_scaled_dot_product_flash_attention_for_cpu_backward": "(as above: its backward)",
     "_c10d_functional": "torch.ops._c10d_functional: the functional collectives' op namespace (torchtitan's AC save list)",
+    "_C": "torch._C: torch's compiled core, where its guards against the dispatch modes live",
+    "_DisableTorchDispatch": "torch._C._DisableTorchDispatch: a shape-only message's new tensor made past the rank's modes",
 }
 """Other libraries' private names the core uses, each with its reason; a new one fails the count."""
 
@@ -361,6 +363,16 @@ def test_the_deliveries_use_the_protocol_only_through_posting_and_assign_none_of
         assert not assigned, f"{name} assigns the protocol's {assigned}: add a method to P2P instead"
 
 
+def test_the_failure_model_uses_the_protocol_only_through_failing_and_assigns_none_of_it() -> None:
+    declared = _declared(ast.parse((PACKAGE / "engine/failures.py").read_text(encoding="utf-8")), "Failing")
+    cls = _class("engine/failures.py", "Failures")
+    used = _calls_on(cls, "p2p")
+    assert used and used <= declared, f"Failures uses, undeclared in Failing: {used - declared}"
+    assigned = {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, (ast.Store, ast.Del)) and _is_holder(node.value, "p2p")}
+    assert not assigned, f"Failures assigns the protocol's {assigned}: add a method to P2P instead"
+
+
 def test_the_protocol_and_comm_ask_the_failure_model_only_through_faults() -> None:
     declared = _declared(ast.parse((PACKAGE / "engine/protocol.py").read_text(encoding="utf-8")), "Faults")
     for file, name in (("engine/protocol.py", "P2P"), ("comm.py", "Comm"),
@@ -377,6 +389,7 @@ SEAMS = (("engine/kernel.py", "Layer", (("engine/protocol.py", "P2P"),)),
                                              ("hosting/hosted_engine.py", "HostedDelivery"))),
          ("engine/protocol.py", "Posting", (("engine/protocol.py", "P2P"),)),
          ("engine/protocol.py", "Faults", (("engine/failures.py", "Failures"),)),
+         ("engine/failures.py", "Failing", (("engine/protocol.py", "P2P"),)),
          ("engine/protocol.py", "Roster", (("comm.py", "Group"),)),
          ("engine/protocol.py", "Member", (("comm.py", "Comm"),)),
          ("engine/diagnostics.py", "Inspected", (("engine/assembly.py", "Engine"),)),

@@ -43,7 +43,7 @@ process sees them at the times a single process would.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._wildcard import ANY_SOURCE
 from ..errors import ProcessFailedError, RankCrashed, RevokedError, SimclusterError
@@ -53,11 +53,32 @@ from .kernel import FINISHED
 from .records import CrashRecord, MeetRecord, Record, Revocation, RevokeRecord
 
 if TYPE_CHECKING:
+    from ..matching import Endpoints
     from .kernel import Kernel, Task
     from .meetings import Meetings
-    from .protocol import P2P, Member, Roster
+    from .protocol import Member, Roster
+    from .rendezvous import Handshakes
 
-__all__ = ["Failures"]
+__all__ = ["Failures", "Failing"]
+
+
+class Failing(Protocol):
+    """The protocol as the failure model uses it (``P2P``): the failure model's side of their
+    seam, as ``Faults`` (``engine/protocol.py``) is the protocol's. It reads the communicators
+    and the match queues, moves handshakes only through their transitions, and never assigns an
+    attribute of the protocol (``tests/test_structure.py`` checks both)."""
+
+    @property
+    def rts_delay(self) -> float: ...
+
+    @property
+    def groups(self) -> dict[int, Roster]: ...
+
+    @property
+    def endpoints(self) -> Endpoints: ...
+
+    @property
+    def handshakes(self) -> Handshakes: ...
 
 
 class _Meeting:
@@ -81,7 +102,7 @@ class Failures:
     which a crash or a revoke ends.
     """
 
-    def __init__(self, kernel: Kernel, p2p: P2P, crashes: list[Crash],
+    def __init__(self, kernel: Kernel, p2p: Failing, crashes: list[Crash],
                  outbox: list[Record] | None = None, *, meetings: Meetings) -> None:
         self.kernel = kernel
         self.p2p = p2p
