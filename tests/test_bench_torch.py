@@ -23,9 +23,10 @@ def test_the_simcluster_loop_checks_every_sum_and_times_each_round() -> None:
     assert len(out["per_call"]) == 3 and all(t > 0 for t in out["per_call"])
     assert out["median"] == sorted(out["per_call"])[1]
     assert out["virtual"] == 0.0  # the default latency model is zero
-    # each rank hands the baton over once a call (blocked in Work.wait): two switches each;
-    # counted between rank 0's reads at a round's ends, where the other ranks stand a call apart
-    assert out["switches_per_call"] == pytest.approx(2 * 4, abs=0.5)
+    # a rank hands the baton over at most once a call (blocked in Work.wait): two switches each;
+    # one whose part of gloo's ring needs nothing from the others (a one-float buffer leaves all
+    # blocks but the first empty, and those move no message) goes on without handing it over
+    assert 2 < out["switches_per_call"] <= 2 * 4
 
 
 def test_the_breakdown_gives_each_part_of_a_call_and_puts_the_backend_back() -> None:
