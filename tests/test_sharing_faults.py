@@ -21,6 +21,7 @@ import pytest
 
 import simcluster as sc
 from simcluster.platform import FatTree, Link, Platform, Switch
+from test_platforms import sends  # the plan runner both files use
 
 GB = 1e9
 MB = 10**6
@@ -32,21 +33,6 @@ HOP = 2e-6  # across the switch: the sender's NIC up, the receiver's down
 def star(nodes: int, sharing: bool = True) -> Platform:
     """One rank per node, every node on one switch."""
     return Platform(nodes, 1, FAST, Switch(NIC), sharing=sharing)
-
-
-def sends(plan: dict[int, list[tuple[int, int, float]]]) -> Any:
-    """Rank r sends, for each (dst, nbytes, at) of plan[r], nbytes to dst at time at, and receives
-    what is sent to it (its receives posted at 0)."""
-    async def main(comm: sc.Comm) -> float:
-        receives = [comm.irecv(src=src) for src, todo in plan.items() for dst, _, _ in todo if dst == comm.rank]
-        requests = []
-        for dst, nbytes, at in plan.get(comm.rank, []):
-            await comm.sleep(at - comm.now)
-            requests.append(comm.isend(np.zeros(nbytes, np.uint8), dst=dst))
-        for req in receives + requests:
-            await req
-        return comm.now
-    return main
 
 
 def arrivals(plan: dict[int, list[tuple[int, int, float]]], world_size: int, faults: str,

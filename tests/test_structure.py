@@ -351,26 +351,22 @@ def test_the_deliveries_use_nothing_private_of_the_protocol_or_the_kernel() -> N
         assert not private, f"{name} uses {private}"
 
 
-def test_the_deliveries_use_the_protocol_only_through_posting_and_assign_none_of_it() -> None:
-    declared = _declared(ast.parse((PACKAGE / "engine/protocol.py").read_text(encoding="utf-8")), "Posting")
-    for file, name in (("engine/protocol.py", "Channels"), ("engine/protocol.py", "Delivery"),
-                       ("engine/delivery.py", "LocalDelivery"), ("hosting/hosted_engine.py", "HostedDelivery")):
+@pytest.mark.parametrize(("seam", "users"), [
+    (("engine/protocol.py", "Posting"), (("engine/protocol.py", "Channels"), ("engine/protocol.py", "Delivery"),
+                                         ("engine/delivery.py", "LocalDelivery"),
+                                         ("hosting/hosted_engine.py", "HostedDelivery"))),
+    (("engine/failures.py", "Failing"), (("engine/failures.py", "Failures"),))])
+def test_the_protocol_s_users_use_it_only_through_their_seam_and_assign_none_of_it(
+        seam: tuple[str, str], users: tuple[tuple[str, str], ...]) -> None:
+    """The deliveries and the channels through ``Posting``, the failure model through ``Failing``."""
+    declared = _declared(ast.parse((PACKAGE / seam[0]).read_text(encoding="utf-8")), seam[1])
+    for file, name in users:
         cls = _class(file, name)
         used = _calls_on(cls, "p2p")
-        assert used and used <= declared, f"{name} uses, undeclared in Posting: {used - declared}"
+        assert used and used <= declared, f"{name} uses, undeclared in {seam[1]}: {used - declared}"
         assigned = {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
                     and isinstance(node.ctx, (ast.Store, ast.Del)) and _is_holder(node.value, "p2p")}
         assert not assigned, f"{name} assigns the protocol's {assigned}: add a method to P2P instead"
-
-
-def test_the_failure_model_uses_the_protocol_only_through_failing_and_assigns_none_of_it() -> None:
-    declared = _declared(ast.parse((PACKAGE / "engine/failures.py").read_text(encoding="utf-8")), "Failing")
-    cls = _class("engine/failures.py", "Failures")
-    used = _calls_on(cls, "p2p")
-    assert used and used <= declared, f"Failures uses, undeclared in Failing: {used - declared}"
-    assigned = {node.attr for node in ast.walk(cls) if isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, (ast.Store, ast.Del)) and _is_holder(node.value, "p2p")}
-    assert not assigned, f"Failures assigns the protocol's {assigned}: add a method to P2P instead"
 
 
 def test_the_protocol_and_comm_ask_the_failure_model_only_through_faults() -> None:
