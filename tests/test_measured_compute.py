@@ -91,9 +91,11 @@ def test_cpu_charges_the_cpu_time_of_the_rank_s_thread() -> None:
         assert abs(charged - spent) <= 0.1 * spent
 
 
-def test_copies_and_rank_switches_are_not_charged() -> None:
+def test_copies_and_rank_switches_are_not_charged(tmp_path: Path) -> None:
     # 1 MiB ping-pongs on a network that costs nothing: every virtual second is a charge, and
-    # almost all of the loop's time is simcluster's (the copies, the switches)
+    # almost all of the loop's time is simcluster's (the copies, the switches). The typical
+    # call is judged (the median of the record), not the total: on a loaded machine one
+    # burst now and then is charged a time slice the OS gave elsewhere.
     def fn(comm: Any) -> float:
         buf = np.zeros(1 << 20, dtype="u1")
         start = wall_clock()
@@ -106,8 +108,13 @@ def test_copies_and_rank_switches_are_not_charged() -> None:
                 comm.Send(buf, dest=0)
         return wall_clock() - start
 
-    result = sc.run(fn, 2, compute="cpu")
-    assert result.elapsed < 0.25 * min(result)
+    path = tmp_path / "charges.json"
+    result = sc.run(fn, 2, compute=f"cpu,record={path}")
+    per_call = min(result) / 60
+    for rank in json.loads(path.read_text(encoding="utf-8"))["ranks"]:
+        charged = dict.fromkeys(range(61), 0.0)  # 60 calls and the rank's exit
+        charged.update({index: seconds for index, _call, seconds in rank})
+        assert np.median(list(charged.values())) < 0.05 * per_call
 
 
 def test_a_nonblocking_call_is_posted_after_the_work_before_it() -> None:
