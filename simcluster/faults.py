@@ -15,7 +15,11 @@ on the command line, in the text form ``parse`` reads):
   in the window wait until it ends (MPI's delivery is reliable: they are
   late, not lost);
 * ``Delay(ranks_a, ranks_b, seconds)``: every message between the sets takes
-  ``seconds`` longer.
+  ``seconds`` longer;
+* ``SlowLink(link, factor, start, end)``: on a platform whose links flows
+  share, between ``start`` and ``end`` the links named ``link`` (a name as
+  ``Platform.link_name`` gives it, or a pattern such as ``"leaf 0-spine *"``)
+  carry ``factor`` times fewer bytes per second (a degraded cable).
 
 The same plan and seed give the same run, byte for byte. What survivors of a
 crash see (``ProcessFailedError``, revoke, shrink, agree) is in docs/faults.md.
@@ -35,11 +39,15 @@ Slow        the message's charge, ``factor`` times as    each flow to or from th
             and the rank's compute and ``sleep``: the kernel's ``slowdown`` hook, on either
 Cut         a message posted in the window leaves at its end (its flow starts then), on either
 Delay       ``seconds`` added on the receiver's side     ``seconds`` added to the route's latency
+SlowLink    refused: ports have no links               the link's capacity over ``factor`` while
+                                                        the window is open (its flows re-shared
+                                                        where it opens and closes)
 ==========  ==========================================  ============================================
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import random
 import re
@@ -53,7 +61,7 @@ if TYPE_CHECKING:
     from .trace import Trace
 
 __all__ = ["CALL_KINDS", "FORMS", "Crash", "Cut", "Delay", "Fault", "FaultPlan", "RandomCrashes", "ShapedPlatform",
-           "ShapedPorts", "Slow", "parse"]
+           "ShapedPorts", "Slow", "SlowLink", "parse"]
 
 
 def __dir__() -> list[str]:
@@ -248,7 +256,41 @@ class Delay(_Between):
         return f"delay:{_set(self.a)}|{_set(self.b)}+{_time(self.seconds)}"
 
 
-Fault = Union[Crash, RandomCrashes, Slow, Cut, Delay]
+@dataclass(frozen=True)
+class SlowLink:
+    """Between ``start`` and ``end``, the links named ``link`` carry ``factor`` times fewer bytes per second.
+
+    ``link`` is a link's name as the platform gives it (``Platform.link_name``:
+    ``"leaf 0-spine 1 up"``, ``"rank 3 (node 0) down"``) or a pattern of them
+    in ``fnmatch``'s form (``"leaf 0-spine *"``: every cable between leaf 0
+    and the spines, both ways); the run refuses a pattern that names no link
+    of its platform. The platform's links must be shared by flows (a
+    ``Platform`` with ``sharing=True``, the default): ports have no links.
+    """
+
+    link: str
+    factor: float
+    start: float = 0.0
+    end: float = math.inf
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.link, str) or not self.link.strip():
+            raise ValueError(f"{self!r}: link must be a link's name or a pattern of names, such as "
+                             "'leaf 0-spine 1 up' or 'leaf 0-spine *'")
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not 0 < self.factor < math.inf:
+            raise ValueError(f"{self!r}: factor must be a positive number (4 for a quarter of the bandwidth)")
+        _check_window(self, self.start, self.end)
+
+    def links(self, names: Sequence[str]) -> list[int]:
+        """The indices of the links among ``names`` (the platform's, in order) this fault names."""
+        return [i for i, name in enumerate(names) if fnmatch.fnmatchcase(name, self.link)]
+
+    def describe(self) -> str:
+        return f"slowlink:{self.link} x{self.factor:g}@{_window(self.start, self.end)}"
+
+
+Fault = Union[Crash, RandomCrashes, Slow, Cut, Delay, SlowLink]
+_FAULTS: Final = (Crash, RandomCrashes, Slow, Cut, Delay, SlowLink)
 
 
 @dataclass(frozen=True)
@@ -266,14 +308,14 @@ class FaultPlan:
             return faults
         if isinstance(faults, str):
             return parse(faults)
-        if isinstance(faults, (Crash, RandomCrashes, Slow, Cut, Delay)):
+        if isinstance(faults, _FAULTS):
             return cls((faults,))
         if isinstance(faults, (list, tuple)):
             items = tuple(faults)
             for item in items:
-                if not isinstance(item, (Crash, RandomCrashes, Slow, Cut, Delay)):
+                if not isinstance(item, _FAULTS):
                     raise TypeError(f"faults: {item!r} is not a fault; use sc.faults.Crash, "
-                                    "RandomCrashes, Slow, Cut or Delay")
+                                    "RandomCrashes, Slow, Cut, Delay or SlowLink")
             return cls(items)
         raise TypeError(f"faults={faults!r}: expected a list of sc.faults faults, or their text "
                         "such as 'crash:1@0.5ms'")
@@ -309,8 +351,8 @@ class FaultPlan:
 
     @property
     def shapes_messages(self) -> bool:
-        """Whether the plan changes message or compute times (``Slow``, ``Cut``, ``Delay``)."""
-        return any(isinstance(f, (Slow, Cut, Delay)) for f in self.faults)
+        """Whether the plan changes message or compute times (``Slow``, ``Cut``, ``Delay``, ``SlowLink``)."""
+        return any(isinstance(f, (Slow, Cut, Delay, SlowLink)) for f in self.faults)
 
     def slowdown(self, rank: int, t: float) -> float:
         """The compute factor of ``rank`` at virtual time ``t`` (the product of its ``Slow`` windows)."""
@@ -349,6 +391,8 @@ FORMS: Final = (
     "slow:RANKxFACTOR[@T1..T2]  RANK's compute and messages FACTOR times slower (in the window; T1.. for no end)",
     "cut:RANKS|RANKS@T1..T2     messages between the two sets posted in the window wait for its end",
     "delay:RANKS|RANKS+TIME     messages between the two sets take TIME longer",
+    "slowlink:LINKxFACTOR[@T1..T2]  the platform's links named LINK (a pattern: 'leaf 0-spine *') "
+    "carry FACTOR times fewer bytes per second",
 )
 """The text forms ``parse`` reads, joined with ``;``. RANKS: ``0,2,4-7``."""
 
@@ -404,6 +448,11 @@ def _parse_one(text: str, part: str) -> Fault:
             sets, _, extra = rest.partition("+")
             a, _, b = sets.partition("|")
             return Delay(_rank_set(a), _rank_set(b), _seconds(extra))
+        if kind == "slowlink":
+            what, _, window = rest.rpartition("@") if "@" in rest else (rest, "", "")
+            link, _, factor = what.rpartition("x")
+            start, end = _window_of(window) if window else (0.0, math.inf)
+            return SlowLink(link.strip(), float(factor), start, end)
     except ValueError as exc:
         raise ValueError(f"faults={text!r}: cannot read {part!r} ({exc}); forms: "
                          + "; ".join(f.split()[0] for f in FORMS)) from None
@@ -510,6 +559,12 @@ class ShapedPorts(Ports):
         # a platform whose links flows share times the messages instead (``engine.flows``): the
         # plan shapes the links the flows see, and these ports charge nothing
         shared = inner.platform
+        if shared is None:
+            for fault in plan.faults:
+                if isinstance(fault, SlowLink):
+                    raise ValueError(f"faults: {fault.describe()} slows links, and the run's latency model "
+                                     "has no links flows share; run on a Platform with sharing=True "
+                                     "(latency='dgx_h100:2', ...), or slow a rank (slow:RANKxFACTOR)")
         self.platform = None if shared is None else ShapedPlatform(shared, plan)
 
     def grow(self, world_size: int) -> None:
@@ -548,8 +603,14 @@ class ShapedPlatform:
     under way are re-shared where its window opens and closes, their bytes
     left moving at the new rate); a message posted inside a cut between its
     ends starts its flow at the cut's end (``departure``); a delay between its
-    ends adds its seconds to the route's latency (``path``). Every hosting
-    process reads the same plan, so each shares its replica of the flows alike.
+    ends adds its seconds to the route's latency (``path``); a slow link's
+    capacity is divided by its factor while its window is open
+    (``link_changes``), its flows re-shared where the window opens and closes.
+    Every hosting process reads the same plan, so each shares its replica of
+    the flows alike.
+
+    Raises:
+        ValueError: a ``SlowLink`` names no link of the platform (the error lists some names).
     """
 
     def __init__(self, platform: Any, plan: FaultPlan) -> None:
@@ -563,6 +624,17 @@ class ShapedPlatform:
         self.cuts = [f for f in plan.faults if isinstance(f, Cut)]
         self.delays = [f for f in plan.faults if isinstance(f, Delay)]
         self.departure = self._departure if self.cuts else None
+        self.slow_links: dict[int, list[SlowLink]] = {}  # link -> the faults that slow it
+        names = [platform.link_name(link) for link in range(len(platform.capacity))]
+        for fault in plan.faults:
+            if isinstance(fault, SlowLink):
+                links = fault.links(names)
+                if not links:
+                    raise ValueError(f"faults: {fault.describe()} names no link of {platform.describe()}; "
+                                     f"its links are named as {', '.join(repr(n) for n in _examples(names))} "
+                                     "(Platform.link_name); a pattern may use * and ?")
+                for link in links:
+                    self.slow_links.setdefault(link, []).append(fault)
 
     def path(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
         """The platform's ``path``, its latency plus the delays between ``src`` and ``dst``."""
@@ -586,15 +658,39 @@ class ShapedPlatform:
         windows: dict[int, list[Slow]] = {}
         for slow in self.slow:
             windows.setdefault(slow.rank, []).append(slow)
-        changes: list[tuple[float, int, float]] = []
-        for rank, slows in sorted(windows.items()):
-            current = 1.0
-            for t in sorted({s.start for s in slows} | {s.end for s in slows if s.end < math.inf}):
-                factor = 1.0
-                for slow in slows:
-                    factor *= slow.scale(rank, t)
-                if factor != current:
-                    changes.append((t, rank, factor))
-                    current = factor
-        changes.sort()
-        return changes
+        return _changes(windows)
+
+    def link_changes(self) -> list[tuple[float, int, float]]:
+        """``(time, link, factor)``, in time order: each slow link's factor from ``time`` on (the
+        product of the factors of its ``SlowLink`` windows open then); its capacity is divided by it."""
+        return _changes(self.slow_links)
+
+
+def _changes(windows: dict[int, list[Any]]) -> list[tuple[float, int, float]]:
+    """``(time, key, factor)`` in time order: where the product of the factors of ``windows``
+    (each key's faults with ``start``, ``end`` and ``factor``) changes."""
+    changes: list[tuple[float, int, float]] = []
+    for key, faults in sorted(windows.items()):
+        current = 1.0
+        for t in sorted({f.start for f in faults} | {f.end for f in faults if f.end < math.inf}):
+            factor = 1.0
+            for fault in faults:
+                if fault.start <= t < fault.end:
+                    factor *= fault.factor
+            if factor != current:
+                changes.append((t, key, factor))
+                current = factor
+    changes.sort()
+    return changes
+
+
+def _examples(names: Sequence[str]) -> list[str]:
+    """A few of a platform's link names, one of each kind (the first, and the first past each node)."""
+    seen: list[str] = []
+    kinds: set[str] = set()
+    for name in names:
+        kind = re.sub(r"\d+", "N", name)
+        if kind not in kinds:
+            kinds.add(kind)
+            seen.append(name)
+    return seen[:6]

@@ -1,4 +1,4 @@
-"""Fault plans on a platform whose links flows share: slow, cut and delay shape the flows.
+"""Fault plans on a platform whose links flows share: slow, cut, delay and slow links shape the flows.
 
 The times below are worked out by hand from the platform's links, as in
 ``test_platforms``: a flow waits its route's latency, then moves its bytes
@@ -6,7 +6,8 @@ at its max-min fair share. A slow rank's flows keep their share of each link
 but move their bytes ``factor`` times slower while its window is open, so a
 transfer under way when the window opens moves the bytes before at the old
 rate and the rest at the new; a delay adds to the route's latency; a message
-posted inside a cut starts when the cut ends. Analytic fidelity takes the
+posted inside a cut starts when the cut ends; a slow link has its capacity
+divided by its factor, so the flows beside a slowed one take what it leaves. Analytic fidelity takes the
 cost formula, and hosting processes (shm, tcp) give the memory transport's
 times.
 """
@@ -73,6 +74,44 @@ def test_a_slow_rank_also_computes_slower_on_a_platform() -> None:
         await comm.sleep(1e-3)
         return comm.now
     assert sc.run(main, 2, latency=star(2), faults="slow:1x3").times == [1e-3, pytest.approx(3e-3)]
+
+
+# ---- slow links ----
+
+def test_a_slow_link_window_divides_its_capacity_while_it_is_open() -> None:
+    got = arrivals({0: [(1, MB, 0.0)]}, 2, "slowlink:nic 0 up x2@0.5ms..")
+    moved = GB * (0.5e-3 - HOP)
+    assert got[(0, 1)] == pytest.approx(0.5e-3 + (MB - moved) * 2 / GB, rel=1e-12)  # 1.504 ms
+    got = arrivals({0: [(1, MB, 0.0)]}, 2, "slowlink:nic 1 down x4@0.5ms..0.7ms")
+    assert got[(0, 1)] == pytest.approx(0.7e-3 + (MB - moved - GB / 4 * 0.2e-3) / GB, rel=1e-12)
+
+
+def test_the_flow_beside_a_slow_link_takes_what_it_leaves() -> None:
+    # both into rank 2 (its NIC down shared); rank 0's NIC up carries a quarter: 0.25 GB/s for
+    # its flow, and max-min gives rank 1's the other 0.75 GB/s (a slow rank would not)
+    got = arrivals({0: [(2, MB, 0.0)], 1: [(2, MB, 0.0)]}, 3, "slowlink:nic 0 up x4")
+    assert got[(1, 2)] == pytest.approx(HOP + MB / (0.75 * GB), rel=1e-12)
+    assert got[(0, 2)] == pytest.approx(HOP + MB / (0.25 * GB), rel=1e-12)  # its own link's rate throughout
+
+
+def test_a_slow_link_pattern_names_every_link_it_matches_and_windows_multiply() -> None:
+    plan = {0: [(1, MB, 0.0)], 2: [(3, MB, 0.0)]}
+    got = arrivals(plan, 4, "slowlink:nic * up x2;slowlink:nic 0 up x3@0..1ms")
+    assert got[(2, 3)] == pytest.approx(HOP + 2 * MB / GB, rel=1e-12)
+    moved = GB / 6 * (1e-3 - HOP)  # at a sixth until 1 ms, then at half
+    assert got[(0, 1)] == pytest.approx(1e-3 + (MB - moved) * 2 / GB, rel=1e-12)
+
+
+def test_a_slow_link_reads_back_from_its_text_and_names_what_is_wrong() -> None:
+    plan = sc.faults.parse("slowlink:leaf 0-spine * x4@1ms..2ms")
+    assert plan.faults == (sc.faults.SlowLink("leaf 0-spine *", 4, 1e-3, 2e-3),)
+    assert sc.faults.parse(plan.describe()) == plan
+    with pytest.raises(ValueError, match=r"names no link of .*'rank 0 \(node 0\) up', .*'nic 0 up'"):
+        sc.run(sends({}), 2, latency=star(2), faults="slowlink:spine 9 x2")
+    with pytest.raises(ValueError, match="has no links flows share; run on a Platform with sharing=True"):
+        sc.run(sends({}), 2, latency=star(2, sharing=False), faults="slowlink:nic 0 up x2")
+    with pytest.raises(ValueError, match="factor must be a positive number"):
+        sc.faults.SlowLink("nic 0 up", 0)
 
 
 # ---- delay and cut ----
@@ -161,6 +200,7 @@ async def resilient(comm: sc.Comm) -> Any:
 
 
 PLANS = {"slow, cut and delay": (traffic, "slow:1x3@20us..200us;slow:6x2;delay:0|5+3us;cut:2|3,6@0..15us"),
+         "slow links": (traffic, "slowlink:leaf 0-spine 0 * x3@10us..150us;slowlink:nic 5 down x2"),
          "a crash": (resilient, "crash:3@150us;slow:0x2@0..100us")}
 
 

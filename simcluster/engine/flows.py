@@ -26,14 +26,15 @@ instant's messages):
    destination) channel: MPI's messages do not overtake (a request to send
    is a flow of no bytes, so it keeps its place too).
 
-A platform shaped by a fault plan (``faults.ShapedPlatform``) changes three
+A platform shaped by a fault plan (``faults.ShapedPlatform``) changes four
 things: a flow posted inside a cut between its ends starts at the cut's end
-(``departure``); a delay adds to its route's latency (``path``); and while a
+(``departure``); a delay adds to its route's latency (``path``); while a
 rank is slow (``slow_changes``: its factor from a time on) each flow it sends
 or receives keeps its part of every link but moves its bytes ``factor`` times
-slower. Its flows are re-shared where a window opens or closes, their bytes
-left moving at the new rate from then on. Without a plan none of this costs
-anything.
+slower; and while a link is slow (``link_changes``) its capacity is divided by
+its factor. The flows concerned are re-shared where a window opens or closes,
+their bytes left moving at the new rate from then on. Without a plan none of
+this costs anything.
 
 Rates and times depend only on the flows and their order of posting, never
 on the seed. A traced run records each link's utilisation (the sum of its
@@ -72,6 +73,9 @@ if TYPE_CHECKING:
     from ..platform import Platform
 
 __all__ = ["Flows"]
+
+RANK = 0  # a fault plan's change of a rank's factor
+LINK = 1  # ... of a link's
 
 
 class _Flow:
@@ -119,11 +123,18 @@ class Flows:
         self.platform = platform
         self.capacity = platform.capacity
         # a fault plan's shaping (``faults.ShapedPlatform``): cuts hold a flow's start, and ranks
-        # are slow by these (time, rank, factor from then on), in time order
+        # and links are slow by these (time, RANK or LINK, rank or link, factor from then on), in
+        # time order
         self.departure: Callable[[int, int, float], float] | None = getattr(platform, "departure", None)
-        changes = getattr(platform, "slow_changes", None)
-        self.changes: list[tuple[float, int, float]] = [] if changes is None else changes()
-        self.changed = 0  # how many of ``changes`` are in ``slowed``
+        self.changes: list[tuple[float, int, int, float]] = []
+        slow_ranks = getattr(platform, "slow_changes", None)
+        slow_links = getattr(platform, "link_changes", None)
+        if slow_ranks is not None and slow_links is not None:
+            self.changes = sorted([(t, RANK, rank, f) for t, rank, f in slow_ranks()]
+                                  + [(t, LINK, link, f) for t, link, f in slow_links()])
+            if any(change[1] == LINK for change in self.changes):
+                self.capacity = list(platform.capacity)  # changed in the windows: the platform's own stays
+        self.changed = 0  # how many of ``changes`` are in ``slowed`` and ``capacity``
         self.slowed: dict[int, float] = {}  # the ranks slow now, by their factor
         self.precision = platform.sharing_model.precision
         self.cross = platform.sharing_model.crosstraffic
@@ -215,7 +226,7 @@ class Flows:
         nxt = self.join_times[0] if self.join_times else None
         if ends and (nxt is None or ends[0][0] < nxt):
             nxt = ends[0][0]
-        if self.changed < len(self.changes) and self.moving:  # a slow window re-shares its flows
+        if self.changed < len(self.changes) and self.moving:  # a slow window re-shares flows
             change = self.changes[self.changed][0]
             if nxt is None or change < nxt:
                 nxt = change
@@ -293,24 +304,29 @@ class Flows:
         self.settle()
 
     def _change(self, now: float) -> None:
-        """Make the ranks slow that the plan's windows make slow up to ``now``; their flows under way
-        are re-shared (``settle``)."""
+        """Make the ranks and links slow that the plan's windows make slow up to ``now``; the flows
+        under way on them are re-shared (``settle``)."""
         changes, slowed = self.changes, self.slowed
         i = self.changed
         ranks: set[int] = set()
         while i < len(changes) and changes[i][0] <= now:
-            _, rank, factor = changes[i]
-            if factor == 1.0:
-                slowed.pop(rank, None)
+            _, kind, key, factor = changes[i]
+            if kind == LINK:
+                self.capacity[key] = self.platform.capacity[key] / factor
+                self.dirty.add(key)
+            elif factor == 1.0:
+                slowed.pop(key, None)
+                ranks.add(key)
             else:
-                slowed[rank] = factor
-            ranks.add(rank)
+                slowed[key] = factor
+                ranks.add(key)
             i += 1
         self.changed = i
-        for flow in self.moving.values():
-            booked = flow.booking
-            if booked.src in ranks or booked.dst in ranks:
-                self.dirty.update(flow.route)
+        if ranks:
+            for flow in self.moving.values():
+                booked = flow.booking
+                if booked.src in ranks or booked.dst in ranks:
+                    self.dirty.update(flow.route)
 
     def _enter(self, route: tuple[int, ...], flow: _Flow) -> None:
         """Put ``flow`` on the links of ``route``."""
