@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from time import perf_counter  # bound at import: inside a rank, time.perf_counter() is virtual
 
 import pytest
 
@@ -180,3 +181,23 @@ def test_only_all_reduce_prints_the_latency_table_alone(capsys: pytest.CaptureFi
 def test_only_names_a_table_of_the_benchmark() -> None:
     with pytest.raises(SystemExit, match="choose one of all_reduce, scale, train"):
         bench.main(only="latency")
+
+
+def test_the_step_sampler_counts_the_running_rank_not_the_ranks_waiting_for_the_baton() -> None:
+    import simcluster as sc
+    from simcluster.bench.torch_step import Sampler
+
+    def fn(comm: sc.Comm) -> None:  # rank 0 works in this file's code; the others wait for it
+        if comm.rank == 0:
+            until = perf_counter() + 0.3
+            while perf_counter() < until:
+                pass
+        sc.MPI.COMM_WORLD.Barrier()
+
+    fn.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]  # ranks on threads, as torch's
+    sc.run(fn, 2)  # imports done: the first run of a facade imports its modules
+    with Sampler() as sampler:
+        sampler.phase = "step"
+        sc.run(fn, 8)
+        sampler.phase = None
+    assert sampler.shares("step").get("model code", 0.0) > 0.8  # not 7 waiting ranks in 8

@@ -61,13 +61,17 @@ _PROPAGATION = "/torch/distributed/tensor/_sharding_prop.py"
 
 
 def _part(frame: Any) -> str:
-    """The part of the stack a running frame belongs to: the innermost frame that names one."""
+    """The part of the stack a running frame belongs to: the innermost frame that names one,
+    within the rank's own function (the frames outside it, which start the rank, name none)."""
+    from simcluster.engine.sync import SyncRank
+
+    start = SyncRank._main.__code__
     outer = frame
     while outer is not None:
         if outer.f_code.co_filename.replace("\\", "/").endswith(_PROPAGATION):
             return "DTensor sharding propagation (Python, fake tensors)"
         outer = outer.f_back
-    while frame is not None:
+    while frame is not None and frame.f_code is not start:
         name = frame.f_code.co_filename.replace("\\", "/")
         for marker, part in _PARTS:
             if marker in name:
@@ -76,13 +80,26 @@ def _part(frame: Any) -> str:
     return "model code"
 
 
+def _parked(frame: Any) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` waits rather than runs.
+
+    Rank threads run one at a time: a rank not running waits for the baton in
+    ``ThreadRank.suspend`` (or, before its first turn, ``ThreadRank._body``),
+    and the engine's thread waits in ``ThreadRank.send`` while a rank runs;
+    each waits on a plain lock, a C call with no Python frame of its own. Any
+    other thread waiting in ``threading`` (a ``join``, an ``Event``) is parked too.
+    """
+    from simcluster.engine.sync import ThreadRank
+
+    return frame.f_code in (ThreadRank.suspend.__code__, ThreadRank._body.__code__,
+                            ThreadRank.send.__code__) or frame.f_code.co_filename == threading.__file__
+
+
 class Sampler:
     """Samples which part of the stack the running thread is in, every ``interval`` seconds.
 
-    Ranks are threads that run one at a time and park on a semaphore (in
-    ``threading``) while another runs; the engine's thread parks the same
-    way while a rank runs. A thread whose innermost frame is in
-    ``threading`` is parked; the others are counted.
+    Ranks are threads that run one at a time; the threads parked
+    (``_parked``) are left out, the others counted.
     """
 
     def __init__(self, interval: float = 1e-3) -> None:
@@ -100,7 +117,7 @@ class Sampler:
                 continue
             counts = self.phases.setdefault(phase, Counter())
             for ident, frame in sys._current_frames().items():
-                if ident == me or frame.f_code.co_filename == threading.__file__:
+                if ident == me or _parked(frame):
                     continue
                 counts[_part(frame)] += 1
 
