@@ -9,8 +9,14 @@ that answer for the calling rank (``engine.sync.current()``):
 
 - ``os.getpid()`` is ``PID_BASE + rank``: distinct per rank, the same on
   every run, and above Linux's largest pid (``2**22``), so that no real
-  process has it. ``os.kill`` of such a pid signals this process (the one
-  that hosts every rank), as ``os.kill(os.getpid(), sig)`` did before.
+  process has it. Inside a rank, ``os.kill`` of such a pid signals that
+  rank, and ``signal.signal``, ``signal.getsignal`` and ``signal.raise_signal``
+  are the rank's own (``_rank_signals``: each rank has its own handlers);
+  outside the ranks, ``os.kill`` of such a pid signals this process.
+- ``threading.main_thread()`` is the rank's own thread, the one its script
+  runs on: a rank that runs on a thread (torch's) is its process's main
+  thread, as a launched process's script is (the launchers also name that
+  thread ``MainThread``).
 - ``socket.gethostname()``, ``socket.getfqdn()``, ``platform.node()`` and
   the ``node`` of ``os.uname()`` / ``platform.uname()`` name the rank's node:
   ``node0``, ``node1``, ... (``host_name``), the name ``MPI.Get_processor_name()``
@@ -43,9 +49,14 @@ import ipaddress
 import os
 import platform as _platform
 import re
+import signal
 import socket
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any, Final
+
+from . import _rank_signals
 
 PID_BASE: Final = 5_000_000
 """Rank ``r``'s ``os.getpid()`` is ``PID_BASE + r``: no real process has it (Linux's pids are below 2**22)."""
@@ -155,10 +166,60 @@ def _getpid() -> int:
     return _real_getpid() if found is None else PID_BASE + found[0]
 
 
-def _kill(pid: int, signal: int, /) -> None:
+def _kill(pid: int, signalnum: int, /) -> None:
     if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
-        pid = _real_getpid()  # a rank's pid: the process that hosts the ranks
-    _original(os, "kill")(pid, signal)
+        found = _rank()
+        if found is not None:  # a rank signals a rank: its own handlers (``_rank_signals``)
+            _signal_rank(found[0], pid - PID_BASE, signalnum)
+            return
+        pid = _real_getpid()  # from outside the ranks: the process that hosts them
+    _original(os, "kill")(pid, signalnum)
+
+
+def _signal_rank(sender: int, target: int, signalnum: int) -> None:
+    """Rank ``sender`` signals world rank ``target`` (``os.kill`` of its pid, ``raise_signal``)."""
+    from .engine import sync as _sync
+    from .engine.task import FINISHED
+    from .errors import UsageError
+
+    rank = _sync.current()
+    assert rank is not None
+    kernel = rank.comm.kernel
+    task = next((t for t in kernel.tasks if t.rank == target and not t.serial), None)
+    if task is None and target < kernel.world_size:
+        raise UsageError(sender, f"os.kill({pid_of(target)}, {signalnum})", f"rank {target} runs in "
+                         "another hosting process, and a signal reaches only the ranks of its sender's",
+                         "run on the memory transport to signal any rank")
+    _rank_signals.deliver(sender, target, signalnum, sys._getframe(2),
+                          task is not None and task.state != FINISHED, _sync.signal_on_resume)
+
+
+def _signal(signalnum: int, handler: Any, /) -> Any:
+    found = _rank()
+    if found is None:
+        return _original(signal, "signal")(signalnum, handler)
+    return _rank_signals.set_handler(found[0], signalnum, handler)
+
+
+def _getsignal(signalnum: int, /) -> Any:
+    found = _rank()
+    if found is None:
+        return _original(signal, "getsignal")(signalnum)
+    return _rank_signals.getsignal(found[0], signalnum)
+
+
+def _main_thread() -> threading.Thread:
+    if _rank() is None:
+        return _original(threading, "main_thread")()  # type: ignore[no-any-return]
+    return threading.current_thread()
+
+
+def _raise_signal(signalnum: int, /) -> None:
+    found = _rank()
+    if found is None:
+        _original(signal, "raise_signal")(signalnum)
+        return
+    _signal_rank(found[0], found[0], signalnum)
 
 
 def _gethostname() -> str:
@@ -292,6 +353,8 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (socket.socket, "connect_ex", _connect_ex), (socket.socket, "accept", _accept),
     (socket.socket, "recv", _recv), (socket.socket, "recv_into", _recv_into),
     (_platform, "node", _node), (_platform, "uname", _platform_uname),
+    (signal, "signal", _signal), (signal, "getsignal", _getsignal), (signal, "raise_signal", _raise_signal),
+    (threading, "main_thread", _main_thread),
 )
 
 
@@ -309,6 +372,8 @@ def install(ranks_per_node: int | None = None) -> None:
         from .engine import sync as _sync
 
         _current = _sync.current
+        _rank_signals.reset()
+        _sync.signalled.clear()
         for module, name, replacement in _REPLACEMENTS:
             if hasattr(module, name):
                 _originals[(module, name)] = getattr(module, name)
@@ -327,6 +392,10 @@ def uninstall() -> None:
     if _placements:
         return
     _put_back()
+    _rank_signals.reset()
+    from .engine import sync as _sync
+
+    _sync.signalled.clear()
     _current = None
 
 

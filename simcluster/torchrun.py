@@ -44,6 +44,7 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
@@ -415,7 +416,9 @@ def shape_refused(nnodes: int, nproc_per_node: int, latency: Any) -> str | None:
 
 
 def _torch_script_rank(comm: Any, spec: dict[str, Any]) -> int:
-    """The rank function: ``mpirun``'s, on a thread rank (torch needs a real thread per rank)."""
+    """The rank function: ``mpirun``'s, on a thread rank (torch needs a real thread per rank),
+    named as its process's main thread is (``_identity``)."""
+    threading.current_thread().name = "MainThread"
     return mpirun.script_rank(comm, spec)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,7 @@ IDENTITY = """
 def _functions() -> list[object]:
     return [os.getpid, os.kill, os.uname, socket.gethostname, socket.getfqdn,
             socket.gethostbyname, socket.getaddrinfo, platform.node, platform.uname,
+            signal.signal, signal.getsignal, signal.raise_signal, threading.main_thread,
             *(vars(socket.socket).get(name) for name in ("bind", "connect", "accept", "recv"))]
 
 

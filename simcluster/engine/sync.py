@@ -159,6 +159,8 @@ class SyncRank:
     def suspend(self, yielded: Any) -> None:
         """From the rank's own stack: hand ``yielded`` to the engine; return when resumed."""
         self._hub.switch(yielded)  # type: ignore[union-attr]
+        if signalled and self.rank in signalled:
+            _run_signals(self.rank)
 
     def close(self) -> None:
         """Cancel the rank: unwind its stack (its ``finally`` blocks run) with GreenletExit."""
@@ -300,6 +302,8 @@ class ThreadRank(SyncRank):
         self._go.acquire()
         if self.closing:
             raise _Cancelled
+        if signalled and self.rank in signalled:
+            _run_signals(self.rank)
 
     def close(self) -> None:
         """Cancel the rank: its blocking call raises, its stack unwinds on its own thread."""
@@ -325,6 +329,24 @@ class ThreadRank(SyncRank):
         while frame is not None and frame.f_code.co_filename == threading.__file__:
             frame = frame.f_back  # a wait inside threading's Python code: not where the rank is
         return frame
+
+
+signalled: set[int] = set()
+"""World ranks sent a signal by another rank (``os.kill``): its handlers run as it resumes."""
+
+
+def signal_on_resume(rank: int) -> None:
+    """Run world rank ``rank``'s pending signal handlers when it next resumes (``_rank_signals``)."""
+    signalled.add(rank)
+
+
+def _run_signals(rank: int) -> None:
+    """On the rank's own stack, back from a blocking call: its pending signals' handlers run, and
+    what they raise comes out of that call, as a process's handler runs once its call returns."""
+    from .. import _rank_signals
+
+    signalled.discard(rank)
+    _rank_signals.run_pending(rank, sys._getframe(2))
 
 
 def is_async(fn: object) -> bool:

@@ -13,6 +13,7 @@ a rank, ``dist.init_process_group("simcluster")`` rendezvous in memory
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,6 +111,7 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
     with Session(nprocs) as session:
         def rank_main(_comm_world: object) -> Any:
             rank = _sync.current()
+            threading.current_thread().name = "MainThread"  # its process's main thread (_identity)
             _sync.stop_clock(rank, None)  # measured compute: setting the rank up is not its work
             state = session.start_rank()
             gpu = _gpu.attach(rank)  # compute="gpu:...": the rank's ops timed on the modelled GPU
