@@ -13,6 +13,8 @@ that answer for the calling rank (``engine.sync.current()``):
   rank, and ``signal.signal``, ``signal.getsignal`` and ``signal.raise_signal``
   are the rank's own (``_rank_signals``: each rank has its own handlers);
   outside the ranks, ``os.kill`` of such a pid signals this process.
+- ``os.chdir`` and ``os.fchdir`` change the calling rank's working directory
+  only (``_rank_cwd``: the process's is the running rank's).
 - ``threading.main_thread()`` is the rank's own thread, the one its script
   runs on: a rank that runs on a thread (torch's) is its process's main
   thread, as a launched process's script is (the launchers also name that
@@ -56,7 +58,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from . import _rank_signals
+from . import _rank_cwd, _rank_signals
 
 PID_BASE: Final = 5_000_000
 """Rank ``r``'s ``os.getpid()`` is ``PID_BASE + r``: no real process has it (Linux's pids are below 2**22)."""
@@ -355,6 +357,7 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (_platform, "node", _node), (_platform, "uname", _platform_uname),
     (signal, "signal", _signal), (signal, "getsignal", _getsignal), (signal, "raise_signal", _raise_signal),
     (threading, "main_thread", _main_thread),
+    (os, "chdir", _rank_cwd.chdir), (os, "fchdir", _rank_cwd.fchdir),
 )
 
 
@@ -374,6 +377,7 @@ def install(ranks_per_node: int | None = None) -> None:
         _current = _sync.current
         _rank_signals.reset()
         _sync.signalled.clear()
+        _rank_cwd.install(_rank)
         for module, name, replacement in _REPLACEMENTS:
             if hasattr(module, name):
                 _originals[(module, name)] = getattr(module, name)
@@ -392,6 +396,7 @@ def uninstall() -> None:
     if _placements:
         return
     _put_back()
+    _rank_cwd.uninstall()
     _rank_signals.reset()
     from .engine import sync as _sync
 

@@ -68,7 +68,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-from . import _identity
+from . import _identity, _rank_cwd
 from ._rank_env import RankEnvironments, mpich_variables, node_places
 from ._rank_modules import ModulePolicy
 
@@ -509,6 +509,7 @@ class RankState:
         return now
 
     def enter(self) -> None:
+        _rank_cwd.enter(self.rank)
         modules = sys.modules
         modules["__main__"] = self.module
         sys.argv = self.argv

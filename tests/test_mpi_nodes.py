@@ -46,7 +46,7 @@ IDENTITY = """
 
 
 def _functions() -> list[object]:
-    return [os.getpid, os.kill, os.uname, socket.gethostname, socket.getfqdn,
+    return [os.getpid, os.kill, os.uname, os.chdir, os.fchdir, socket.gethostname, socket.getfqdn,
             socket.gethostbyname, socket.getaddrinfo, platform.node, platform.uname,
             signal.signal, signal.getsignal, signal.raise_signal, threading.main_thread,
             *(vars(socket.socket).get(name) for name in ("bind", "connect", "accept", "recv"))]

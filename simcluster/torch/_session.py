@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from simcluster import _rank_cwd
 from simcluster.engine import sync as _sync
 from simcluster.comm import Comm
 from simcluster.comm import current_comm
@@ -253,6 +254,7 @@ class Session:
         return state
 
     def _switch(self, state: RankState) -> None:
+        _rank_cwd.enter(state.rank)  # its own working directory (the launchers install it)
         owner = self._owner
         if owner is state:
             return
