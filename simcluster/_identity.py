@@ -13,6 +13,9 @@ that answer for the calling rank (``engine.sync.current()``):
   rank, and ``signal.signal``, ``signal.getsignal`` and ``signal.raise_signal``
   are the rank's own (``_rank_signals``: each rank has its own handlers);
   outside the ranks, ``os.kill`` of such a pid signals this process.
+- ``atexit.register`` and ``atexit.unregister`` keep the rank's own exit
+  handlers, which the launcher runs as the rank's program ends, and
+  ``os._exit`` ends the calling rank only (``_rank_atexit``).
 - ``os.chdir`` and ``os.fchdir`` change the calling rank's working directory
   only (``_rank_cwd``: the process's is the running rank's).
 - ``threading.main_thread()`` is the rank's own thread, the one its script
@@ -47,6 +50,7 @@ is a real process: it gets the real functions back at once.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import platform as _platform
@@ -58,7 +62,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from . import _rank_cwd, _rank_signals
+from . import _rank_atexit, _rank_cwd, _rank_signals
 
 PID_BASE: Final = 5_000_000
 """Rank ``r``'s ``os.getpid()`` is ``PID_BASE + r``: no real process has it (Linux's pids are below 2**22)."""
@@ -358,6 +362,8 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (signal, "signal", _signal), (signal, "getsignal", _getsignal), (signal, "raise_signal", _raise_signal),
     (threading, "main_thread", _main_thread),
     (os, "chdir", _rank_cwd.chdir), (os, "fchdir", _rank_cwd.fchdir),
+    (atexit, "register", _rank_atexit.register), (atexit, "unregister", _rank_atexit.unregister),
+    (os, "_exit", _rank_atexit.exit_now),
 )
 
 
@@ -378,6 +384,7 @@ def install(ranks_per_node: int | None = None) -> None:
         _rank_signals.reset()
         _sync.signalled.clear()
         _rank_cwd.install(_rank)
+        _rank_atexit.install(_rank)
         for module, name, replacement in _REPLACEMENTS:
             if hasattr(module, name):
                 _originals[(module, name)] = getattr(module, name)
@@ -397,6 +404,7 @@ def uninstall() -> None:
         return
     _put_back()
     _rank_cwd.uninstall()
+    _rank_atexit.uninstall()
     _rank_signals.reset()
     from .engine import sync as _sync
 

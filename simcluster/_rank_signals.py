@@ -20,8 +20,9 @@ While a launcher's run goes on (``simcluster mpirun``, ``simcluster torchrun``,
   raises comes out there. ``SIG_IGN`` does nothing; ``SIG_DFL`` does the
   signal's default action: nothing for ``SIGCHLD``, ``SIGURG``, ``SIGWINCH``
   and ``SIGCONT`` (nor, since a stopped process is not modelled, the stop
-  signals), and for the others the rank ends as a process killed by it:
-  ``SystemExit(128 + sig)``, the status a shell gives such a process.
+  signals), and for the others the rank ends as a process killed by it,
+  with the status a shell gives such a process, 128 + sig, and no ``atexit``
+  handler run (``_rank_atexit.ProcessExit``).
   Signal 0 checks that the rank is still running. A rank that has ended has
   no process left: ``ProcessLookupError``, as for a pid that is gone.
 
@@ -35,6 +36,8 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
+
+from ._rank_atexit import ProcessExit
 
 _IGNORED_BY_DEFAULT: Final = frozenset(
     getattr(signal, name) for name in ("SIGCHLD", "SIGURG", "SIGWINCH", "SIGCONT", "SIGSTOP", "SIGTSTP",
@@ -124,6 +127,6 @@ def _run(rank: int, number: int, frame: FrameType | None) -> None:
         return
     if handler is signal.SIG_DFL:
         if number not in _IGNORED_BY_DEFAULT:
-            raise SystemExit(128 + number)
+            raise ProcessExit(128 + number)
         return
     handler(number, frame)

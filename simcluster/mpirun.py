@@ -68,7 +68,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-from . import _identity, _rank_cwd
+from . import _identity, _rank_atexit, _rank_cwd
 from ._rank_env import RankEnvironments, mpich_variables, node_places
 from ._rank_modules import ModulePolicy
 
@@ -429,6 +429,7 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
     try:
         _run_main(program, state.module.__dict__)
     except SystemExit as exc:
+        _rank_atexit.run(task.rank, exc)
         _sync.stop_clock(task, "exit")
         code = state.exit_code(exc)
     except BaseException as exc:
@@ -438,9 +439,11 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
             state.outcome = ["abort", abort, state.now()]
         elif isinstance(exc, Exception):  # not GreenletExit: the run cancelling this rank
             state.print_exception(exc)
+            _rank_atexit.run(task.rank, exc)  # as an interpreter does, after the traceback
             state.outcome = ["error", 1, state.now()]
         raise
     else:
+        _rank_atexit.run(task.rank)
         _sync.stop_clock(task, "exit")
         state.outcome = ["exit", 0, state.now()]
     finally:

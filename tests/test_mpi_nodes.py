@@ -10,6 +10,7 @@ and a pid of its own from ``os.getpid()``, as the processes of an
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import signal
@@ -46,7 +47,8 @@ IDENTITY = """
 
 
 def _functions() -> list[object]:
-    return [os.getpid, os.kill, os.uname, os.chdir, os.fchdir, socket.gethostname, socket.getfqdn,
+    return [os.getpid, os.kill, os.uname, os.chdir, os.fchdir, os._exit, atexit.register, atexit.unregister,
+            socket.gethostname, socket.getfqdn,
             socket.gethostbyname, socket.getaddrinfo, platform.node, platform.uname,
             signal.signal, signal.getsignal, signal.raise_signal, threading.main_thread,
             *(vars(socket.socket).get(name) for name in ("bind", "connect", "accept", "recv"))]

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simcluster import _identity
+from simcluster import _identity, _rank_atexit
 from simcluster.engine import sync as _sync
 from simcluster.runner import RunResult, run
 from simcluster.torch import _fake, _gpu, _report
@@ -120,9 +120,9 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
                         else recording.rank(state.rank, gpu))        # every storage made
             if shapes is None:
                 with _gpu.clocked(gpu), recorder:
-                    return fn(state.rank, *args)
+                    return _exiting(state.rank, fn, args)
             with shapes.rank(state.rank), _gpu.clocked(gpu), recorder:
-                return fn(state.rank, *args)
+                return _exiting(state.rank, fn, args)
 
         rank_main.__simcluster_stack__ = "thread"  # type: ignore[attr-defined]
         rank_main.__qualname__ = rank_main.__name__ = getattr(fn, "__name__", "fn")
@@ -137,6 +137,18 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
                                          flops_per_token=flops_per_token,
                                          trace=run_keywords.get("trace"))
     return result
+
+
+def _exiting(rank: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Run the rank's ``fn``, then its ``atexit`` handlers, as its process would exit: also after
+    an exception or ``sys.exit``, not when the run cancels it (``_rank_atexit``)."""
+    try:
+        value = fn(rank, *args)
+    except (Exception, SystemExit) as exc:
+        _rank_atexit.run(rank, exc)
+        raise
+    _rank_atexit.run(rank)
+    return value
 
 
 def _report_asked(report: object, tokens_per_step: object, flops_per_token: object) -> bool:

@@ -1,0 +1,129 @@
+"""Each rank exits as a process: its own ``atexit`` handlers, run as it ends, and ``os._exit``.
+
+A rank's ``atexit`` handlers run, last registered first, when its program
+ends (inside the rank: its pid, its environment, its output), not when the
+launching process does; ``unregister`` drops a rank's own; a handler that
+raises is printed as CPython prints it. ``os._exit`` ends that rank at once,
+the others go on, and what it printed before is kept. The programs run
+under MPICH's ``mpiexec`` and real torchrun too, and the lines are compared.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpi_scripts import needs_mpiexec, run_real, run_simulated, simulate
+
+HANDLERS = """
+    import atexit
+    import os
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+
+    def bye(tag, *, who):
+        print(f"{who} {tag} pid-is-mine={os.getpid() == pids[who]}", flush=True)
+
+    pids = world.allgather(os.getpid())
+    atexit.register(bye, "first", who=rank)
+    atexit.register(bye, "dropped", who=rank)
+    atexit.unregister(bye)
+    atexit.register(bye, "kept", who=rank)
+    atexit.register(bye, "last registered, first run", who=rank)
+    world.Barrier()
+    if rank == 1:
+        print("leaving at once", flush=True)
+        os._exit(0)  # no atexit handler of rank 1 runs
+    print("done", flush=True)
+"""
+
+
+def script(tmp_path: Path, source: str) -> Path:
+    path = tmp_path / "prog.py"
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def test_a_rank_runs_its_own_handlers_as_it_ends_and_os_exit_ends_only_it(tmp_path: Path) -> None:
+    got = run_simulated(tmp_path, script(tmp_path, HANDLERS), 3)
+    for rank in (0, 2):
+        assert got[rank] == ["done", f"{rank} last registered, first run pid-is-mine=True",
+                             f"{rank} kept pid-is-mine=True"]
+    assert got[1] == ["leaving at once"]
+
+
+@needs_mpiexec
+def test_exits_print_what_they_print_under_mpiexec(tmp_path: Path) -> None:
+    prog = script(tmp_path, HANDLERS)
+    assert run_simulated(tmp_path, prog, 3) == run_real(tmp_path, prog, 3)
+
+
+def test_a_handler_that_raises_is_printed_and_the_next_runs_and_os_exit_gives_the_status(tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import atexit
+        import os
+        from mpi4py import MPI
+
+        atexit.register(print, "still run", flush=True)
+        atexit.register(lambda: 1 / 0)
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            os._exit(7)
+    """)
+    proc = simulate(tmp_path, prog, 2, options=("--prepend-rank",))
+    assert proc.returncode == 7
+    assert proc.stdout == "[0] still run\n"
+    assert proc.stderr.startswith("[0] Exception ignored in atexit callback: <function <lambda> at ")
+    assert "[0] Traceback (most recent call last):\n[0]   File " in proc.stderr
+    assert "simcluster" not in proc.stderr and proc.stderr.endswith("[0] ZeroDivisionError: division by zero\n")
+
+
+TORCH_EXIT = """
+    import atexit
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    atexit.register(dist.destroy_process_group)  # a common way to tidy up
+    atexit.register(lambda: print(f"rank {rank} exits as RANK={os.environ['RANK']}", flush=True))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print(f"rank {rank} sum {t.item()}", flush=True)
+"""
+
+
+def test_torch_ranks_run_their_handlers_inside_their_process_as_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="simcluster torchrun needs torch: pip install 'simcluster[torch]'")
+    prog = script(tmp_path, TORCH_EXIT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    got = {}
+    for launcher in (["-m", "simcluster", "torchrun"], ["-m", "torch.distributed.run"]):
+        proc = subprocess.run([sys.executable, *launcher, "--nproc-per-node", "2", str(prog)],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "Exception ignored" not in proc.stderr  # destroy_process_group found its group
+        got[launcher[1]] = sorted(proc.stdout.splitlines())
+    assert got["simcluster"] == got["torch.distributed.run"] == [
+        "rank 0 exits as RANK=0", "rank 0 sum 2.0", "rank 1 exits as RANK=1", "rank 1 sum 2.0"]
+
+
+def test_a_spawned_rank_runs_its_handlers_when_its_function_returns() -> None:
+    spawn = pytest.importorskip("simcluster.torch", reason="needs torch: pip install 'simcluster[torch]'").spawn
+    import atexit
+
+    ran: list[tuple[int, int]] = []
+
+    def fn(rank: int) -> None:
+        atexit.register(lambda: ran.append((rank, os.getpid())))  # as the rank's process exits
+
+    spawn(fn, nprocs=2)
+    assert sorted(ran) == [(0, 5_000_000), (1, 5_000_001)]  # run already, inside each rank
