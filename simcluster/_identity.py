@@ -1,4 +1,4 @@
-"""Each virtual rank's process identity under a launcher: its own pid and its node's host name.
+"""Each virtual rank's process under a launcher: its pid, its node's host name, its signals, directory and exit.
 
 Under ``mpiexec`` or torchrun every rank is a process of some machine, and
 code tells them apart by ``os.getpid()`` (log records, file names, locks) and

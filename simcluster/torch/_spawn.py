@@ -139,7 +139,7 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
     return result
 
 
-def _exiting(rank: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _exiting(rank: int, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     """Run the rank's ``fn``, then its ``atexit`` handlers, as its process would exit: also after
     an exception or ``sys.exit``, not when the run cancels it (``_rank_atexit``)."""
     try:
