@@ -11,14 +11,13 @@ under MPICH's ``mpiexec`` and real torchrun too, and the lines are compared.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from mpi_scripts import needs_mpiexec, run_real, run_simulated, simulate
+from torchrun_scripts import under_both
 
 HANDLERS = """
     import atexit
@@ -107,20 +106,8 @@ TORCH_EXIT = """
 
 def test_torch_ranks_run_their_handlers_inside_their_process_as_under_torchrun(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="simcluster torchrun needs torch: pip install 'simcluster[torch]'")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    got = {}
-    for launcher in (["-m", "simcluster", "torchrun"], ["-m", "torch.distributed.run"]):
-        folder = tmp_path / launcher[1]
-        folder.mkdir()
-        prog = script(folder, TORCH_EXIT)
-        proc = subprocess.run([sys.executable, *launcher, "--nproc-per-node", "2", str(prog)],
-                              capture_output=True, text=True, timeout=300, cwd=folder, env=env)
-        assert proc.returncode == 0, proc.stderr
-        assert "Exception ignored" not in proc.stderr  # destroy_process_group found its group
-        got[launcher[1]] = [(folder / f"rank{r}.txt").read_text() for r in range(2)]
-    assert got["simcluster"] == got["torch.distributed.run"] == [
-        f"sum 2.0\nexits as RANK={r}\n" for r in range(2)]
+    got = under_both(tmp_path, TORCH_EXIT, 2)  # (and no "Exception ignored": destroy found its group)
+    assert got["simcluster"] == got["torchrun"] == [f"sum 2.0\nexits as RANK={r}\n" for r in range(2)]
 
 
 def test_a_spawned_rank_runs_its_handlers_when_its_function_returns() -> None:

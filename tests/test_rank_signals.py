@@ -12,10 +12,7 @@ torchrun, and every rank's lines are compared.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -23,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mpi_scripts import needs_mpiexec, run_real, run_simulated, simulate
+from torchrun_scripts import under_both
 
 HANDLERS = """
     import os
@@ -139,16 +137,6 @@ TORCH_MAIN = """
 
 def test_a_torch_rank_is_its_process_s_main_thread_and_sets_handlers(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="simcluster torchrun needs torch: pip install 'simcluster[torch]'")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    got = {}
-    for launcher in (["-m", "simcluster", "torchrun"], ["-m", "torch.distributed.run"]):
-        folder = tmp_path / launcher[1]
-        folder.mkdir()
-        prog = script(folder, TORCH_MAIN)
-        proc = subprocess.run([sys.executable, *launcher, "--nproc-per-node", "2", str(prog)],
-                              capture_output=True, text=True, timeout=300, cwd=folder, env=env)
-        assert proc.returncode == 0, proc.stderr
-        got[launcher[1]] = [(folder / f"rank{r}.txt").read_text() for r in range(2)]
-    assert got["simcluster"] == got["torch.distributed.run"] == ["True MainThread True"] * 2
+    got = under_both(tmp_path, TORCH_MAIN, 2)
+    assert got["simcluster"] == got["torchrun"] == ["True MainThread True"] * 2
     assert threading.current_thread().name == "MainThread"  # (this process's own, untouched)
