@@ -489,6 +489,7 @@ class RankState:
         self.module = module
         self.argv = argv
         self.stdin = stdin
+        self.excepthook: Any = sys.__excepthook__  # its own sys.excepthook, a fresh process's at first
         self.partial = {OUT: "", ERR: ""}
         self.seq = 0
         self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of private modules
@@ -517,6 +518,7 @@ class RankState:
         modules["__main__"] = self.module
         sys.argv = self.argv
         sys.stdin = self.stdin
+        sys.excepthook = self.excepthook
         root = self.session.root_logger
         if self.loggers is None:
             self.loggers = dict(self.session.saved_logging[2])
@@ -548,7 +550,8 @@ class RankState:
                     own[name] = module
         root = session.root_logger
         self.log_handlers, self.log_level = root.handlers, root.level
-        modules["__main__"], sys.argv, sys.stdin = session.saved
+        self.excepthook = sys.excepthook
+        modules["__main__"], sys.argv, sys.stdin, sys.excepthook = session.saved
         root.handlers, root.manager.loggerDict = session.saved_logging[0], session.saved_logging[2]
         if root.level != session.saved_logging[1]:
             root.setLevel(session.saved_logging[1])
@@ -586,7 +589,8 @@ class RankState:
         return status
 
     def print_exception(self, exc: BaseException) -> None:
-        """Write ``exc``'s traceback as this rank's stderr, from the script's frames inward.
+        """Write ``exc``'s traceback as this rank's stderr, from the script's frames inward, or
+        hand it to the ``sys.excepthook`` the rank's script set, as the interpreter would.
 
         An error simcluster wrote for users (an MPI error, a collective mismatch)
         ends at the user's call, as a compiled MPI's does (``frames.user_traceback``).
@@ -596,6 +600,20 @@ class RankState:
         tb = _frames.user_traceback(exc)
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
+        hook = sys.excepthook  # the rank's own, swapped in while it runs (``enter``)
+        if hook is not sys.__excepthook__:
+            whole = exc.__traceback__
+            exc.__traceback__ = tb  # (the interpreter's own hook prints the exception's traceback)
+            try:
+                hook(type(exc), exc, tb)
+                return
+            except BaseException as failed:  # noqa: BLE001 - reported as the interpreter does
+                self.write(ERR, "Error in sys.excepthook:\n")
+                for chunk in traceback.format_exception(type(failed), failed, failed.__traceback__):
+                    self.write(ERR, chunk)
+                self.write(ERR, "\nOriginal exception was:\n")
+            finally:
+                exc.__traceback__ = whole
         for chunk in traceback.format_exception(type(exc), exc, tb):
             self.write(ERR, chunk)
 
@@ -638,7 +656,7 @@ class Session:
         self.heap: list[Record] = []
         self.done = bytearray(world_size)
         self.lowest = 0  # lowest rank not finished
-        self.saved: tuple[Any, list[str], TextIO] | None = None
+        self.saved: tuple[Any, list[str], TextIO, Any] | None = None
         self.undo: list[Any] = []
         self.hosted_outcomes: dict[int, list[Any] | None] = {}
         self.notes = 0  # launcher lines filed so far (their order among themselves)
@@ -992,7 +1010,7 @@ class Session:
         from . import MPI
         from .MPI import _rc
 
-        self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin)
+        self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin, sys.excepthook)
         root = self.root_logger
         self.saved_logging = (root.handlers, root.level, root.manager.loggerDict)
         saved_modules = {name: mod for name, mod in sys.modules.items()
@@ -1058,7 +1076,7 @@ class Session:
             del sys.modules[name]
         sys.modules.update(saved_modules)
         if self.saved is not None:
-            main_module, sys.argv, sys.stdin = self.saved
+            main_module, sys.argv, sys.stdin, sys.excepthook = self.saved
             if main_module is not None:
                 sys.modules["__main__"] = main_module
 

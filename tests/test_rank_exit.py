@@ -11,6 +11,8 @@ under MPICH's ``mpiexec`` and real torchrun too, and the lines are compared.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -121,3 +123,32 @@ def test_a_spawned_rank_runs_its_handlers_when_its_function_returns() -> None:
 
     spawn(fn, nprocs=2)
     assert sorted(ran) == [(0, 5_000_000), (1, 5_000_001)]  # run already, inside each rank
+
+
+HOOKED = """
+    import sys
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    if rank == 1:  # rank 1's own hook: rank 0 keeps the interpreter's
+        sys.excepthook = lambda kind, value, tb: print(f"rank {rank} hook: {kind.__name__}: {value}", flush=True)
+    MPI.COMM_WORLD.Barrier()
+    if rank == 1:
+        raise RuntimeError("boom")
+"""
+
+
+def test_an_uncaught_exception_goes_to_the_ranks_own_excepthook(tmp_path: Path) -> None:
+    proc = simulate(tmp_path, script(tmp_path, HOOKED), 2, options=("--prepend-rank",))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "[1] rank 1 hook: RuntimeError: boom\n", "")
+
+
+@needs_mpiexec
+def test_an_excepthook_prints_what_it_prints_under_mpiexec(tmp_path: Path) -> None:
+    from mpi_scripts import MPIEXEC
+
+    prog = script(tmp_path, HOOKED)
+    real = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(prog)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    simulated = simulate(tmp_path, prog, 2)
+    assert (simulated.returncode, simulated.stdout, simulated.stderr) == (real.returncode, real.stdout, real.stderr)

@@ -502,9 +502,10 @@ def test_a_rank_that_skips_monitored_barrier_is_named_not_waited_for(
     rc, out, err = torchrun(capsys, "--nproc-per-node", 3, prog)
     assert (rc, out) == (1, "rank 1 done\n")
     lines = err.splitlines()
-    # gloo's errors, when the 2 s run out in virtual time: rank 0 names the rank, rank 2 learns
-    assert "RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 2000 ms" in lines
-    assert ("RuntimeError: Rank 2 successfully reached monitoredBarrier, but received errors "
+    # gloo's errors, when the 2 s run out in virtual time: rank 0 names the rank, rank 2 learns;
+    # each through the sys.excepthook torch's init_process_group set on its rank ("[rankN]: ")
+    assert "[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 2000 ms" in lines
+    assert ("[rank2]: RuntimeError: Rank 2 successfully reached monitoredBarrier, but received errors "
             "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty "
             "rank.") in lines
 
