@@ -381,7 +381,7 @@ def install(ranks_per_node: int | None = None) -> None:
         from .engine import sync as _sync
 
         _current = _sync.current
-        _rank_signals.reset()
+        _rank_signals.reset(signal.getsignal)
         _sync.signalled.clear()
         _rank_cwd.install(_rank)
         _rank_atexit.install(_rank)

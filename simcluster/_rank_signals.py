@@ -8,8 +8,9 @@ While a launcher's run goes on (``simcluster mpirun``, ``simcluster torchrun``,
 - a rank's ``signal.signal(signal.SIGTERM, handler)`` sets that rank's
   handler, no other's, and returns its previous one. It works on a rank that
   runs on a thread of its own (torch's) as in a process's main thread, where
-  CPython's own would raise ``ValueError``. A rank starts with a fresh
-  interpreter's handlers: ``SIGINT`` raises ``KeyboardInterrupt``
+  CPython's own would raise ``ValueError``. A rank starts with the handlers
+  of an interpreter the launcher started: the signals the launcher ignores
+  stay ignored (as across ``exec``), ``SIGINT`` raises ``KeyboardInterrupt``
   (``signal.default_int_handler``), ``SIGPIPE`` and ``SIGXFSZ`` are ignored,
   the others do their default action.
 - ``os.kill(pid, sig)`` of a rank's pid (``os.getpid()`` inside a rank) and
@@ -50,12 +51,17 @@ _UNCATCHABLE: Final = frozenset(getattr(signal, name) for name in ("SIGKILL", "S
 
 _handlers: dict[int, dict[int, Any]] = {}  # world rank -> {signal: handler it set}
 _pending: dict[int, list[int]] = {}  # world rank -> signals sent to it, to run when it resumes
+_ignored: frozenset[int] = frozenset()  # the signals the launcher ignores: a process it starts does too
 
 
-def reset() -> None:
-    """A run begins (or ends): every rank has a fresh interpreter's handlers again."""
+def reset(getsignal: Callable[[int], Any] | None = None) -> None:
+    """A run begins (``getsignal``: the process's own, to read what it ignores) or ends: every
+    rank has a started interpreter's handlers again."""
+    global _ignored
     _handlers.clear()
     _pending.clear()
+    _ignored = frozenset() if getsignal is None else frozenset(
+        number for number in signal.valid_signals() if getsignal(number) is signal.SIG_IGN)
 
 
 def _check(signalnum: Any) -> int:
@@ -72,7 +78,7 @@ def getsignal(rank: int, signalnum: Any) -> Any:
     number = _check(signalnum)
     handler = _handlers.get(rank, {}).get(number)
     if handler is None:
-        handler = _FRESH.get(number, signal.SIG_DFL)
+        handler = signal.SIG_IGN if number in _ignored else _FRESH.get(number, signal.SIG_DFL)
     return _as_enum(handler)
 
 

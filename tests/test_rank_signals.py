@@ -13,6 +13,8 @@ torchrun, and every rank's lines are compared.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -140,3 +142,16 @@ def test_a_torch_rank_is_its_process_s_main_thread_and_sets_handlers(tmp_path: P
     got = under_both(tmp_path, TORCH_MAIN, 2)
     assert got["simcluster"] == got["torchrun"] == ["True MainThread True"] * 2
     assert threading.current_thread().name == "MainThread"  # (this process's own, untouched)
+
+
+def test_a_rank_starts_with_the_handlers_of_an_interpreter_the_launcher_starts(tmp_path: Path) -> None:
+    # (what the launcher ignores stays ignored across exec: the fresh interpreter inherits it too)
+    every = """
+        import signal
+        print(sorted((int(s), str(signal.getsignal(s))) for s in signal.valid_signals()
+                     if s not in (signal.SIGKILL, signal.SIGSTOP)))
+    """
+    fresh = subprocess.run([sys.executable, "-c", textwrap.dedent(every)], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert run_simulated(tmp_path, script(tmp_path, "from mpi4py import MPI\n" + textwrap.dedent(every)),
+                         2) == [fresh, fresh]
