@@ -64,7 +64,8 @@ def test_directories_per_rank_print_what_they_print_under_mpiexec(tmp_path: Path
 
 
 def test_the_launchers_directory_is_back_after_a_torch_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spawn = pytest.importorskip("simcluster.torch", reason="needs torch: pip install 'simcluster[torch]'").spawn
+    pytest.importorskip("torch", reason="needs torch: pip install 'simcluster[torch]'")
+    from simcluster.torch import spawn
     monkeypatch.chdir(tmp_path)
 
     def fn(rank: int) -> str:

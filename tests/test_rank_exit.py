@@ -113,7 +113,8 @@ def test_torch_ranks_run_their_handlers_inside_their_process_as_under_torchrun(t
 
 
 def test_a_spawned_rank_runs_its_handlers_when_its_function_returns() -> None:
-    spawn = pytest.importorskip("simcluster.torch", reason="needs torch: pip install 'simcluster[torch]'").spawn
+    pytest.importorskip("torch", reason="needs torch: pip install 'simcluster[torch]'")
+    from simcluster.torch import spawn
     import atexit
 
     ran: list[tuple[int, int]] = []
