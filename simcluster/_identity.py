@@ -21,7 +21,16 @@ that answer for the calling rank (``engine.sync.current()``):
 - ``threading.main_thread()`` is the rank's own thread, the one its script
   runs on: a rank that runs on a thread (torch's) is its process's main
   thread, as a launched process's script is (the launchers also name that
-  thread ``MainThread``).
+  thread ``MainThread``). ``threading.enumerate()`` and ``active_count()``
+  count that thread and the threads the rank started, not the other ranks'.
+- a thread a rank starts (``threading.Thread.start``, so also the workers of
+  ``concurrent.futures`` and ``multiprocessing.pool.ThreadPool``), and the
+  threads that one starts, belong to the rank's process: they see its pid,
+  host name, main thread, threads and signal handlers (``_process``).
+- where psutil is installed, ``psutil.Process()`` (of a rank's pid) is the
+  process that hosts the rank: its ``pid`` is the rank's, what it measures
+  (memory, CPU times) the hosting process's, as a rank's pid names no real
+  process; ``psutil.pid_exists`` is True for the run's ranks' pids.
 - ``socket.gethostname()``, ``socket.getfqdn()``, ``platform.node()`` and
   the ``node`` of ``os.uname()`` / ``platform.uname()`` name the rank's node:
   ``node0``, ``node1``, ... (``host_name``), the name ``MPI.Get_processor_name()``
@@ -40,8 +49,12 @@ ranks a node runs (``simcluster torchrun --nproc-per-node``), else where the
 run's latency model puts it (``node_of_model``: a platform's nodes,
 ``Hierarchical``'s ``ranks_per_node``; one node for the other models).
 
-Rule 1: outside the run's ranks (the launcher, simcluster itself, threads a
-rank starts) the functions answer as before: they call the ones they replaced.
+Rule 1: outside the run's ranks and their threads (the launcher, simcluster
+itself, whose threads' names start with ``simcluster``) the functions answer
+as before: they call the ones they replaced. Signals, the working directory,
+exit handlers and the socket waits act for a rank's own code only: a thread a
+rank starts gets the real ``signal.signal`` (which refuses a thread that is not
+the process's main one, as in any process) and the real ``os.chdir``.
 Rule 2: ``uninstall`` puts back exactly what ``install`` found, also when
 the run failed; installs nest (a hosting process keeps its session to the end).
 A process forked while a run goes on (a rank's ``multiprocessing`` worker)
@@ -59,8 +72,9 @@ import signal
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from . import _rank_atexit, _rank_cwd, _rank_signals
 
@@ -133,6 +147,19 @@ _fork_hooked = False  # _forget is registered to run in forked children
 _inherited: set[tuple[Any, str]] = set()  # replaced names the class had from a base class only
 
 
+class _Process(NamedTuple):
+    """The rank a thread belongs to, as a thread belongs to the process that started it."""
+
+    task: Any  # the rank's engine task
+    rank: int
+    node: int
+    main: threading.Thread  # the thread the rank's own code runs on: its process's main thread
+
+
+# the threads ranks started (and threads those started), each with its rank's process
+_threads: weakref.WeakKeyDictionary[threading.Thread, _Process] = weakref.WeakKeyDictionary()
+
+
 def _put_back() -> None:
     """Put back what ``install`` replaced, exactly as it was found (Rule 2)."""
     for (module, name), original in _originals.items():
@@ -142,6 +169,7 @@ def _put_back() -> None:
             setattr(module, name, original)
     _originals.clear()
     _inherited.clear()
+    _threads.clear()
 
 
 def _rank() -> tuple[int, int] | None:
@@ -161,6 +189,16 @@ def _rank() -> tuple[int, int] | None:
     return rank, node_of_model(model, rank)
 
 
+def _process() -> _Process | None:
+    """The rank whose process the calling code is part of: a rank's own code, or a thread it
+    started (at any depth); None outside the ranks (the launcher, simcluster's own threads)."""
+    found = _rank()
+    if found is None:
+        return _threads.get(threading.current_thread())
+    assert _current is not None
+    return _Process(_current(), found[0], found[1], threading.current_thread())
+
+
 def _original(module: Any, name: str) -> Any:
     """What ``install`` replaced; once uninstalled (a reference kept from a run), the module's own."""
     found = _originals.get((module, name))
@@ -168,8 +206,8 @@ def _original(module: Any, name: str) -> Any:
 
 
 def _getpid() -> int:
-    found = _rank()
-    return _real_getpid() if found is None else PID_BASE + found[0]
+    found = _process()
+    return _real_getpid() if found is None else PID_BASE + found.rank
 
 
 def _kill(pid: int, signalnum: int, /) -> None:
@@ -208,16 +246,37 @@ def _signal(signalnum: int, handler: Any, /) -> Any:
 
 
 def _getsignal(signalnum: int, /) -> Any:
-    found = _rank()
+    found = _process()
     if found is None:
         return _original(signal, "getsignal")(signalnum)
-    return _rank_signals.getsignal(found[0], signalnum)
+    return _rank_signals.getsignal(found.rank, signalnum)
 
 
 def _main_thread() -> threading.Thread:
-    if _rank() is None:
+    found = _process()
+    if found is None:
         return _original(threading, "main_thread")()  # type: ignore[no-any-return]
-    return threading.current_thread()
+    return found.main
+
+
+def _enumerate() -> list[threading.Thread]:
+    every: list[threading.Thread] = _original(threading, "enumerate")()
+    found = _process()
+    if found is None:
+        return every
+    task = found.task
+    return [found.main, *(t for t in every if (owner := _threads.get(t)) is not None and owner.task is task)]
+
+
+def _active_count() -> int:
+    return len(_enumerate())
+
+
+def _start(self: threading.Thread) -> None:
+    found = _process()
+    if found is not None and not self.name.startswith("simcluster"):  # not simcluster's own threads
+        _threads[self] = found
+    _original(threading.Thread, "start")(self)
 
 
 def _raise_signal(signalnum: int, /) -> None:
@@ -229,22 +288,22 @@ def _raise_signal(signalnum: int, /) -> None:
 
 
 def _gethostname() -> str:
-    found = _rank()
-    return str(_original(socket, "gethostname")()) if found is None else host_name(found[1])
+    found = _process()
+    return str(_original(socket, "gethostname")()) if found is None else host_name(found.node)
 
 
 def _getfqdn(name: str = "") -> str:
-    found = _rank()
+    found = _process()
     if found is not None:
         if not name or name == "0.0.0.0":  # noqa: S104 - socket.getfqdn's own test
-            return host_name(found[1])
+            return host_name(found.node)
         if _NAME.fullmatch(name):
             return name
     return str(_original(socket, "getfqdn")(name))
 
 
 def _gethostbyname(hostname: str, /) -> str:
-    if _rank() is not None and isinstance(hostname, str):
+    if _process() is not None and isinstance(hostname, str):
         match = _NAME.fullmatch(hostname)
         if match is not None:
             return node_address(int(match.group(1)))
@@ -253,7 +312,7 @@ def _gethostbyname(hostname: str, /) -> str:
 
 def _address(address: Any) -> Any:
     """A socket address with a simulated node's name put as its loopback address (inside a rank)."""
-    if isinstance(address, tuple) and address and isinstance(address[0], str) and _rank() is not None:
+    if isinstance(address, tuple) and address and isinstance(address[0], str) and _process() is not None:
         match = _NAME.fullmatch(address[0])
         if match is not None:
             return (node_address(int(match.group(1))), *address[1:])
@@ -261,7 +320,7 @@ def _address(address: Any) -> Any:
 
 
 def _getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-    if isinstance(host, str) and _rank() is not None:
+    if isinstance(host, str) and _process() is not None:
         match = _NAME.fullmatch(host)
         if match is not None:
             host = node_address(int(match.group(1)))
@@ -328,25 +387,25 @@ def _recv_into(self: socket.socket, *args: Any) -> Any:
 
 
 def _node() -> str:
-    found = _rank()
-    return str(_original(_platform, "node")()) if found is None else host_name(found[1])
+    found = _process()
+    return str(_original(_platform, "node")()) if found is None else host_name(found.node)
 
 
 def _uname() -> Any:
     got = _original(os, "uname")()
-    found = _rank()
+    found = _process()
     if found is None:
         return got
-    return type(got)((got[0], host_name(found[1]), *tuple(got)[2:]))
+    return type(got)((got[0], host_name(found.node), *tuple(got)[2:]))
 
 
 def _platform_uname() -> Any:
     got = _original(_platform, "uname")()
-    found = _rank()
+    found = _process()
     if found is None:
         return got
     try:
-        return got._replace(node=host_name(found[1]))
+        return got._replace(node=host_name(found.node))
     except (AttributeError, TypeError):  # an uname_result without namedtuple's _replace
         return got
 
@@ -360,11 +419,46 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (socket.socket, "recv", _recv), (socket.socket, "recv_into", _recv_into),
     (_platform, "node", _node), (_platform, "uname", _platform_uname),
     (signal, "signal", _signal), (signal, "getsignal", _getsignal), (signal, "raise_signal", _raise_signal),
-    (threading, "main_thread", _main_thread),
+    (threading, "main_thread", _main_thread), (threading, "enumerate", _enumerate),
+    (threading, "active_count", _active_count), (threading.Thread, "start", _start),
     (os, "chdir", _rank_cwd.chdir), (os, "fchdir", _rank_cwd.fchdir),
     (atexit, "register", _rank_atexit.register), (atexit, "unregister", _rank_atexit.unregister),
     (os, "_exit", _rank_atexit.exit_now),
 )
+
+
+def _hosting(pid: Any) -> Any:
+    """A rank's pid as the real pid of the process hosting the rank, for psutil; others as they are."""
+    if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
+        found = _process()
+        if found is None or pid - PID_BASE < found.task.comm.kernel.world_size:
+            return _real_getpid()
+    return pid
+
+
+def _ps_process_init(self: Any, pid: Any, *args: Any, **kwargs: Any) -> None:
+    import psutil
+
+    _original(psutil._psplatform.Process, "__init__")(self, _hosting(pid), *args, **kwargs)
+
+
+def _ps_pid_exists(pid: Any) -> bool:
+    import psutil
+
+    return bool(_original(psutil, "pid_exists")(_hosting(pid)))
+
+
+def _psutil_replacements() -> tuple[tuple[Any, str, Callable[..., Any]], ...]:
+    """Where psutil is installed: ``psutil.Process()`` in a rank is the process hosting it (its
+    ``pid`` the rank's, its memory and CPU times the hosting process's), as the rank's pid names
+    no real process; ``psutil.pid_exists`` of a rank's pid is True."""
+    try:
+        import psutil
+
+        platform_process = psutil._psplatform.Process
+    except (ImportError, AttributeError):  # not installed, or a psutil without these internals
+        return ()
+    return ((platform_process, "__init__", _ps_process_init), (psutil, "pid_exists", _ps_pid_exists))
 
 
 def install(ranks_per_node: int | None = None) -> None:
@@ -385,7 +479,7 @@ def install(ranks_per_node: int | None = None) -> None:
         _sync.signalled.clear()
         _rank_cwd.install(_rank)
         _rank_atexit.install(_rank)
-        for module, name, replacement in _REPLACEMENTS:
+        for module, name, replacement in _REPLACEMENTS + _psutil_replacements():
             if hasattr(module, name):
                 _originals[(module, name)] = getattr(module, name)
                 if name not in vars(module):  # a method socket.socket inherits: removed again after

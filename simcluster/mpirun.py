@@ -62,6 +62,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import traceback
 import types
 import uuid
@@ -492,6 +493,7 @@ class RankState:
         self.excepthook: Any = sys.__excepthook__  # its own sys.excepthook, a fresh process's at first
         self.partial = {OUT: "", ERR: ""}
         self.seq = 0
+        self.writing = threading.Lock()  # the rank's own threads print beside it
         self.modules: dict[str, types.ModuleType] = {}  # this rank's copies of private modules
         # the root logger's configuration (logging.basicConfig's), a fresh process's at first, and
         # the loggers this rank's modules create (its own copy of logging's registry, made on entry)
@@ -561,10 +563,11 @@ class RankState:
     def write(self, stream: int, text: str) -> None:
         if self.task.closing:  # the run has ended: under mpiexec, the job is being killed
             return
-        lines = (self.partial[stream] + text).split("\n")
-        self.partial[stream] = lines.pop()
-        for line in lines:
-            self._file(stream, line + "\n")
+        with self.writing:
+            lines = (self.partial[stream] + text).split("\n")
+            self.partial[stream] = lines.pop()
+            for line in lines:
+                self._file(stream, line + "\n")
 
     def _file(self, stream: int, text: str) -> None:
         record = (self.now(), self.rank, self.seq, stream, text)
@@ -1112,7 +1115,14 @@ class _Stream(io.TextIOBase):
         from .engine import sync as _sync
 
         task = _sync.current()
-        state = None if task is None else self._session.states.get(task.rank)
+        if task is None:  # a thread a rank started prints as the rank's process does
+            process = _identity._process()
+            state = None if process is None else self._session.states.get(process.rank)
+            if state is None or process is None or state.task is not process.task:
+                return self._real.write(text)
+            state.write(self._stream, text)  # at the rank's virtual time now
+            return len(text)
+        state = self._session.states.get(task.rank)
         if state is None or state.task is not task:
             return self._real.write(text)
         _sync.stop_clock(task, "print")  # measured compute: the line comes after the work before it,

@@ -1,6 +1,6 @@
 """Running one mpi4py program under MPICH's ``mpiexec`` and under ``simcluster mpirun``, for differential tests.
 
-``run_real`` gives each rank's stdout lines under ``mpiexec`` with the real
+``script`` writes a program's source (dedented) to a file, ``run_real`` gives each rank's stdout lines under ``mpiexec`` with the real
 mpi4py (one output file per rank), ``run_simulated`` under ``simcluster mpirun
 --prepend-rank``; ``needs_mpiexec`` skips, with the reason, where MPICH or the
 real mpi4py is missing.
@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,13 @@ MPIEXEC = _mpiexec()
 needs_mpiexec = pytest.mark.skipif(
     importlib.util.find_spec("mpi4py") is None or MPIEXEC is None,
     reason="needs the real mpi4py and MPICH's mpiexec (pip install -e '.[mpi]')")
+
+
+def script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
+    """Write ``source``, dedented, to ``tmp_path / name``; return the path."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
 
 
 def run_real(tmp_path: Path, script: Path, n: int, *args: str) -> list[list[str]]:

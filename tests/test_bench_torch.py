@@ -189,7 +189,7 @@ def test_the_step_sampler_counts_the_running_rank_not_the_ranks_waiting_for_the_
 
     def fn(comm: sc.Comm) -> None:  # rank 0 works in this file's code; the others wait for it
         if comm.rank == 0:
-            until = perf_counter() + 0.3
+            until = perf_counter() + 0.6
             while perf_counter() < until:
                 pass
         sc.MPI.COMM_WORLD.Barrier()
@@ -200,4 +200,6 @@ def test_the_step_sampler_counts_the_running_rank_not_the_ranks_waiting_for_the_
         sampler.phase = "step"
         sc.run(fn, 8)
         sampler.phase = None
-    assert sampler.shares("step").get("model code", 0.0) > 0.8  # not 7 waiting ranks in 8
+    # counting the 7 waiting ranks would give about 1/8; a loaded machine's
+    # start-up of 8 threads takes a share of its own, so the bar is half
+    assert sampler.shares("step").get("model code", 0.0) > 0.5

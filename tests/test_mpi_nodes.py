@@ -16,13 +16,13 @@ import platform
 import signal
 import socket
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 
 import simcluster as sc
+from mpi_scripts import script
 from simcluster import _identity, cli
 from simcluster.platform import dgx_h100
 
@@ -57,12 +57,6 @@ def _functions() -> list[object]:
 @pytest.fixture(autouse=True)
 def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
-
-
-def script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
-    return path
 
 
 def mpirun(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mpi_scripts import script
 from simcluster import cli
 
 # XX: while simcluster.MPI lands piece by piece; remove once it has COMM_WORLD for good
@@ -30,12 +31,6 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mpi4py"
 @pytest.fixture(autouse=True)
 def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
-
-
-def script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
-    return path
 
 
 def exact(argv: tuple[object, ...]) -> list[str]:

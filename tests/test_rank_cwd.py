@@ -10,12 +10,11 @@ every rank's lines are compared.
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from mpi_scripts import needs_mpiexec, run_real, run_simulated
+from mpi_scripts import needs_mpiexec, run_real, run_simulated, script
 
 MOVES = """
     import os
@@ -41,11 +40,6 @@ MOVES = """
     print(os.path.basename(os.getcwd()))
 """
 
-
-def script(tmp_path: Path, source: str) -> Path:
-    path = tmp_path / "prog.py"
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
-    return path
 
 
 def test_each_rank_moves_in_its_own_directory(tmp_path: Path) -> None:

@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from mpi_scripts import needs_mpiexec, run_real, run_simulated, simulate
+from mpi_scripts import needs_mpiexec, run_real, run_simulated, script, simulate
 from torchrun_scripts import under_both
 
 HANDLERS = """
@@ -49,11 +48,6 @@ LEAVING = HANDLERS.replace('    print("done", flush=True)', """\
 """The same, but rank 1 leaves by ``os._exit`` (not compared with mpiexec: MPICH's mpiexec
 sometimes counts a process that leaves so as failed)."""
 
-
-def script(tmp_path: Path, source: str) -> Path:
-    path = tmp_path / "prog.py"
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
-    return path
 
 
 def test_a_rank_runs_its_own_handlers_as_it_ends_and_os_exit_ends_only_it(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_scripts import needs_mpiexec, run_real, run_simulated, simulate
+from mpi_scripts import needs_mpiexec, run_real, run_simulated, script, simulate
 from torchrun_scripts import under_both
 
 HANDLERS = """
@@ -50,11 +50,6 @@ HANDLERS = """
     print("restored", str(signal.getsignal(signal.SIGUSR1)))
 """
 
-
-def script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
-    return path
 
 
 def test_each_rank_sets_and_runs_its_own_handlers(tmp_path: Path) -> None:
