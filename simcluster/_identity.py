@@ -51,10 +51,13 @@ run's latency model puts it (``node_of_model``: a platform's nodes,
 
 Rule 1: outside the run's ranks and their threads (the launcher, simcluster
 itself, whose threads' names start with ``simcluster``) the functions answer
-as before: they call the ones they replaced. Signals, the working directory,
-exit handlers and the socket waits act for a rank's own code only: a thread a
-rank starts gets the real ``signal.signal`` (which refuses a thread that is not
-the process's main one, as in any process) and the real ``os.chdir``.
+as before: they call the ones they replaced. A rank's thread signals as its
+rank (``os.kill``, ``raise_signal``; the handler runs on the rank's own
+stack), and its ``os._exit`` ends its rank (``_rank_signals.end``). Setting
+handlers, the working directory, exit handlers and the socket waits act for
+a rank's own code only: a thread a rank starts gets the real
+``signal.signal`` (which refuses a thread that is not the process's main
+one, as in any process) and the real ``os.chdir``.
 Rule 2: ``uninstall`` puts back exactly what ``install`` found, also when
 the run failed; installs nest (a hosting process keeps its session to the end).
 A process forked while a run goes on (a rank's ``multiprocessing`` worker)
@@ -212,29 +215,28 @@ def _getpid() -> int:
 
 def _kill(pid: int, signalnum: int, /) -> None:
     if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
-        found = _rank()
-        if found is not None:  # a rank signals a rank: its own handlers (``_rank_signals``)
-            _signal_rank(found[0], pid - PID_BASE, signalnum)
+        found = _process()
+        if found is not None:  # a rank (or its thread) signals a rank: its handlers (``_rank_signals``)
+            _signal_rank(found, pid - PID_BASE, signalnum)
             return
         pid = _real_getpid()  # from outside the ranks: the process that hosts them
     _original(os, "kill")(pid, signalnum)
 
 
-def _signal_rank(sender: int, target: int, signalnum: int) -> None:
-    """Rank ``sender`` signals world rank ``target`` (``os.kill`` of its pid, ``raise_signal``)."""
+def _signal_rank(sender: _Process, target: int, signalnum: int) -> None:
+    """``sender``'s code signals world rank ``target`` (``os.kill`` of its pid, ``raise_signal``)."""
     from .engine import sync as _sync
     from .engine.task import FINISHED
     from .errors import UsageError
 
-    rank = _sync.current()
-    assert rank is not None
-    kernel = rank.comm.kernel
+    kernel = sender.task.comm.kernel
     task = next((t for t in kernel.tasks if t.rank == target and not t.serial), None)
     if task is None and target < kernel.world_size:
-        raise UsageError(sender, f"os.kill({pid_of(target)}, {signalnum})", f"rank {target} runs in "
+        raise UsageError(sender.rank, f"os.kill({pid_of(target)}, {signalnum})", f"rank {target} runs in "
                          "another hosting process, and a signal reaches only the ranks of its sender's",
                          "run on the memory transport to signal any rank")
-    _rank_signals.deliver(sender, target, signalnum, sys._getframe(2),
+    own = _rank() is not None  # the rank's own code, not a thread of it: a signal to itself runs now
+    _rank_signals.deliver(sender.rank if own else -1, target, signalnum, sys._getframe(2),
                           task is not None and task.state != FINISHED, _sync.signal_on_resume)
 
 
@@ -280,11 +282,21 @@ def _start(self: threading.Thread) -> None:
 
 
 def _raise_signal(signalnum: int, /) -> None:
-    found = _rank()
+    found = _process()
     if found is None:
         _original(signal, "raise_signal")(signalnum)
         return
-    _signal_rank(found[0], found[0], signalnum)
+    _signal_rank(found, found.rank, signalnum)
+
+
+def _exit(status: int, /) -> None:
+    found = _process()
+    if found is not None and _rank() is None:  # a rank's thread: its rank's process ends
+        from .engine import sync as _sync
+
+        _rank_signals.end(found.rank, status, _sync.signal_on_resume)
+        raise SystemExit  # and this thread with it, at once
+    _rank_atexit.exit_now(status)
 
 
 def _gethostname() -> str:
@@ -423,7 +435,7 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (threading, "active_count", _active_count), (threading.Thread, "start", _start),
     (os, "chdir", _rank_cwd.chdir), (os, "fchdir", _rank_cwd.fchdir),
     (atexit, "register", _rank_atexit.register), (atexit, "unregister", _rank_atexit.unregister),
-    (os, "_exit", _rank_atexit.exit_now),
+    (os, "_exit", _exit),
 )
 
 

@@ -27,8 +27,13 @@ While a launcher's run goes on (``simcluster mpirun``, ``simcluster torchrun``,
   Signal 0 checks that the rank is still running. A rank that has ended has
   no process left: ``ProcessLookupError``, as for a pid that is gone.
 
-Rule 1: outside the run's ranks (the launcher, simcluster, threads a rank
-starts) the functions are the process's own.
+A thread a rank started signals as its rank does, and a signal it sends to
+its own rank runs the handler when the rank next resumes, as CPython runs
+handlers in the main thread; its ``os._exit(status)`` ends the rank when it
+next resumes (``end``), and that thread at once.
+
+Rule 1: outside the run's ranks and their threads (the launcher, simcluster)
+the functions are the process's own.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ _UNCATCHABLE: Final = frozenset(getattr(signal, name) for name in ("SIGKILL", "S
 
 _handlers: dict[int, dict[int, Any]] = {}  # world rank -> {signal: handler it set}
 _pending: dict[int, list[int]] = {}  # world rank -> signals sent to it, to run when it resumes
+_exits: dict[int, int] = {}  # world rank -> the os._exit status one of its threads called for
 _ignored: frozenset[int] = frozenset()  # the signals the launcher ignores: a process it starts does too
 
 
@@ -60,6 +66,7 @@ def reset(getsignal: Callable[[int], Any] | None = None) -> None:
     global _ignored
     _handlers.clear()
     _pending.clear()
+    _exits.clear()
     _ignored = frozenset() if getsignal is None else frozenset(
         number for number in signal.valid_signals() if getsignal(number) is signal.SIG_IGN)
 
@@ -121,8 +128,20 @@ def deliver(sender: int, target: int, signalnum: Any, frame: FrameType | None, r
     on_resume(target)
 
 
+def end(target: int, status: int, on_resume: Callable[[int], None]) -> None:
+    """A thread of world rank ``target`` called ``os._exit(status)``: the rank ends with
+    ``status`` when it next resumes, its handlers and ``atexit`` handlers left out."""
+    _exits.setdefault(target, status)
+    on_resume(target)
+
+
 def run_pending(rank: int, frame: FrameType | None) -> None:
-    """Rank ``rank`` resumes: run the handlers of the signals sent to it meanwhile, in order."""
+    """Rank ``rank`` resumes: end it if one of its threads called ``os._exit``, else run the
+    handlers of the signals sent to it meanwhile, in order."""
+    status = _exits.pop(rank, None)
+    if status is not None:
+        _pending.pop(rank, None)
+        raise ProcessExit(status)
     for number in _pending.pop(rank, []):
         _run(rank, number, frame)
 

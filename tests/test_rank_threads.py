@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_scripts import needs_mpiexec, run_real, run_simulated, script
+from mpi_scripts import needs_mpiexec, run_real, run_simulated, script, simulate
 from torchrun_scripts import under_both
 
 WORKERS = """
@@ -147,3 +147,58 @@ def test_psutil_sees_a_rank_as_a_process_as_under_mpiexec(tmp_path: Path) -> Non
     pytest.importorskip("psutil")
     prog = script(tmp_path, PSUTIL)
     assert run_simulated(tmp_path, prog, 2) == run_real(tmp_path, prog, 2) == [["True True True True", "True True"]] * 2
+
+
+def test_a_threads_os_exit_ends_its_rank_only_and_keeps_every_ranks_output(tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import atexit
+        import os
+        import threading
+        import time
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.Get_rank()
+        atexit.register(print, "atexit of", rank, flush=True)
+        print("started", flush=True)
+        if rank == 1:  # a watchdog thread gives up on its process
+            watchdog = threading.Thread(target=os._exit, args=(5,))
+            watchdog.start()
+            watchdog.join()
+            time.sleep(1)  # the process is gone by now
+            print("still here", flush=True)
+        print("done", flush=True)
+    """)
+    proc = simulate(tmp_path, prog, 3, options=("--prepend-rank",))
+    assert proc.returncode == 5  # the whole simulation was not ended by the thread's os._exit
+    lines = proc.stdout.splitlines()
+    assert sorted(lines) == sorted(["[0] started", "[0] done", "[0] atexit of 0", "[1] started",
+                                    "[2] started", "[2] done", "[2] atexit of 2"])
+
+
+def test_a_thread_signalling_its_rank_runs_the_ranks_handler_on_the_ranks_stack(tmp_path: Path) -> None:
+    prog = script(tmp_path, """
+        import os
+        import signal
+        import threading
+        import time
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.Get_rank()
+        main = threading.current_thread()
+
+        def on_term(number, frame):
+            print("handler on the main thread:", threading.current_thread() is main, "at", frame.f_code.co_name)
+            raise SystemExit(3)
+
+        signal.signal(signal.SIGTERM, on_term)
+        if rank == 0:
+            killer = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGTERM))
+            killer.start()
+            killer.join()
+            time.sleep(1)  # the handler runs as the sleep returns
+            print("not reached")
+        print("rank", rank, "done")
+    """)
+    proc = simulate(tmp_path, prog, 2, options=("--prepend-rank",))
+    assert proc.returncode == 3
+    assert proc.stdout.splitlines() == ["[1] rank 1 done", "[0] handler on the main thread: True at <module>"]

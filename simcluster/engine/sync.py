@@ -344,9 +344,13 @@ def _run_signals(rank: int) -> None:
     """On the rank's own stack, back from a blocking call: its pending signals' handlers run, and
     what they raise comes out of that call, as a process's handler runs once its call returns."""
     from .. import _rank_signals
+    from . import frames as _frames
 
     signalled.discard(rank)
-    _rank_signals.run_pending(rank, sys._getframe(2))
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and _frames.is_ours(frame.f_code.co_filename):  # the user's code, where
+        frame = frame.f_back  # CPython's handler would get the frame it was running
+    _rank_signals.run_pending(rank, frame)
 
 
 def is_async(fn: object) -> bool:
