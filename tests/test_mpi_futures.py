@@ -139,6 +139,24 @@ UTIL_POOL = """
                 workers.join()
 """
 
+WDIR = """
+    import os
+    from mpi4py.futures import MPIPoolExecutor
+
+    def where(_):
+        with open("marker.txt") as f:  # relative: in the worker's own directory
+            return os.path.basename(os.getcwd()), f.read()
+
+    if __name__ == "__main__":
+        start = os.getcwd()
+        os.makedirs("work", exist_ok=True)
+        with open("work/marker.txt", "w") as f:
+            f.write("found")
+        with MPIPoolExecutor(max_workers=2, wdir="work") as executor:
+            print(sorted(set(executor.map(where, range(4)))))
+        print("the master stays", os.getcwd() == start)
+"""
+
 
 def run_real(tmp_path: Path, script: Path, n: int, launch: list[str]) -> list[list[str]]:
     """Run under the real mpiexec; return each rank's stdout lines."""
@@ -177,6 +195,7 @@ CASES = [
     ("static", STATIC, ["-m", "mpi4py.futures"], 2), ("static", STATIC, ["-m", "mpi4py.futures"], 3),
     ("util_pool", UTIL_POOL, ["-m", "mpi4py.futures"], 3),
     ("util_pool_spawned", UTIL_POOL, [], 1), ("util_pool_spawned", UTIL_POOL, [], 2),
+    ("wdir_spawned", WDIR, [], 1),
 ]
 
 

@@ -13,7 +13,8 @@ the spawned ones report through their parents):
 * ``Spawn_multiple`` of two scripts: ``errcodes``, each child's ``APPNUM``,
   ``COMM_WORLD`` and ``sys.argv``;
 * ``Comm.Join`` over a socket one rank accepts on (blocking) and the other
-  connects to, by the first one's host name.
+  connects to, by the first one's host name;
+* the ``wdir`` key of each command's info: the children start there.
 
 Then what MPICH cannot show: the children's virtual start time, the same for
 every seed, and the errors: a command that is no Python program, a spawn that
@@ -175,6 +176,44 @@ JOIN = """
 """
 
 
+WDIR = """
+    import os
+    import sys
+    from pathlib import Path
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    start = os.getcwd()
+    if rank == 0:
+        os.makedirs("kids/a", exist_ok=True)
+        os.makedirs("kids/b", exist_ok=True)
+    world.Barrier()
+    infos = [MPI.Info.Create(), MPI.Info.Create()]
+    infos[0].Set("wdir", "kids/a")
+    infos[1].Set("wdir", os.path.abspath("kids/b"))
+    kid = str(Path(__file__).with_name("kid.py"))
+    inter = world.Spawn_multiple([sys.executable] * 2, [[kid], [kid]], [2, 1], infos, root=0)
+    for info in infos:
+        info.Free()
+    got = inter.gather(None, root=MPI.ROOT if rank == 0 else MPI.PROC_NULL)
+    if rank == 0:
+        print("children in", got)
+    print("the parents stay", os.getcwd() == start)
+    inter.Disconnect()
+"""
+
+KID = """
+    import os
+    from mpi4py import MPI
+
+    parent = MPI.Comm.Get_parent()
+    here = os.getcwd()
+    parent.gather((os.path.basename(os.path.dirname(here)), os.path.basename(here)), root=0)
+    parent.Disconnect()
+"""
+
+
 def _write(folder: Path, **scripts: str) -> Path:
     for name, text in scripts.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(text))
@@ -185,6 +224,7 @@ PROGRAMS = {
     "manager": lambda folder: _write(folder, manager=MANAGER, worker=WORKER),
     "ports": lambda folder: _write(folder, ports=PORTS),
     "join": lambda folder: _write(folder, join=JOIN),
+    "wdir": lambda folder: _write(folder, wdir=WDIR, kid=KID),
     "multiple": lambda folder: _write(folder, multiple=MULTIPLE,
                                       child_a=CHILD.replace("NAME", '"a"'),
                                       child_b=CHILD.replace("NAME", '"b"')),
@@ -194,7 +234,7 @@ PROGRAMS = {
 @needs_mpiexec
 @pytest.mark.parametrize(("program", "n"), [("manager", 1), ("manager", 3), ("ports", 2),
                                             ("ports", 4), ("multiple", 2),
-                                            ("join", 2)])
+                                            ("join", 2), ("wdir", 2)])
 def test_spawning_program_prints_what_it_prints_under_mpiexec(tmp_path: Path, program: str,
                                                               n: int) -> None:
     script = PROGRAMS[program](tmp_path)

@@ -38,6 +38,7 @@ from ._info import INFO_NULL, Info
 from ._intercomm import Intercomm, _bridge_state, is_inter
 from ._state import CommState, RankState, current
 
+_App = tuple[str, "Sequence[str] | None", int, "str | None"]  # command, args, maxprocs, wdir
 launcher: Callable[[str, Sequence[str]], tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
 """``simcluster mpirun``'s: ``launcher(command, args)`` -> ``(rank function, its arguments)``;
 raises ``ValueError`` saying why a command cannot run. None outside ``mpirun``."""
@@ -103,7 +104,7 @@ def Spawn(self: Any, command: str, args: Sequence[str] | None = None, maxprocs: 
     children's ``COMM_WORLD`` holds them alone; ``Comm.Get_parent()`` gives them
     the other side. ``errcodes``, when given, gets one ``SUCCESS`` per child.
     """
-    return _spawn(self, "Spawn", [(command, args, maxprocs)], root, errcodes)[0]
+    return _spawn(self, "Spawn", [(command, args, maxprocs, _wdir(info))], root, errcodes)[0]
 
 
 def Spawn_multiple(self: Any, command: Sequence[str], args: Sequence[Sequence[str]] | None = None,
@@ -115,7 +116,7 @@ def Spawn_multiple(self: Any, command: Sequence[str], args: Sequence[Sequence[st
     Each child's ``APPNUM`` attribute is the index of its command. ``errcodes``,
     when given, gets one list of ``SUCCESS`` per command.
     """
-    apps: list[tuple[str, Sequence[str] | None, int]] = []
+    apps: list[_App] = []
     if _is_root(self, root, "Spawn_multiple"):
         rank = self._st.sc.rank
         if isinstance(command, (str, bytes, os.PathLike)):
@@ -134,11 +135,16 @@ def Spawn_multiple(self: Any, command: Sequence[str], args: Sequence[Sequence[st
         if any(isinstance(a, (str, bytes)) for a in arglists):
             raise ValueError(f"rank {rank}: Spawn_multiple: each command's arguments must be a "
                              "sequence of strings, not a string")
-        apps = [(c, a, p) for c, a, p in zip(commands, arglists, procs)]
+        apps = [(c, a, p, _wdir(i)) for c, a, p, i in zip(commands, arglists, procs, infos)]
     inter, sizes = _spawn(self, "Spawn_multiple", apps, root, None)
     if errcodes is not None:
         errcodes[:] = [[SUCCESS] * n for n in sizes]
     return inter
+
+
+def _wdir(info: Any) -> str | None:
+    """The ``wdir`` an info gives its spawned ranks (MPICH's key): the directory they start in."""
+    return info.Get("wdir") if isinstance(info, Info) and info else None
 
 
 def _is_root(comm: Any, root: int, call: str) -> bool:
@@ -149,7 +155,7 @@ def _is_root(comm: Any, root: int, call: str) -> bool:
     return bool(sc.rank == int(root))
 
 
-def _spawn(comm: Any, call: str, apps: list[tuple[str, Sequence[str] | None, int]], root: int,
+def _spawn(comm: Any, call: str, apps: list[_App], root: int,
            errcodes: list[int] | None) -> tuple[Any, list[int]]:
     """Spawn ``apps`` (command, args, maxprocs) from ``comm``; the intercomm and each app's count."""
     st = comm._st
@@ -175,8 +181,7 @@ def _spawn(comm: Any, call: str, apps: list[tuple[str, Sequence[str] | None, int
     return _bridge(rank_state, list(sc.world_ranks), list(children), key, st), list(sizes)
 
 
-def _start(rank_state: RankState, parents: list[int], apps: list[tuple[str, Sequence[str] | None, int]]
-           ) -> tuple[list[int], str, list[int]]:
+def _start(rank_state: RankState, parents: list[int], apps: list[_App]) -> tuple[list[int], str, list[int]]:
     """At the root: start every command's ranks; return their world ranks, the key, the counts."""
     if launcher is None:
         raise ValueError("spawning needs a launcher that runs programs: run this one with "
@@ -184,14 +189,19 @@ def _start(rank_state: RankState, parents: list[int], apps: list[tuple[str, Sequ
     if not apps:
         raise ValueError("no command to spawn; pass at least one")
     programs = []
-    for command, args, maxprocs in apps:
+    for command, args, maxprocs, wdir in apps:
         if not isinstance(command, (str, os.PathLike)):
             raise ValueError(f"command={command!r}: expected a str naming a program; pass "
                              "sys.executable, with the script in args")
         command = os.fspath(command)
         if isinstance(maxprocs, bool) or not hasattr(maxprocs, "__index__") or int(maxprocs) < 1:
             raise ValueError(f"maxprocs={maxprocs!r}: expected an int >= 1; pass how many ranks to start")
-        programs.append((launcher(command, [] if args is None else list(args)), int(maxprocs)))
+        if wdir is not None and not os.path.isdir(wdir):  # (relative: to the root rank's directory)
+            raise ValueError(f"info wdir={wdir!r}: no such directory; create it before spawning")
+        fn, fn_args = launcher(command, [] if args is None else list(args))
+        if wdir is not None:
+            fn, fn_args = _in_directory, (os.path.abspath(wdir), fn, fn_args)
+        programs.append(((fn, fn_args), int(maxprocs)))
     run = _run_of(rank_state)
     key = f"spawn:{rank_state.world.world_rank}#{run.spawns}"
     run.spawns += 1
@@ -204,6 +214,12 @@ def _start(rank_state: RankState, parents: list[int], apps: list[tuple[str, Sequ
                           (programs, first), _comm.world_of)
     assert started == children
     return children, key, [n for _, n in programs]
+
+
+def _in_directory(comm: Any, wdir: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """A spawned rank whose info named a ``wdir``: it starts there, as MPICH starts the process."""
+    os.chdir(wdir)
+    return fn(comm, *args)
 
 
 def _dispatch(comm: Any, programs: list[tuple[tuple[Callable[..., Any], tuple[Any, ...]], int]],

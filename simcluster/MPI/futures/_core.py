@@ -514,8 +514,10 @@ def as_completed(fs: Iterable[cf.Future],  # type: ignore[type-arg]
 # ---- the master's setup and exit ----
 
 
-def main_info(main: bool, path: Sequence[str] | None, globals_: Any, env: Any) -> dict[str, Any]:
-    """What the workers need from the master: its ``__main__`` (unless ``main=False``), path, globals."""
+def main_info(main: bool, path: Sequence[str] | None, globals_: Any, env: Any,
+              wdir: Any = None) -> dict[str, Any]:
+    """What the workers need from the master: its ``__main__`` (unless ``main=False``), path,
+    globals, environment and working directory."""
     target = None
     module = sys.modules.get("__main__")
     if main and module is not None:
@@ -526,7 +528,7 @@ def main_info(main: bool, path: Sequence[str] | None, globals_: Any, env: Any) -
         elif isinstance(file, str) and file.endswith(".py") and os.path.isfile(file):
             target = ("file", os.path.abspath(file))
     return {"main": target, "path": list(path or ()), "globals": dict(globals_ or {}),
-            "env": dict(env or {})}
+            "env": dict(env or {}), "wdir": None if wdir is None else os.fspath(wdir)}
 
 
 def at_exit() -> None:

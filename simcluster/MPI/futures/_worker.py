@@ -28,7 +28,8 @@ from ._core import STOP_TAG, _mpi, _reply, drop_rank_state, peek_rank_state, ran
 
 
 def import_main(info: dict[str, Any]) -> None:
-    """On a worker: put the master's ``__main__`` in place (as ``__worker__``), its path and globals.
+    """On a worker: put the master's ``__main__`` in place (as ``__worker__``), its path, globals,
+    environment and working directory (the executor's ``wdir``).
 
     The worker rank's own ``__main__`` module gets the script's names, so that
     functions the master pickled as ``__main__.f`` unpickle here; its
@@ -38,6 +39,9 @@ def import_main(info: dict[str, Any]) -> None:
     for entry in info.get("path", ()):
         if entry not in sys.path:
             sys.path.append(entry)
+    wdir = info.get("wdir")
+    if wdir is not None:  # the worker rank's own directory (as mpi4py's worker: os.chdir)
+        os.chdir(wdir)
     env = info.get("env")
     if env:
         os.environ.update({str(k): str(v) for k, v in env.items()})

@@ -111,8 +111,8 @@ class MPIPoolExecutor(cf.Executor):
             if owned:  # spawned: stopped when the script ends, if not shut down before
                 _core.rank_state().setdefault("spawned", []).append(master)
             main = self._options.get("main", True) and self._place is None  # comm's ranks run it
-            info = _core.main_info(main, self._options.get("path"),
-                                   self._options.get("globals"), self._options.get("env"))
+            info = _core.main_info(main, self._options.get("path"), self._options.get("globals"),
+                                   self._options.get("env"), self._options.get("wdir"))
             master.setup(info, self._initializer, self._initargs)
         if master.broken is not None:
             raise cf.BrokenExecutor(master.broken)
