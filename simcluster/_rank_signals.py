@@ -17,7 +17,8 @@ While a launcher's run goes on (``simcluster mpirun``, ``simcluster torchrun``,
   ``signal.raise_signal(sig)`` deliver ``sig`` to that rank. A rank that
   signals itself runs its handler before the call returns; another rank runs
   it when it next returns from a blocking call (where CPython runs a handler:
-  in the main thread, once the call it was in comes back). What the handler
+  in the main thread, once the call it was in comes back), or as its program
+  ends if it makes no more (``engine.sync.handle_signals``). What the handler
   raises comes out there. ``SIG_IGN`` does nothing; ``SIG_DFL`` does the
   signal's default action: nothing for ``SIGCHLD``, ``SIGURG``, ``SIGWINCH``
   and ``SIGCONT`` (nor, since a stopped process is not modelled, the stop

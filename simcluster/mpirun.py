@@ -454,11 +454,14 @@ def script_rank(comm: Any, spec: dict[str, Any]) -> int:
 
 def _run_main(program: types.CodeType, namespace: dict[str, Any]) -> None:
     """Run the script, then what its process would run as it exits (also after ``sys.exit``)."""
+    from .engine import sync as _sync
+
     try:
         exec(program, namespace)  # noqa: S102 - running the user's script is the point
     except SystemExit:
         _at_exit()
         raise
+    _sync.handle_signals()
     _at_exit()
 
 

@@ -149,7 +149,9 @@ def test_psutil_sees_a_rank_as_a_process_as_under_mpiexec(tmp_path: Path) -> Non
     assert run_simulated(tmp_path, prog, 2) == run_real(tmp_path, prog, 2) == [["True True True True", "True True"]] * 2
 
 
-def test_a_threads_os_exit_ends_its_rank_only_and_keeps_every_ranks_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after", ["time.sleep(1)  # the process is gone by now\nprint('still here')",
+                                   "pass  # ends as its script does"])
+def test_a_threads_os_exit_ends_its_rank_only_and_keeps_every_ranks_output(tmp_path: Path, after: str) -> None:
     prog = script(tmp_path, """
         import atexit
         import os
@@ -164,10 +166,10 @@ def test_a_threads_os_exit_ends_its_rank_only_and_keeps_every_ranks_output(tmp_p
             watchdog = threading.Thread(target=os._exit, args=(5,))
             watchdog.start()
             watchdog.join()
-            time.sleep(1)  # the process is gone by now
-            print("still here", flush=True)
-        print("done", flush=True)
-    """)
+            AFTER
+        else:
+            print("done", flush=True)
+    """.replace("AFTER", after.replace("\n", "\n" + " " * 12)))
     proc = simulate(tmp_path, prog, 3, options=("--prepend-rank",))
     assert proc.returncode == 5  # the whole simulation was not ended by the thread's os._exit
     lines = proc.stdout.splitlines()

@@ -340,6 +340,14 @@ def signal_on_resume(rank: int) -> None:
     signalled.add(rank)
 
 
+def handle_signals() -> None:
+    """The calling rank's program ends: the signals sent to it meanwhile (and an ``os._exit`` of
+    one of its threads) take effect now, as a process handles them before it exits."""
+    rank = current()
+    if rank is not None and signalled and rank.rank in signalled:
+        _run_signals(rank.rank)
+
+
 def _run_signals(rank: int) -> None:
     """On the rank's own stack, back from a blocking call: its pending signals' handlers run, and
     what they raise comes out of that call, as a process's handler runs once its call returns."""

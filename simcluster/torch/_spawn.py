@@ -144,6 +144,7 @@ def _exiting(rank: int, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     an exception or ``sys.exit``, not when the run cancels it (``_rank_atexit``)."""
     try:
         value = fn(rank, *args)
+        _sync.handle_signals()
     except (Exception, SystemExit) as exc:
         _rank_atexit.run(rank, exc)
         raise
