@@ -26,7 +26,7 @@ that answer for the calling rank (``engine.sync.current()``):
 - a thread a rank starts (``threading.Thread.start``, so also the workers of
   ``concurrent.futures`` and ``multiprocessing.pool.ThreadPool``), and the
   threads that one starts, belong to the rank's process: they see its pid,
-  host name, main thread, threads and signal handlers (``_process``).
+  host name, main thread, threads and signal handlers (``calling_process``).
 - where psutil is installed, ``psutil.Process()`` (of a rank's pid) is the
   process that hosts the rank: its ``pid`` is the rank's, what it measures
   (memory, CPU times) the hosting process's, as a rank's pid names no real
@@ -192,9 +192,10 @@ def _rank() -> tuple[int, int] | None:
     return rank, node_of_model(model, rank)
 
 
-def _process() -> _Process | None:
+def calling_process() -> _Process | None:
     """The rank whose process the calling code is part of: a rank's own code, or a thread it
-    started (at any depth); None outside the ranks (the launcher, simcluster's own threads)."""
+    started (at any depth); None outside the ranks (the launcher, simcluster's own threads).
+    ``mpirun`` files a rank's thread's lines as the rank's by it."""
     found = _rank()
     if found is None:
         return _threads.get(threading.current_thread())
@@ -209,13 +210,13 @@ def _original(module: Any, name: str) -> Any:
 
 
 def _getpid() -> int:
-    found = _process()
+    found = calling_process()
     return _real_getpid() if found is None else PID_BASE + found.rank
 
 
 def _kill(pid: int, signalnum: int, /) -> None:
     if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
-        found = _process()
+        found = calling_process()
         if found is not None:  # a rank (or its thread) signals a rank: its handlers (``_rank_signals``)
             _signal_rank(found, pid - PID_BASE, signalnum)
             return
@@ -248,14 +249,14 @@ def _signal(signalnum: int, handler: Any, /) -> Any:
 
 
 def _getsignal(signalnum: int, /) -> Any:
-    found = _process()
+    found = calling_process()
     if found is None:
         return _original(signal, "getsignal")(signalnum)
     return _rank_signals.getsignal(found.rank, signalnum)
 
 
 def _main_thread() -> threading.Thread:
-    found = _process()
+    found = calling_process()
     if found is None:
         return _original(threading, "main_thread")()  # type: ignore[no-any-return]
     return found.main
@@ -263,7 +264,7 @@ def _main_thread() -> threading.Thread:
 
 def _enumerate() -> list[threading.Thread]:
     every: list[threading.Thread] = _original(threading, "enumerate")()
-    found = _process()
+    found = calling_process()
     if found is None:
         return every
     task = found.task
@@ -275,22 +276,22 @@ def _active_count() -> int:
 
 
 def _start(self: threading.Thread) -> None:
-    found = _process()
+    found = calling_process()
     if found is not None and not self.name.startswith("simcluster"):  # not simcluster's own threads
         _threads[self] = found
     _original(threading.Thread, "start")(self)
 
 
 def _raise_signal(signalnum: int, /) -> None:
-    found = _process()
+    found = calling_process()
     if found is None:
         _original(signal, "raise_signal")(signalnum)
         return
     _signal_rank(found, found.rank, signalnum)
 
 
-def _exit(status: int, /) -> None:
-    found = _process()
+def _os_exit(status: int, /) -> None:
+    found = calling_process()
     if found is not None and _rank() is None:  # a rank's thread: its rank's process ends
         from .engine import sync as _sync
 
@@ -300,12 +301,12 @@ def _exit(status: int, /) -> None:
 
 
 def _gethostname() -> str:
-    found = _process()
+    found = calling_process()
     return str(_original(socket, "gethostname")()) if found is None else host_name(found.node)
 
 
 def _getfqdn(name: str = "") -> str:
-    found = _process()
+    found = calling_process()
     if found is not None:
         if not name or name == "0.0.0.0":  # noqa: S104 - socket.getfqdn's own test
             return host_name(found.node)
@@ -315,7 +316,7 @@ def _getfqdn(name: str = "") -> str:
 
 
 def _gethostbyname(hostname: str, /) -> str:
-    if _process() is not None and isinstance(hostname, str):
+    if calling_process() is not None and isinstance(hostname, str):
         match = _NAME.fullmatch(hostname)
         if match is not None:
             return node_address(int(match.group(1)))
@@ -324,7 +325,7 @@ def _gethostbyname(hostname: str, /) -> str:
 
 def _address(address: Any) -> Any:
     """A socket address with a simulated node's name put as its loopback address (inside a rank)."""
-    if isinstance(address, tuple) and address and isinstance(address[0], str) and _process() is not None:
+    if isinstance(address, tuple) and address and isinstance(address[0], str) and calling_process() is not None:
         match = _NAME.fullmatch(address[0])
         if match is not None:
             return (node_address(int(match.group(1))), *address[1:])
@@ -332,7 +333,7 @@ def _address(address: Any) -> Any:
 
 
 def _getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-    if isinstance(host, str) and _process() is not None:
+    if isinstance(host, str) and calling_process() is not None:
         match = _NAME.fullmatch(host)
         if match is not None:
             host = node_address(int(match.group(1)))
@@ -399,13 +400,13 @@ def _recv_into(self: socket.socket, *args: Any) -> Any:
 
 
 def _node() -> str:
-    found = _process()
+    found = calling_process()
     return str(_original(_platform, "node")()) if found is None else host_name(found.node)
 
 
 def _uname() -> Any:
     got = _original(os, "uname")()
-    found = _process()
+    found = calling_process()
     if found is None:
         return got
     return type(got)((got[0], host_name(found.node), *tuple(got)[2:]))
@@ -413,7 +414,7 @@ def _uname() -> Any:
 
 def _platform_uname() -> Any:
     got = _original(_platform, "uname")()
-    found = _process()
+    found = calling_process()
     if found is None:
         return got
     try:
@@ -435,14 +436,14 @@ _REPLACEMENTS: Final[tuple[tuple[Any, str, Callable[..., Any]], ...]] = (
     (threading, "active_count", _active_count), (threading.Thread, "start", _start),
     (os, "chdir", _rank_cwd.chdir), (os, "fchdir", _rank_cwd.fchdir),
     (atexit, "register", _rank_atexit.register), (atexit, "unregister", _rank_atexit.unregister),
-    (os, "_exit", _exit),
+    (os, "_exit", _os_exit),
 )
 
 
 def _hosting(pid: Any) -> Any:
     """A rank's pid as the real pid of the process hosting the rank, for psutil; others as they are."""
     if isinstance(pid, int) and PID_BASE <= pid < PID_BASE + PID_SPAN:
-        found = _process()
+        found = calling_process()
         if found is None or pid - PID_BASE < found.task.comm.kernel.world_size:
             return _real_getpid()
     return pid

@@ -66,6 +66,7 @@ import threading
 import traceback
 import types
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
@@ -504,6 +505,10 @@ class RankState:
         self.log_level = 30  # logging.WARNING
         self.loggers: dict[str, Any] | None = None
         self.env: dict[str, str | None] = {}  # its variables unlike the launcher's (_rank_env)
+        # its warning filters and where warnings go (catch_warnings(record=True) swaps that), the
+        # launcher's at first, with what the libraries it imported added, as the process would
+        filters, *shown = session.saved_warnings
+        self.warning_state = (list(filters), *shown)
         # hosted: each line is appended to this rank's file at once, so that what a rank
         # printed before its process was stopped still reaches the caller
         self.sink: TextIO | None = None
@@ -524,6 +529,7 @@ class RankState:
         sys.argv = self.argv
         sys.stdin = self.stdin
         sys.excepthook = self.excepthook
+        _set_warnings(self.warning_state)
         root = self.session.root_logger
         if self.loggers is None:
             self.loggers = dict(self.session.saved_logging[2])
@@ -556,6 +562,8 @@ class RankState:
         root = session.root_logger
         self.log_handlers, self.log_level = root.handlers, root.level
         self.excepthook = sys.excepthook
+        self.warning_state = _get_warnings()
+        _set_warnings(session.saved_warnings)
         modules["__main__"], sys.argv, sys.stdin, sys.excepthook = session.saved
         root.handlers, root.manager.loggerDict = session.saved_logging[0], session.saved_logging[2]
         if root.level != session.saved_logging[1]:
@@ -634,6 +642,20 @@ class RankState:
             self.sink.close()
 
 
+_WARNINGS: Final = ("filters", "showwarning", "_showwarnmsg_impl")
+"""The ``warnings`` module's state a process has of its own (the interpreter reads the
+module's attributes at each warning, so assigning them is enough)."""
+
+
+def _get_warnings() -> tuple[Any, ...]:
+    return tuple(getattr(warnings, name) for name in _WARNINGS)
+
+
+def _set_warnings(state: tuple[Any, ...]) -> None:
+    for name, value in zip(_WARNINGS, state):
+        setattr(warnings, name, value)
+
+
 class Session:
     """Everything one run swaps in a process, and the lines its ranks printed there.
 
@@ -663,6 +685,7 @@ class Session:
         self.done = bytearray(world_size)
         self.lowest = 0  # lowest rank not finished
         self.saved: tuple[Any, list[str], TextIO, Any] | None = None
+        self.saved_warnings = _get_warnings()  # the launcher's warnings state (each rank has its own)
         self.undo: list[Any] = []
         self.hosted_outcomes: dict[int, list[Any] | None] = {}
         self.notes = 0  # launcher lines filed so far (their order among themselves)
@@ -1017,6 +1040,7 @@ class Session:
         from .MPI import _rc
 
         self.saved = (sys.modules.get("__main__"), sys.argv, sys.stdin, sys.excepthook)
+        self.saved_warnings = _get_warnings()
         root = self.root_logger
         self.saved_logging = (root.handlers, root.level, root.manager.loggerDict)
         saved_modules = {name: mod for name, mod in sys.modules.items()
@@ -1119,7 +1143,7 @@ class _Stream(io.TextIOBase):
 
         task = _sync.current()
         if task is None:  # a thread a rank started prints as the rank's process does
-            process = _identity._process()
+            process = _identity.calling_process()
             state = None if process is None else self._session.states.get(process.rank)
             if state is None or process is None or state.task is not process.task:
                 return self._real.write(text)

@@ -57,6 +57,8 @@ OTHER_LIBRARIES = {
     "_exit": "os._exit: a forked child leaves at once, without its parent's atexit handlers",
     "_forkserver": "multiprocessing.forkserver._forkserver: whether the fork server runs already",
     "_inst": "random._inst: the module-level generator that each synchronous rank gets its own of",
+    "_psplatform": "psutil._psplatform: the Process class that reads a pid's /proc entries, where a "
+                   "rank's pid is its hosting process's",
     "_get_default_timeout": "torch.distributed has no public way to make a group for a registered backend",
     "_new_process_group_helper": "(as _get_default_timeout)",
     "_rand": "numpy.random.mtrand._rand: the generator behind np.random's functions, saved and restored per rank",
