@@ -236,7 +236,7 @@ def _signal_rank(sender: _Process, target: int, signalnum: int) -> None:
         raise UsageError(sender.rank, f"os.kill({pid_of(target)}, {signalnum})", f"rank {target} runs in "
                          "another hosting process, and a signal reaches only the ranks of its sender's",
                          "run on the memory transport to signal any rank")
-    own = _rank() is not None  # the rank's own code, not a thread of it: a signal to itself runs now
+    own = sender.main is threading.current_thread()  # not a thread of it: a signal to itself runs now
     _rank_signals.deliver(sender.rank if own else -1, target, signalnum, sys._getframe(2),
                           task is not None and task.state != FINISHED, _sync.signal_on_resume)
 
@@ -292,10 +292,10 @@ def _raise_signal(signalnum: int, /) -> None:
 
 def _os_exit(status: int, /) -> None:
     found = calling_process()
-    if found is not None and _rank() is None:  # a rank's thread: its rank's process ends
+    if found is not None and found.main is not threading.current_thread():  # a rank's thread: its
         from .engine import sync as _sync
 
-        _rank_signals.end(found.rank, status, _sync.signal_on_resume)
+        _rank_signals.end(found.rank, status, _sync.signal_on_resume)  # rank's process ends
         raise SystemExit  # and this thread with it, at once
     _rank_atexit.exit_now(status)
 
